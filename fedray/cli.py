@@ -1,0 +1,77 @@
+"""`python -m fedray ...`: plan (validate everything), run on Ray, track in MLflow, summarise."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fedray.data import ChecksumError, DownloadError
+from fedray.errors import BudgetError, ConfigError
+from fedray.plan import Plan, make_plan
+from fedray.runtime.driver import RunResult, run
+from fedray.tracking import tracker_from_config
+
+console = Console()
+
+
+def summary_table(plan: Plan, result: RunResult) -> Table:
+    table = Table(title=f"fedray: {plan.algorithm_name} on {plan.dataset_name}")
+    for column in ("algorithm", "step", "eps target", "eps spent (accountant)",
+                   "final train loss", "test error", "test error (avg last)", "wall time"):
+        table.add_column(column, justify="right")
+    for p in range(plan.num_replicas):
+        target = plan.privacy.target_epsilon
+        spent = None if result.epsilon_spent is None else float(result.epsilon_spent[p].max())
+        table.add_row(
+            plan.algorithm_name,
+            f"{plan.step_sizes[p]:.4g}",
+            "-" if target is None else f"{target:g}",
+            "inf (non-private)" if spent is None else f"{spent:.3f}",
+            f"{result.final['train_loss'][p]:.4f}",
+            f"{result.final['test_error'][p]:.4f}",
+            f"{result.final['test_error_avg'][p]:.4f}",
+            f"{result.wall_time:.1f} s",
+        )
+    return table
+
+
+def run_job(cfg: DictConfig) -> RunResult | None:
+    try:
+        plan = make_plan(cfg)
+        prepare = getattr(plan.dataset, "prepare", None)  # fetch public files once, before actors start
+        if prepare is not None:
+            prepare()
+    except (ConfigError, BudgetError, DownloadError, ChecksumError) as err:
+        console.print(f"[bold red]error:[/] {err}")
+        sys.exit(2)
+
+    tracker = tracker_from_config(plan.tracking, run_name=f"{plan.algorithm_name}-{plan.dataset_name}")
+    tracker.log_plan(plan)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[status]}"))
+    with Progress(*columns, console=console, disable=not plan.progress, transient=False) as bar:
+        task = bar.add_task("rounds", total=plan.num_rounds, status="")
+
+        def on_round(r: int, metrics: dict) -> None:
+            status = f"loss {float(np.mean(metrics['train_loss'])):.4f}"
+            if "epsilon_max" in metrics:
+                status += f"  eps {float(np.max(metrics['epsilon_max'])):.3f}"
+            bar.update(task, advance=1, status=status)
+
+        try:
+            result = run(plan, tracker=tracker, progress=on_round)
+        except BaseException:
+            tracker.fail()
+            raise
+    tracker.finish(plan, result)
+    console.print(summary_table(plan, result))
+    console.print(
+        f"MLflow run [bold]{tracker.run_id}[/] in [bold]{tracker.uri}[/]; "
+        f"browse with: mlflow ui --backend-store-uri {tracker.uri}"
+    )
+    return result

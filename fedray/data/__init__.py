@@ -1,0 +1,36 @@
+"""Dataset specs: frozen configs that validate, describe and load a ``Federation``.
+
+Every spec has the same three methods:
+
+- ``validate()`` raises ``ConfigError`` for a bad field (key ``data.<field>``) or missing files;
+- ``describe()`` returns the ``FederationShape`` cheaply, without loading records;
+- ``load(seed, trial=0)`` builds the ``Federation``, deterministic in (seed, trial), and
+  ``load(...).shape == describe()``.
+
+Data folders resolve as explained in ``fedray.data.download`` (``FEDRAY_DATA_DIR``,
+``FEDRAY_CACHE_DIR``).
+"""
+
+from fedray.data.download import ChecksumError, DownloadError, fetch, resolve_directory
+from fedray.data.federation import Federation, FederationShape, stack_silos
+from fedray.data.insurance import InsuranceSorted
+from fedray.data.mnist import IdxFormatError, MnistPairs, read_idx, write_idx
+from fedray.data.obesity import ObesityByClass
+from fedray.data.synthetic import SyntheticLinear
+
+__all__ = [
+    "ChecksumError",
+    "DownloadError",
+    "Federation",
+    "FederationShape",
+    "IdxFormatError",
+    "InsuranceSorted",
+    "MnistPairs",
+    "ObesityByClass",
+    "SyntheticLinear",
+    "fetch",
+    "read_idx",
+    "resolve_directory",
+    "stack_silos",
+    "write_idx",
+]

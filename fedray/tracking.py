@@ -1,0 +1,177 @@
+"""MLflow tracking: one run per job, written from the driver only.
+
+A run gets the flattened resolved config as params, the resolved privacy values (K, noise
+multiplier and std, clip, delta, planned epsilon), tags (algorithm, trust model, dataset),
+per-round metrics written in batches every ``log_every`` rounds, final metrics, and artifacts:
+the resolved config, a summary and a figure of training loss and epsilon spent per round.
+With several replicas in a run, metric keys carry a ``/replica_<p>`` suffix.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+MAX_PARAM_LENGTH = 6000
+MAX_BATCH = 900
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, str]:
+    """{"a": {"b": 1}} -> {"a.b": "1"}; lists are written as their JSON text."""
+    out: dict[str, str] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
+    return out
+
+
+def _store_uri(uri: str) -> str:
+    """Relative sqlite paths are resolved against the working directory, made absolute for the UI."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+        return prefix + str(Path(uri[len(prefix):]).resolve())
+    return uri
+
+
+class MlflowTracker:
+    def __init__(self, uri: str, experiment_name: str, artifact_location: str | None = None,
+                 log_every: int = 5, run_name: str | None = None, parent_run_id: str | None = None):
+        self.uri = _store_uri(uri)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        experiment = self.client.get_experiment_by_name(experiment_name)
+        if experiment is None:
+            location = None
+            if artifact_location and "://" not in artifact_location:
+                location = Path(artifact_location).resolve().as_uri()
+            elif artifact_location:
+                location = artifact_location
+            experiment_id = self.client.create_experiment(experiment_name, artifact_location=location)
+        else:
+            experiment_id = experiment.experiment_id
+        self.experiment_id = experiment_id
+        tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else {}
+        self.run_id = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+        self.log_every = int(log_every)
+        self._pending: list[Metric] = []
+        self._replicas = 1
+
+    # -- writing -------------------------------------------------------------------------------
+    def _batch(self, metrics=(), params=(), tags=()) -> None:
+        """MLflow caps a batch at 1000 items and 100 params; write in slices under both."""
+        metrics, params = list(metrics), list(params)
+        if tags:
+            self.client.log_batch(self.run_id, tags=list(tags))
+        for i in range(0, len(params), 100):
+            self.client.log_batch(self.run_id, params=params[i:i + 100])
+        for i in range(0, len(metrics), MAX_BATCH):
+            self.client.log_batch(self.run_id, metrics=metrics[i:i + MAX_BATCH])
+
+    def _metric_items(self, metrics: dict, step: int, stamp: int):
+        for key, values in metrics.items():
+            values = np.atleast_1d(values)
+            if values.shape[0] == 1:
+                yield Metric(key, float(values[0]), stamp, step)
+            else:
+                for p, v in enumerate(values):
+                    yield Metric(f"{key}/replica_{p}", float(v), stamp, step)
+
+    def log_plan(self, plan) -> None:
+        self._replicas = plan.num_replicas
+        params = flatten(plan.config)
+        resolved = {
+            "resolved.batch_size": plan.batch_size,
+            "resolved.num_silos": plan.shape.num_silos,
+            "resolved.n_train_min": plan.shape.min_train_size,
+            "resolved.dim": plan.shape.dim,
+            "resolved.num_replicas": plan.num_replicas,
+            "resolved.delta_min": float(np.min(plan.privacy.delta)),
+            "resolved.noise_multiplier": float(np.mean(plan.privacy.noise_multiplier)),
+        }
+        if plan.privacy.planned_epsilon is not None:
+            resolved["resolved.planned_epsilon_max"] = float(np.max(plan.privacy.planned_epsilon))
+        params.update({k: str(v) for k, v in resolved.items()})
+        tags = {
+            "algorithm": plan.algorithm_name,
+            "trust_model": plan.privacy.trust_model,
+            "dataset": plan.dataset_name,
+            "calibration": plan.privacy.calibration,
+        }
+        self._batch(
+            params=[Param(k, v[:MAX_PARAM_LENGTH]) for k, v in params.items()],
+            tags=[RunTag(k, str(v)) for k, v in tags.items()],
+        )
+
+    def log_round(self, round_index: int, metrics: dict) -> None:
+        self._pending.extend(self._metric_items(metrics, round_index, int(time.time() * 1000)))
+        if (round_index + 1) % self.log_every == 0:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            self._batch(metrics=self._pending)
+            self._pending = []
+
+    def finish(self, plan, result, status: str = "FINISHED") -> None:
+        self.flush()
+        stamp = int(time.time() * 1000)
+        final = {f"final_{k}": v for k, v in result.final.items()}
+        final["l2_clip"] = result.l2_clip
+        final["final_noise_std"] = result.noise_std
+        final["wall_time_s"] = result.wall_time
+        if result.epsilon_spent is not None:
+            final["epsilon_spent_max"] = result.epsilon_spent.max(axis=1)
+            final["epsilon_spent_mean"] = result.epsilon_spent.mean(axis=1)
+        self._batch(metrics=list(self._metric_items(final, plan.num_rounds, stamp)))
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            (tmp / "config.json").write_text(json.dumps(plan.config, indent=2, default=str))
+            summary = {k: np.asarray(v).tolist() for k, v in final.items()}
+            (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+            _figure(result, tmp / "loss_and_epsilon.png")
+            self.client.log_artifacts(self.run_id, str(tmp))
+        self.client.set_terminated(self.run_id, status)
+
+    def fail(self) -> None:
+        self.flush()
+        self.client.set_terminated(self.run_id, "FAILED")
+
+
+def _figure(result, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rounds = np.arange(len(result.history))
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    loss = np.array([h["train_loss"] for h in result.history])
+    axes[0].plot(rounds, loss)
+    axes[0].set(xlabel="round", ylabel="training loss", title="loss")
+    if result.history and "epsilon_max" in result.history[0]:
+        eps = np.array([h["epsilon_max"] for h in result.history])
+        axes[1].plot(rounds, eps)
+    axes[1].set(xlabel="round", ylabel="epsilon spent (max over silos)", title="privacy spend")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def tracker_from_config(tracking: dict, run_name: str | None = None, parent_run_id: str | None = None) -> MlflowTracker:
+    return MlflowTracker(
+        uri=tracking["uri"],
+        experiment_name=tracking["experiment_name"],
+        artifact_location=tracking.get("artifact_location"),
+        log_every=tracking.get("log_every", 5),
+        run_name=run_name,
+        parent_run_id=parent_run_id,
+    )
+

@@ -1,0 +1,33 @@
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATASETS = REPO.parent / "shared" / "datasets"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def data_dir():
+    """Offline copies of the datasets, unless the caller pointed FEDRAY_DATA_DIR elsewhere."""
+    if "FEDRAY_DATA_DIR" not in os.environ and SHARED_DATASETS.is_dir():
+        os.environ["FEDRAY_DATA_DIR"] = str(SHARED_DATASETS)
+    return os.environ.get("FEDRAY_DATA_DIR")
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray instance shared by every integration test."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def compose(*overrides: str):
+    """The composed Hydra config for ``overrides``, as `python -m fedray` would build it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return hydra_compose("config", overrides=list(overrides))

@@ -1,0 +1,51 @@
+"""Bad input is refused in the planning step, before Ray starts, with one line naming the key."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fedray.errors import ConfigError
+from fedray.plan import make_plan
+from tests.conftest import REPO, compose
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("privacy.epsilon=0", "privacy.epsilon must be a positive number; got 0"),
+        ("privacy.epsilon=-1.5", "privacy.epsilon must be a positive number; got -1.5"),
+        ("privacy.delta=1.5", "privacy.delta must be in (0, 1) or null (= 1/n^2 per silo); got 1.5"),
+        ("privacy.delta=0", "privacy.delta must be in (0, 1) or null (= 1/n^2 per silo); got 0"),
+        ("participation.silos_per_round=30", "participation.silos_per_round must be an integer in [1, 25] (num_silos); got 30"),
+        ("algorithm.batch_size=2000", "algorithm.batch_size must be at most the smallest silo's training size n = 1238; got 2000"),
+        ("num_rounds=0", "num_rounds must be a positive integer; got 0"),
+        ("algorithm.step_size=-1", "algorithm.step_size must be a positive number; got -1"),
+        ("privacy.calibration=magic", "privacy.calibration must be one of ('paper', 'theory'); got 'magic'"),
+        ("runtime.num_actors=0", "runtime.num_actors must be a positive integer; got 0"),
+    ],
+)
+def test_bad_values_name_the_key_and_the_allowed_range(override, message):
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose("experiment=isrl_dp_convex", override))
+    assert str(err.value) == message
+
+
+def test_missing_data_directory_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=str(tmp_path / "nowhere")):
+        make_plan(compose("experiment=isrl_dp_convex", f"data.spec.directory={tmp_path / 'nowhere'}", "data.spec.download=false"))
+
+
+def test_cli_prints_one_line_and_starts_nothing(tmp_path):
+    env = dict(os.environ, RAY_ADDRESS="")
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedray", "experiment=isrl_dp_convex", "privacy.epsilon=-1",
+         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/out"],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines == ["error: privacy.epsilon must be a positive number; got -1"]
+    assert not (tmp_path / "mlflow.db").exists()  # nothing half-written
+    assert "Started a local Ray instance" not in proc.stderr

@@ -1,0 +1,80 @@
+import numpy as np
+import pytest
+
+from fedray.losses import (
+    Logistic,
+    Softmax,
+    Squared,
+    clip_per_example,
+    clipped_weighted_gradients,
+    per_example_gradients,
+)
+
+LOSSES = [(Logistic(), 1, "binary"), (Squared(), 1, "regression"), (Softmax(num_outputs=3), 3, "multiclass")]
+
+
+def _records(rng, n, d, kind):
+    x = rng.normal(size=(n, d)) * 3.0
+    x[0] = 0.0  # a zero record: its gradient is zero and clipping must not divide by zero
+    if kind == "binary":
+        y = (rng.random(n) < 0.5).astype(float)
+    elif kind == "regression":
+        y = rng.normal(size=n) * 10
+    else:
+        y = rng.integers(0, 3, size=n).astype(float)
+    return x, y
+
+
+@pytest.mark.parametrize("loss,c,kind", LOSSES)
+def test_per_example_gradients_match_finite_differences(loss, c, kind):
+    rng = np.random.default_rng(0)
+    x, y = _records(rng, 5, 4, kind)
+    w = rng.normal(size=(4, c)) * 0.1
+    grads = per_example_gradients(loss, w, x, y)
+    eps = 1e-6
+    for i in range(1, 5):
+        num = np.zeros_like(w)
+        for j in np.ndindex(*w.shape):
+            e = np.zeros_like(w)
+            e[j] = eps
+            num[j] = (loss.value(x[i:i + 1] @ (w + e), y[i:i + 1]) - loss.value(x[i:i + 1] @ (w - e), y[i:i + 1]))[0] / (2 * eps)
+        np.testing.assert_allclose(grads[i], num, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("loss,c,kind", LOSSES)
+@pytest.mark.parametrize("l2_clip", [0.1, 1.0, 5.0])
+def test_clipped_norms_are_bounded_and_batched_path_agrees(loss, c, kind, l2_clip):
+    rng = np.random.default_rng(1)
+    n, d = 20, 6
+    x, y = _records(rng, n, d, kind)
+    w = rng.normal(size=(d, c))
+    clipped = clip_per_example(per_example_gradients(loss, w, x, y), l2_clip)
+    norms = np.linalg.norm(clipped.reshape(n, -1), axis=1)
+    assert np.all(norms <= l2_clip * (1 + 1e-12))
+    assert np.all(np.isfinite(clipped))
+    # The batched path (scaled residuals, one einsum) equals the explicit clipped mean.
+    weights = np.zeros((1, 1, n))
+    batch = rng.choice(n, size=7, replace=False)
+    weights[0, 0, batch] = 1 / 7
+    batched = clipped_weighted_gradients(loss, w[None], x[None], y[None], weights, l2_clip)
+    np.testing.assert_allclose(batched[0, 0], clipped[batch].mean(axis=0), rtol=1e-10, atol=1e-12)
+
+
+def test_infinite_clip_is_the_plain_gradient():
+    rng = np.random.default_rng(2)
+    x, y = _records(rng, 10, 3, "binary")
+    w = rng.normal(size=(3, 1))
+    weights = np.full((1, 1, 10), 0.1)
+    g = clipped_weighted_gradients(Logistic(), w[None], x[None], y[None], weights, np.inf)
+    np.testing.assert_allclose(g[0, 0], per_example_gradients(Logistic(), w, x, y).mean(axis=0))
+
+
+def test_clipping_needs_an_example_axis():
+    with pytest.raises(ValueError, match="leading example axis"):
+        clip_per_example(np.ones(3), 1.0)
+
+
+def test_logistic_margin_clip_keeps_loss_finite():
+    z = np.array([[1e4], [-1e4]])
+    v = Logistic().value(z, np.array([0.0, 1.0]))
+    assert np.all(np.isfinite(v)) and np.all(v > 14)

@@ -1,0 +1,39 @@
+"""The main job end to end: `python -m fedray experiment=isrl_dp_convex` writes an MLflow run."""
+
+import subprocess
+import sys
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def test_main_job_writes_an_mlflow_run_with_round_metrics(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedray", "experiment=isrl_dp_convex", "num_rounds=6", "progress=false",
+         f"tracking.uri={uri}", f"tracking.artifact_location={tmp_path}/artifacts",
+         "tracking.log_every=4", f"hydra.run.dir={tmp_path}/out", "runtime.num_cpus=2"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "mlflow ui --backend-store-uri" in proc.stdout
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["algorithm"] == "isrl_dp_mb_sgd"
+    assert run.data.tags["trust_model"] == "isrl_dp"
+    assert run.data.tags["dataset"] == "mnist"
+    assert run.data.params["participation.silos_per_round"] == "12"
+    assert run.data.params["privacy.epsilon"] == "3.0"
+    for key in ("train_loss", "test_error", "epsilon_max", "epsilon_mean", "noise_std", "participants"):
+        history = client.get_metric_history(run.info.run_id, key)
+        assert [m.step for m in history] == list(range(6)), key
+    eps = [m.value for m in client.get_metric_history(run.info.run_id, "epsilon_max")]
+    assert all(a <= b for a, b in zip(eps, eps[1:])) and 0 < eps[-1] < 3.0
+    assert 0 < run.data.metrics["final_test_error"] < 0.5
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.json", "summary.json", "loss_and_epsilon.png"} <= artifacts
