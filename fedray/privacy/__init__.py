@@ -1,5 +1,11 @@
 """Privacy: calibration formulas, mechanisms as values, dp-accounting ledgers."""
 
+from fedray.privacy.amplification import (
+    closed_form_shuffled_epsilon,
+    numerical_shuffled_epsilon,
+    shuffled_epsilon_delta,
+)
+from fedray.privacy.audit import AuditResult, audit_epsilon, gaussian_mechanism_sampler
 from fedray.privacy.accounting import SiloLedger, epsilon_of, make_accountant
 from fedray.privacy.calibration import (
     default_delta,
@@ -11,6 +17,12 @@ from fedray.privacy.calibration import (
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise, subsampled_gaussian_event
 
 __all__ = [
+    "AuditResult",
+    "audit_epsilon",
+    "closed_form_shuffled_epsilon",
+    "gaussian_mechanism_sampler",
+    "numerical_shuffled_epsilon",
+    "shuffled_epsilon_delta",
     "GaussianNoise",
     "NoNoise",
     "SiloLedger",
