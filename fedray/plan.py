@@ -22,11 +22,8 @@ from fedray.privacy.accounting import ACCOUNTANTS, SiloLedger
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise
 
 TRUST_MODELS = ("isrl_dp", "none")
-CALIBRATIONS = {
-    # name: (noise multiplier formula for MB-SGD, for Local SGD)
-    "paper": (cal.paper_minibatch_noise_multiplier, cal.paper_local_sgd_noise_multiplier),
-    "theory": (cal.theory_minibatch_noise_multiplier, None),
-}
+# Algorithm config keys the planner resolves itself; every other key is a constructor field.
+RESOLVED_KEYS = ("_target_", "name", "step_size", "batch_size")
 
 
 @dataclass(frozen=True)
@@ -144,8 +141,6 @@ def make_plan(cfg: DictConfig) -> Plan:
     n = np.asarray(shape.n_train, dtype=np.int64)
     epsilon = None
     if private:
-        if priv.calibration not in CALIBRATIONS:
-            raise ConfigError("privacy.calibration", priv.calibration, f"one of {tuple(CALIBRATIONS)}")
         epsilon = _positive("privacy.epsilon", priv.epsilon)
     if priv.delta is None:
         delta = cal.default_delta(n)
@@ -170,18 +165,22 @@ def make_plan(cfg: DictConfig) -> Plan:
         batch_size = _positive("algorithm.batch_size", alg.batch_size, int)
     if batch_size > n_min:
         raise ConfigError("algorithm.batch_size", batch_size, f"at most the smallest silo's training size n = {n_min}")
-    average_last = _positive("algorithm.average_last", alg.average_last, int)
-    algorithm_fields = {"step_size": step_sizes, "batch_size": batch_size, "average_last": average_last}
-    if "radius" in alg:
-        algorithm_fields["radius"] = _positive("algorithm.radius", alg.radius, allow_none=True)
+    algorithm_fields = {"step_size": step_sizes, "batch_size": batch_size}
+    for key, value in alg.items():
+        if key not in RESOLVED_KEYS:
+            algorithm_fields[key] = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    if "average_last" in algorithm_fields:
+        _positive("algorithm.average_last", algorithm_fields["average_last"], int)
+    if "radius" in algorithm_fields:
+        _positive("algorithm.radius", algorithm_fields["radius"], allow_none=True)
 
     sample_size, steps = algorithm_class.releases(batch_size)
     num_replicas = len(step_sizes)
     if private:
-        formula = CALIBRATIONS[priv.calibration][0 if sample_size == batch_size and steps == 1 else 1]
-        if formula is None:
-            raise ConfigError("privacy.calibration", priv.calibration, f"a calibration defined for {alg.name}")
-        multiplier = formula(n, epsilon, delta, num_rounds, batch_size)
+        calibrations = algorithm_class.CALIBRATIONS
+        if priv.calibration not in calibrations:
+            raise ConfigError("privacy.calibration", priv.calibration, f"one of {tuple(calibrations)} for {alg.name}")
+        multiplier = calibrations[priv.calibration](n, epsilon, delta, num_rounds, batch_size)
         noise_multiplier = np.broadcast_to(multiplier, (num_replicas, shape.num_silos)).copy()
     else:
         noise_multiplier = np.zeros((num_replicas, shape.num_silos))

@@ -22,7 +22,7 @@ from tests.conftest import REPO, compose
         ("algorithm.batch_size=2000", "algorithm.batch_size must be at most the smallest silo's training size n = 1238; got 2000"),
         ("num_rounds=0", "num_rounds must be a positive integer; got 0"),
         ("algorithm.step_size=-1", "algorithm.step_size must be a positive number; got -1"),
-        ("privacy.calibration=magic", "privacy.calibration must be one of ('paper', 'theory'); got 'magic'"),
+        ("privacy.calibration=magic", "privacy.calibration must be one of ('paper', 'theory') for isrl_dp_mb_sgd; got 'magic'"),
         ("runtime.num_actors=0", "runtime.num_actors must be a positive integer; got 0"),
     ],
 )

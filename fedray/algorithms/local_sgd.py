@@ -24,6 +24,7 @@ import numpy as np
 
 from fedray.algorithms.base import ServerState, SiloArrays, advance, initial_state, masked_mean
 from fedray.losses import clip_factors
+from fedray.privacy import calibration
 from fedray.rng import SiloDraws
 
 
@@ -37,6 +38,9 @@ class LocalSGD:
     l2_clip: float
     noise: object
     average_last: int = 8
+
+    # Noise multiplier formulas (n, eps, delta, R, K) -> multiplier, by privacy.calibration.
+    CALIBRATIONS = {"paper": calibration.paper_local_sgd_noise_multiplier}
 
     @staticmethod
     def releases(batch_size: int) -> tuple[int, int]:

@@ -32,6 +32,7 @@ from fedray.algorithms.base import (
     project_l2_ball,
 )
 from fedray.losses import clipped_weighted_gradients
+from fedray.privacy import calibration
 from fedray.rng import SiloDraws
 
 
@@ -46,6 +47,12 @@ class MinibatchSGD:
     noise: object                 # GaussianNoise(noise_std (P, N)) or NoNoise()
     radius: float | None = None   # W = l2 ball of this radius; None = R^d (the experiments)
     average_last: int = 8
+
+    # Noise multiplier formulas (n, eps, delta, R, K) -> multiplier, by privacy.calibration.
+    CALIBRATIONS = {
+        "paper": calibration.paper_minibatch_noise_multiplier,
+        "theory": calibration.theory_minibatch_noise_multiplier,
+    }
 
     @staticmethod
     def releases(batch_size: int) -> tuple[int, int]:
