@@ -19,19 +19,25 @@ from fedray.tracking import tracker_from_config
 console = Console()
 
 
+def _span(values) -> str:
+    lo, hi = float(np.min(values)), float(np.max(values))
+    return f"{lo:.3g}" if np.isclose(lo, hi) else f"{lo:.3g}-{hi:.3g}"
+
+
 def summary_table(plan: Plan, result: RunResult) -> Table:
-    table = Table(title=f"fedray: {plan.algorithm_name} on {plan.dataset_name}")
-    for column in ("algorithm", "step", "eps target", "eps spent (accountant)",
-                   "final train loss", "test error", "test error (avg last)", "wall time"):
+    priv = plan.privacy
+    table = Table(title=f"fedray: {plan.algorithm_name} on {plan.dataset_name} ({priv.trust_model})")
+    for column in ("algorithm", "step", "eps target", "eps paper", f"eps spent ({priv.accountant})",
+                   "train loss", "test error", "test error avg", "time"):
         table.add_column(column, justify="right")
     for p in range(plan.num_replicas):
-        target = plan.privacy.target_epsilon
-        spent = None if result.epsilon_spent is None else float(result.epsilon_spent[p].max())
+        private = priv.private
         table.add_row(
             plan.algorithm_name,
             f"{plan.step_sizes[p]:.4g}",
-            "-" if target is None else f"{target:g}",
-            "inf (non-private)" if spent is None else f"{spent:.3f}",
+            _span(priv.target_epsilon) if private else "-",
+            _span(priv.nominal_epsilon[p]) if private and priv.nominal_epsilon is not None else "-",
+            f"{float(result.epsilon_spent[p].max()):.3f}" if private else "inf",
             f"{result.final['train_loss'][p]:.4f}",
             f"{result.final['test_error'][p]:.4f}",
             f"{result.final['test_error_avg'][p]:.4f}",
@@ -47,7 +53,7 @@ def run_job(cfg: DictConfig) -> RunResult | None:
         if prepare is not None:
             prepare()
     except (ConfigError, BudgetError, DownloadError, ChecksumError) as err:
-        console.print(f"[bold red]error:[/] {err}")
+        console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
         sys.exit(2)
 
     tracker = tracker_from_config(plan.tracking, run_name=f"{plan.algorithm_name}-{plan.dataset_name}")

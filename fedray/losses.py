@@ -112,8 +112,8 @@ def clipped_weighted_gradients(
     minibatch mean gradient of seed-004 Alg. 2 line 7. Returns (P, S, d, C).
     """
     z = margins(params, x)
-    r = loss.residual(z, y[None])
     norms = np.linalg.norm(x, axis=-1) if x_norms is None else x_norms
+    r = loss_residual(loss, z, y[None], norms)
     coef = r * (weights * clip_factors(norms, r, l2_clip))[..., None]
     return np.einsum("psnc,snd->psdc", coef, x, optimize=True)
 
@@ -124,7 +124,15 @@ def per_example_gradients(loss, params: np.ndarray, x: np.ndarray, y: np.ndarray
     Materialises the gradients; meant for tests and audits, not for hot paths.
     """
     z = x @ params
-    return x[:, :, None] * loss.residual(z, y)[:, None, :]
+    return x[:, :, None] * loss_residual(loss, z, y, np.linalg.norm(x, axis=-1))[:, None, :]
+
+
+def loss_residual(loss, z: np.ndarray, y: np.ndarray, x_norms: np.ndarray) -> np.ndarray:
+    """dl/dz of ``loss``; a loss whose value depends on ||x|| too (``needs_x_norms``, e.g. a
+    Moreau envelope, see ``fedray.smoothing``) also receives the per-example norms."""
+    if getattr(loss, "needs_x_norms", False):
+        return loss.residual(z, y, x_norms)
+    return loss.residual(z, y)
 
 
 def clip_per_example(gradients: np.ndarray, l2_clip: float) -> np.ndarray:

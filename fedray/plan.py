@@ -2,14 +2,15 @@
 
 Everything a user can get wrong is checked here, before Ray starts, and reported as one line
 naming the key, the value and what is allowed (``ConfigError``). The plan resolves the paper's
-formulas (K, noise multiplier, delta = 1/n^2) against the dataset's shape, which is known
-without loading any record.
+formulas (K, noise multipliers, delta = 1/n^2) against the dataset's shape, which is known
+without loading any record, draws the participation schedule (it depends on the seed only),
+and refuses a schedule whose accountant epsilon exceeds the target (``BudgetError``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from hydra.utils import get_class, instantiate
@@ -19,42 +20,45 @@ from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
 from fedray.privacy import calibration as cal
 from fedray.privacy.accounting import ACCOUNTANTS, SiloLedger
-from fedray.privacy.mechanisms import GaussianNoise, NoNoise
+from fedray.privacy.budgets import calibrate, check_budget, per_silo
+from fedray.privacy.mechanisms import GaussianNoise, NoNoise, PerExampleClip
 
-TRUST_MODELS = ("isrl_dp", "none")
+CALIBRATION_MODES = ("paper", "theory", "accountant")
 # Algorithm config keys the planner resolves itself; every other key is a constructor field.
 RESOLVED_KEYS = ("_target_", "name", "step_size", "batch_size")
 
 
 @dataclass(frozen=True)
 class PrivacyPlan:
-    """Who adds which noise, and what the accountant will charge for it."""
+    """Who adds which noise, what the accountant charges for it, and the planned spend."""
 
     trust_model: str
     calibration: str
-    target_epsilon: float | None
-    delta: np.ndarray               # (N,)
-    noise_multiplier: np.ndarray    # (P, N), 0 = no noise
-    sample_size: int                # records per noisy release
-    steps_per_participation: int    # noisy releases per participation
     accountant: str
-    planned_epsilon: np.ndarray = field(default=None)  # (P, N) if every silo joined every round
-
-    def ledger(self) -> SiloLedger:
-        return SiloLedger(
-            noise_multiplier=self.noise_multiplier,
-            sample_size=self.sample_size,
-            dataset_size=self._sizes,
-            steps_per_participation=self.steps_per_participation,
-            delta=self.delta,
-            accountant=self.accountant,
-        )
+    target_epsilon: np.ndarray | None    # (N,) per-silo targets; None when not private
+    delta: np.ndarray                    # (N,)
+    noise_multiplier: np.ndarray         # (P, N); 0 = no noise
+    sample_size: int                     # records per noisy release
+    releases: int                        # noisy releases per participation
+    dataset_size: np.ndarray             # (N,)
+    parallel_composition: bool
+    planned_epsilon: np.ndarray | None   # (P, N) for the drawn participation schedule
+    nominal_epsilon: np.ndarray | None = None  # (P, N) what the paper's formula claims for this noise
 
     @property
     def private(self) -> bool:
         return self.trust_model != "none"
 
-    _sizes: np.ndarray = field(default=None, repr=False)
+    def ledger(self) -> SiloLedger:
+        return SiloLedger(
+            noise_multiplier=self.noise_multiplier,
+            sample_size=self.sample_size,
+            dataset_size=self.dataset_size,
+            releases=self.releases,
+            delta=self.delta,
+            accountant=self.accountant,
+            parallel_composition=self.parallel_composition,
+        )
 
 
 @dataclass(frozen=True)
@@ -68,11 +72,12 @@ class Plan:
     loss: object
     algorithm_name: str
     algorithm_class: type
-    algorithm_fields: dict          # resolved constructor values except l2_clip and noise
+    algorithm_fields: dict          # resolved constructor values except loss, l2_clip and noise
     batch_size: int
     step_sizes: np.ndarray          # (P,)
     repetitions: np.ndarray         # (P,)
     participation: object
+    schedule: np.ndarray            # (R, P, N) bool: who takes part in each round
     privacy: PrivacyPlan
     l2_clip: float | None           # None: estimated from the data (non-private, as the paper)
     runtime: dict
@@ -85,15 +90,13 @@ class Plan:
         return int(self.step_sizes.shape[0])
 
     def build_algorithm(self, l2_clip: float):
-        """The algorithm with the clip known; noise std = multiplier * (2 l2_clip / records per release)."""
+        """The algorithm with the clip known; noise std = multiplier * replace-one sensitivity."""
         if self.privacy.private:
-            sensitivity = 2.0 * l2_clip / self.privacy.sample_size
+            sensitivity = PerExampleClip(l2_clip).sensitivity(self.privacy.sample_size, "replace_one")
             noise = GaussianNoise(self.privacy.noise_multiplier * sensitivity)
         else:
             noise = NoNoise()
-        return self.algorithm_class(
-            loss=self.loss, l2_clip=float(l2_clip), noise=noise, **self.algorithm_fields
-        )
+        return self.algorithm_class(loss=self.loss, l2_clip=float(l2_clip), noise=noise, **self.algorithm_fields)
 
 
 def _positive(key: str, value, kind=float, allow_none=False):
@@ -117,8 +120,69 @@ def _step_sizes(value) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
+def _algorithm_fields(alg: DictConfig, step_sizes: np.ndarray, batch_size: int) -> dict:
+    fields = {"step_size": step_sizes, "batch_size": batch_size}
+    for key, value in alg.items():
+        if key not in RESOLVED_KEYS:
+            fields[key] = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    if "average_last" in fields:
+        _positive("algorithm.average_last", fields["average_last"], int)
+    if "radius" in fields:
+        _positive("algorithm.radius", fields["radius"], allow_none=True)
+    return fields
+
+
+def _privacy_plan(priv: DictConfig, algorithm_class: type, algorithm_name: str, shape: FederationShape,
+                  num_rounds: int, batch_size: int, schedule: np.ndarray) -> PrivacyPlan:
+    trust_models = algorithm_class.TRUST_MODELS
+    if priv.trust_model not in trust_models:
+        raise ConfigError("privacy.trust_model", priv.trust_model, f"one of {trust_models} for {algorithm_name}")
+    if priv.accountant not in ACCOUNTANTS:
+        raise ConfigError("privacy.accountant", priv.accountant, f"one of {ACCOUNTANTS}")
+    n = np.asarray(shape.n_train, dtype=np.int64)
+    num_silos, num_replicas = shape.num_silos, schedule.shape[1]
+    if priv.delta is None:
+        delta = cal.default_delta(n)
+    else:
+        delta = per_silo("privacy.delta", priv.delta, num_silos, 0.0, 1.0,
+                         "in (0, 1) or null (= 1/n^2 per silo), or one such value per silo")
+    sample_size, releases = algorithm_class.releases(batch_size)
+    common = dict(trust_model=priv.trust_model, accountant=priv.accountant, delta=delta, sample_size=sample_size,
+                  releases=releases, dataset_size=n,
+                  parallel_composition=bool(getattr(algorithm_class, "DISJOINT_BATCHES", False)))
+    if priv.trust_model == "none":
+        return PrivacyPlan(calibration="none", target_epsilon=None,
+                           noise_multiplier=np.zeros((num_replicas, num_silos)), planned_epsilon=None, **common)
+
+    epsilon = per_silo("privacy.epsilon", priv.epsilon, num_silos, 0.0, math.inf,
+                       "a positive number, a list of one per silo, or {values, fractions}")
+    formulas = dict(algorithm_class.CALIBRATIONS)
+    modes = tuple(formulas) + ("accountant",)
+    if priv.calibration not in modes:
+        raise ConfigError("privacy.calibration", priv.calibration, f"one of {modes} for {algorithm_name}")
+    rounds_charged = 1 if common["parallel_composition"] else num_rounds
+    multiplier = calibrate(priv.calibration, formulas, epsilon, delta, n, rounds_charged, batch_size,
+                           sample_size, releases, priv.accountant, common["parallel_composition"])
+    noise_multiplier = np.broadcast_to(multiplier, (num_replicas, num_silos)).copy()
+    nominal = None
+    if "paper" in formulas:
+        # Every paper formula is proportional to 1/eps, so the claimed eps of a multiplier z is z(1)/z.
+        unit = np.array([formulas["paper"](n_i, 1.0, d_i, rounds_charged, batch_size) for n_i, d_i in zip(n, delta)])
+        nominal = unit[None, :] / noise_multiplier
+    plan = PrivacyPlan(calibration=priv.calibration, target_epsilon=epsilon, noise_multiplier=noise_multiplier,
+                       planned_epsilon=None, nominal_epsilon=nominal, **common)
+    counts = schedule.sum(axis=0)
+    if priv.get("enforce_budget", True):
+        planned = check_budget(plan.ledger(), counts, epsilon)
+    else:
+        planned = plan.ledger().epsilons(counts)
+    object.__setattr__(plan, "planned_epsilon", planned)
+    return plan
+
+
 def make_plan(cfg: DictConfig) -> Plan:
-    """Validate ``cfg`` and resolve it into a ``Plan``; raises ``ConfigError`` on the first bad value."""
+    """Validate ``cfg`` and resolve it into a ``Plan``; raises ``ConfigError`` on the first bad value
+    and ``BudgetError`` if the schedule would overspend a silo's budget."""
     seed = int(cfg.seed)
     trial = int(cfg.trial)
     num_rounds = _positive("num_rounds", cfg.num_rounds, int)
@@ -132,72 +196,28 @@ def make_plan(cfg: DictConfig) -> Plan:
     participation = instantiate(cfg.participation)
     participation.validate(shape.num_silos)
 
-    priv = cfg.privacy
-    if priv.trust_model not in TRUST_MODELS:
-        raise ConfigError("privacy.trust_model", priv.trust_model, f"one of {TRUST_MODELS}")
-    if priv.accountant not in ACCOUNTANTS:
-        raise ConfigError("privacy.accountant", priv.accountant, f"one of {ACCOUNTANTS}")
-    private = priv.trust_model != "none"
-    n = np.asarray(shape.n_train, dtype=np.int64)
-    epsilon = None
-    if private:
-        epsilon = _positive("privacy.epsilon", priv.epsilon)
-    if priv.delta is None:
-        delta = cal.default_delta(n)
-    else:
-        if not (isinstance(priv.delta, (int, float)) and 0.0 < priv.delta < 1.0):
-            raise ConfigError("privacy.delta", priv.delta, "in (0, 1) or null (= 1/n^2 per silo)")
-        delta = np.full(shape.num_silos, float(priv.delta))
-    l2_clip = _positive("privacy.l2_clip", priv.l2_clip, allow_none=True)
-    if not private and l2_clip is None:
-        l2_clip = math.inf
-
     alg = cfg.algorithm
     algorithm_class = get_class(alg._target_)
-    step_sizes = np.tile(_step_sizes(alg.step_size), repetitions)
-    reps = np.repeat(np.arange(repetitions), len(step_sizes) // repetitions)
-    n_min = int(n.min())
+    base_steps = _step_sizes(alg.step_size)
+    step_sizes = np.tile(base_steps, repetitions)
+    reps = np.repeat(np.arange(repetitions), len(base_steps))
+    n_min = shape.min_train_size
+    private = cfg.privacy.trust_model != "none"
     if alg.batch_size is None:
         if not private:
             raise ConfigError("algorithm.batch_size", None, "an integer in [1, n] when privacy is off")
-        batch_size = cal.paper_batch_size(n_min, epsilon, num_rounds)
+        # K >= n sqrt(eps / (4R)) must hold for the largest budget (the paper's code uses eps_max).
+        eps_max = float(np.max(per_silo("privacy.epsilon", cfg.privacy.epsilon, shape.num_silos, 0.0, math.inf,
+                                        "a positive number, a list of one per silo, or {values, fractions}")))
+        batch_size = cal.paper_batch_size(n_min, eps_max, num_rounds)
     else:
         batch_size = _positive("algorithm.batch_size", alg.batch_size, int)
     if batch_size > n_min:
         raise ConfigError("algorithm.batch_size", batch_size, f"at most the smallest silo's training size n = {n_min}")
-    algorithm_fields = {"step_size": step_sizes, "batch_size": batch_size}
-    for key, value in alg.items():
-        if key not in RESOLVED_KEYS:
-            algorithm_fields[key] = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    if "average_last" in algorithm_fields:
-        _positive("algorithm.average_last", algorithm_fields["average_last"], int)
-    if "radius" in algorithm_fields:
-        _positive("algorithm.radius", algorithm_fields["radius"], allow_none=True)
-
-    sample_size, steps = algorithm_class.releases(batch_size)
-    num_replicas = len(step_sizes)
-    if private:
-        calibrations = algorithm_class.CALIBRATIONS
-        if priv.calibration not in calibrations:
-            raise ConfigError("privacy.calibration", priv.calibration, f"one of {tuple(calibrations)} for {alg.name}")
-        multiplier = calibrations[priv.calibration](n, epsilon, delta, num_rounds, batch_size)
-        noise_multiplier = np.broadcast_to(multiplier, (num_replicas, shape.num_silos)).copy()
-    else:
-        noise_multiplier = np.zeros((num_replicas, shape.num_silos))
-    privacy = PrivacyPlan(
-        trust_model=priv.trust_model,
-        calibration=priv.calibration,
-        target_epsilon=epsilon,
-        delta=delta,
-        noise_multiplier=noise_multiplier,
-        sample_size=sample_size,
-        steps_per_participation=steps,
-        accountant=priv.accountant,
-        _sizes=n,
-    )
-    if private:
-        planned = privacy.ledger().planned_epsilons(num_rounds)
-        object.__setattr__(privacy, "planned_epsilon", planned)
+    if getattr(algorithm_class, "DISJOINT_BATCHES", False) and num_rounds * batch_size > n_min:
+        raise ConfigError("num_rounds", num_rounds,
+                          f"at most floor(n / K) = {n_min // batch_size} for {alg.name}, which uses each record once")
+    algorithm_fields = _algorithm_fields(alg, step_sizes, batch_size)
 
     runtime = OmegaConf.to_container(cfg.runtime, resolve=True)
     if runtime.get("num_actors") is not None:
@@ -206,6 +226,12 @@ def make_plan(cfg: DictConfig) -> Plan:
         _positive("runtime.num_cpus", runtime["num_cpus"], int)
     tracking = OmegaConf.to_container(cfg.tracking, resolve=True)
     _positive("tracking.log_every", tracking.get("log_every"), int)
+    l2_clip = _positive("privacy.l2_clip", cfg.privacy.l2_clip, allow_none=True)
+    if not private and l2_clip is None:
+        l2_clip = math.inf
+
+    schedule = np.stack([participation.sample(seed, reps, r, shape.num_silos) for r in range(num_rounds)])
+    privacy = _privacy_plan(cfg.privacy, algorithm_class, str(alg.name), shape, num_rounds, batch_size, schedule)
 
     return Plan(
         seed=seed,
@@ -222,6 +248,7 @@ def make_plan(cfg: DictConfig) -> Plan:
         step_sizes=step_sizes,
         repetitions=reps,
         participation=participation,
+        schedule=schedule,
         privacy=privacy,
         l2_clip=l2_clip,
         runtime=runtime,

@@ -24,6 +24,11 @@ class Stream(IntEnum):
     INIT = 6          # model initialisation
 
 
+# The round coordinate of draws made once per run rather than once per round (the one-pass
+# permutation): the largest 32-bit word, which no round index reaches.
+EPOCH_ROUND = 2**32 - 1
+
+
 def generator(run_seed: int, stream: Stream, *coords: int) -> np.random.Generator:
     """A generator for (run_seed, stream, *coords), e.g. (round, silo)."""
     return np.random.default_rng(np.random.SeedSequence([int(run_seed), int(stream), *map(int, coords)]))
@@ -68,3 +73,37 @@ class SiloDraws:
     def with_replacement(self, sizes: np.ndarray, k: int) -> np.ndarray:
         """(P, S, k) indices drawn uniformly with replacement (MINIBATCH stream)."""
         return self._cells(Stream.MINIBATCH, lambda g, s: g.integers(0, int(sizes[s]), size=k))
+
+    def epoch_slice(self, sizes: np.ndarray, k: int, round_index: int | None = None) -> np.ndarray:
+        """(P, S, k) indices: the ``round_index``-th block of k records of a fixed permutation of silo s.
+
+        One-pass sampling (seed-004 §3.3): each (repetition, silo) draws ONE permutation of its
+        sizes[s] records for the whole run and round r takes perm[r k : (r + 1) k], so batches are
+        disjoint across rounds and every record is used at most once. The permutation comes from
+        the MINIBATCH stream at coordinates (repetition, EPOCH_ROUND, silo): a per-round draw uses
+        (repetition, round, silo) with round < EPOCH_ROUND, so the two never share a generator.
+        ``round_index`` defaults to this round's index.
+
+        Raises
+        ------
+        ValueError
+            If some silo has fewer than (round_index + 1) k records, i.e. the run has more rounds
+            than floor(n / k) for that silo.
+        """
+        r = self.round_index if round_index is None else int(round_index)
+        if not 0 <= r < EPOCH_ROUND:
+            raise ValueError(f"round_index must be in [0, {EPOCH_ROUND}); got {r}")
+        for silo, n in zip(self.silo_ids, np.asarray(sizes)):
+            if (r + 1) * k > int(n):
+                raise ValueError(
+                    f"one-pass round {r} needs records [{r * k}, {(r + 1) * k}) of silo {silo}, which has "
+                    f"n = {int(n)}: the number of rounds must be at most floor(n / K) = {int(n) // k} (K = {k})"
+                )
+        def block(rep: int, silo: int, n: int) -> np.ndarray:
+            return generator(self.run_seed, Stream.MINIBATCH, rep, EPOCH_ROUND, silo).permutation(n)[r * k:(r + 1) * k]
+
+        per_rep = [
+            np.stack([block(rep, silo, int(sizes[s])) for s, silo in enumerate(self.silo_ids)])
+            for rep in self.unique_reps
+        ]
+        return np.stack(per_rep)[self.replica_to_rep]

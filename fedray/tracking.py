@@ -98,12 +98,16 @@ class MlflowTracker:
         }
         if plan.privacy.planned_epsilon is not None:
             resolved["resolved.planned_epsilon_max"] = float(np.max(plan.privacy.planned_epsilon))
+            resolved["resolved.target_epsilon_min"] = float(np.min(plan.privacy.target_epsilon))
+        if plan.privacy.nominal_epsilon is not None:
+            resolved["resolved.paper_epsilon_max"] = float(np.max(plan.privacy.nominal_epsilon))
         params.update({k: str(v) for k, v in resolved.items()})
         tags = {
             "algorithm": plan.algorithm_name,
             "trust_model": plan.privacy.trust_model,
             "dataset": plan.dataset_name,
             "calibration": plan.privacy.calibration,
+            "accountant": plan.privacy.accountant,
         }
         self._batch(
             params=[Param(k, v[:MAX_PARAM_LENGTH]) for k, v in params.items()],

@@ -14,15 +14,15 @@ from tests.conftest import REPO, compose
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("privacy.epsilon=0", "privacy.epsilon must be a positive number; got 0"),
-        ("privacy.epsilon=-1.5", "privacy.epsilon must be a positive number; got -1.5"),
-        ("privacy.delta=1.5", "privacy.delta must be in (0, 1) or null (= 1/n^2 per silo); got 1.5"),
-        ("privacy.delta=0", "privacy.delta must be in (0, 1) or null (= 1/n^2 per silo); got 0"),
+        ("privacy.epsilon=0", "privacy.epsilon must be a positive number, a list of one per silo, or {values, fractions}; got 0"),
+        ("privacy.epsilon=-1.5", "privacy.epsilon must be a positive number, a list of one per silo, or {values, fractions}; got -1.5"),
+        ("privacy.delta=1.5", "privacy.delta must be in (0, 1) or null (= 1/n^2 per silo), or one such value per silo; got 1.5"),
+        ("privacy.delta=0", "privacy.delta must be in (0, 1) or null (= 1/n^2 per silo), or one such value per silo; got 0"),
         ("participation.silos_per_round=30", "participation.silos_per_round must be an integer in [1, 25] (num_silos); got 30"),
         ("algorithm.batch_size=2000", "algorithm.batch_size must be at most the smallest silo's training size n = 1238; got 2000"),
         ("num_rounds=0", "num_rounds must be a positive integer; got 0"),
         ("algorithm.step_size=-1", "algorithm.step_size must be a positive number; got -1"),
-        ("privacy.calibration=magic", "privacy.calibration must be one of ('paper', 'theory') for isrl_dp_mb_sgd; got 'magic'"),
+        ("privacy.calibration=magic", "privacy.calibration must be one of ('paper', 'theory', 'accountant') for isrl_dp_mb_sgd; got 'magic'"),
         ("runtime.num_actors=0", "runtime.num_actors must be a positive integer; got 0"),
     ],
 )
@@ -46,6 +46,12 @@ def test_cli_prints_one_line_and_starts_nothing(tmp_path):
     )
     assert proc.returncode == 2
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert lines == ["error: privacy.epsilon must be a positive number; got -1"]
+    assert lines == ["error: privacy.epsilon must be a positive number, a list of one per silo, or {values, fractions}; got -1"]
     assert not (tmp_path / "mlflow.db").exists()  # nothing half-written
     assert "Started a local Ray instance" not in proc.stderr
+
+
+def test_one_pass_rounds_must_fit_the_silo():
+    with pytest.raises(ConfigError, match=r"num_rounds must be at most floor\(n / K\) = 61 for isrl_dp_one_pass"):
+        make_plan(compose("experiment=isrl_dp_convex", "algorithm=isrl_dp_one_pass", "algorithm.batch_size=20",
+                          "num_rounds=62"))

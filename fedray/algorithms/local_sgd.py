@@ -39,6 +39,8 @@ class LocalSGD:
     noise: object
     average_last: int = 8
 
+    # Who must be trusted: ISRL-DP with noise in the silo, or nobody protected (baseline).
+    TRUST_MODELS = ("isrl_dp", "none")
     # Noise multiplier formulas (n, eps, delta, R, K) -> multiplier, by privacy.calibration.
     CALIBRATIONS = {"paper": calibration.paper_local_sgd_noise_multiplier}
 

@@ -48,6 +48,8 @@ class MinibatchSGD:
     radius: float | None = None   # W = l2 ball of this radius; None = R^d (the experiments)
     average_last: int = 8
 
+    # Who must be trusted: ISRL-DP with noise in the silo, or nobody protected (baseline).
+    TRUST_MODELS = ("isrl_dp", "none")
     # Noise multiplier formulas (n, eps, delta, R, K) -> multiplier, by privacy.calibration.
     CALIBRATIONS = {
         "paper": calibration.paper_minibatch_noise_multiplier,
@@ -66,19 +68,27 @@ class MinibatchSGD:
         return state.params
 
     def silo_step(self, params: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
-        num_replicas, num_silos = params.shape[0], silos.x.shape[0]
         idx = draws.without_replacement(silos.sizes, self.batch_size)
-        weights = np.zeros((num_replicas, num_silos, silos.x.shape[1]))
-        weights[np.arange(num_replicas)[:, None, None], np.arange(num_silos)[None, :, None], idx] = (
-            1.0 / self.batch_size
-        )
-        grads = clipped_weighted_gradients(
-            self.loss, params, silos.x, silos.y, weights, self.l2_clip, silos.x_norms
-        )
-        private, _ = self.noise.select(silos.silo_ids).apply(grads, draws.standard_normal(grads.shape[2:]))
-        return private
+        return noisy_minibatch_mean(self.loss, params, silos, idx, self.l2_clip, self.noise, draws)
 
     def server_step(self, state: ServerState, messages: np.ndarray, mask: np.ndarray) -> ServerState:
         mean, counts = masked_mean(messages, mask)
         step = np.where(counts > 0, self.step_size, 0.0)[:, None, None]
         return advance(state, project_l2_ball(state.params - step * mean, self.radius))
+
+
+def noisy_minibatch_mean(
+    loss, params: np.ndarray, silos: SiloArrays, idx: np.ndarray, l2_clip: float, noise, draws: SiloDraws
+) -> np.ndarray:
+    """The silo half of Alg. 2 lines 6-7 for given minibatches; shared by the MB-SGD family.
+
+    Averages the per-example gradients at ``params`` (P, d, C) of the records ``idx`` (P, S, K)
+    (distinct within a cell), each clipped to ``l2_clip``, and adds the noise step with standard
+    normals from ``draws``' NOISE stream, inside the silo. Returns (P, S, d, C) private messages.
+    """
+    num_replicas, num_silos = params.shape[0], silos.x.shape[0]
+    weights = np.zeros((num_replicas, num_silos, silos.x.shape[1]))
+    weights[np.arange(num_replicas)[:, None, None], np.arange(num_silos)[None, :, None], idx] = 1.0 / idx.shape[-1]
+    grads = clipped_weighted_gradients(loss, params, silos.x, silos.y, weights, l2_clip, silos.x_norms)
+    private, _ = noise.select(silos.silo_ids).apply(grads, draws.standard_normal(grads.shape[2:]))
+    return private

@@ -6,7 +6,15 @@ from fedray.privacy.amplification import (
     shuffled_epsilon_delta,
 )
 from fedray.privacy.audit import AuditResult, audit_epsilon, gaussian_mechanism_sampler
-from fedray.privacy.accounting import SiloLedger, epsilon_of, make_accountant
+from fedray.privacy.accounting import (
+    SiloLedger,
+    calibrate_noise_multiplier,
+    epsilon_of,
+    make_accountant,
+    participation_epsilon,
+    participation_event,
+    release_event,
+)
 from fedray.privacy.calibration import (
     default_delta,
     paper_batch_size,
@@ -14,9 +22,16 @@ from fedray.privacy.calibration import (
     paper_minibatch_noise_multiplier,
     theory_minibatch_noise_multiplier,
 )
-from fedray.privacy.mechanisms import GaussianNoise, NoNoise, subsampled_gaussian_event
+from fedray.privacy.shuffle_calibration import ShuffleCalibration, calibrate_shuffled_sgd
+from fedray.privacy.vector_sum import VectorSumParameters, VectorSumRandomizer, vector_sum_parameters
+from fedray.privacy.mechanisms import GaussianNoise, NoNoise, PerExampleClip
 
 __all__ = [
+    "ShuffleCalibration",
+    "VectorSumParameters",
+    "VectorSumRandomizer",
+    "calibrate_shuffled_sgd",
+    "vector_sum_parameters",
     "AuditResult",
     "audit_epsilon",
     "closed_form_shuffled_epsilon",
@@ -32,6 +47,10 @@ __all__ = [
     "paper_batch_size",
     "paper_local_sgd_noise_multiplier",
     "paper_minibatch_noise_multiplier",
-    "subsampled_gaussian_event",
+    "PerExampleClip",
+    "calibrate_noise_multiplier",
+    "participation_epsilon",
+    "participation_event",
+    "release_event",
     "theory_minibatch_noise_multiplier",
 ]

@@ -1,8 +1,9 @@
 """Silo-side privacy steps as values: what they do to arrays and what they mean to an accountant.
 
-Every step here runs inside a silo actor (ISRL-DP: the silo trusts nobody but itself), and is
-described to dp-accounting by the event of ONE participation of one silo. Neighbouring relation:
-replace one record of one silo (seed-004 Definition 2, REPLACE_ONE).
+Every step here runs inside a silo actor (ISRL-DP: the silo trusts nobody but itself).
+Neighbouring relation: replace one record of one silo (seed-004 Definition 2, REPLACE_ONE).
+``fedray.privacy.accounting`` turns a release (clip, sampling, noise multiplier = noise std over
+the clip's sensitivity) into dp-accounting events.
 
 Steps take pre-drawn standard normals rather than a generator so that the runtime can draw them
 from per-(repetition, silo, round) streams and the step stays a pure function.
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import dp_accounting
 import numpy as np
 
 
@@ -47,20 +47,22 @@ class NoNoise:
         return self
 
 
-def subsampled_gaussian_event(
-    noise_multiplier: float, sample_size: int, dataset_size: int, count: int = 1
-) -> dp_accounting.DpEvent:
-    """Gaussian on a clipped statistic of ``sample_size`` of ``dataset_size`` records drawn
-    uniformly WITHOUT replacement, ``count`` times.
+@dataclass(frozen=True)
+class PerExampleClip:
+    """Scale each example's gradient to l2 norm at most ``l2_clip`` before averaging K of them.
 
-    Under REPLACE_ONE, dp-accounting's RDP accountant amplifies this sampling (Wang, Balle,
-    Kasiviswanathan 2019, Thm 27). A single draw with replacement is the same as one without,
-    so Local SGD's single-record steps use sample_size = 1. Sampling the whole dataset is the
-    plain Gaussian event.
+    Sensitivity of the clipped mean of a fixed number K of records: replace one record and the
+    mean moves by at most 2 l2_clip / K (REPLACE_ONE, ISRL-DP); add or remove one and, with the
+    divisor K fixed, by l2_clip / K (ADD_OR_REMOVE_ONE). The clipping itself is fused into the
+    batched gradient (``fedray.losses.clipped_weighted_gradients``), which needs per-example
+    residuals, so it always runs before any averaging.
     """
-    if noise_multiplier <= 0:
-        return dp_accounting.NonPrivateDpEvent()
-    event: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(float(noise_multiplier))
-    if sample_size < dataset_size:
-        event = dp_accounting.SampledWithoutReplacementDpEvent(int(dataset_size), int(sample_size), event)
-    return event if count == 1 else dp_accounting.SelfComposedDpEvent(event, int(count))
+
+    l2_clip: float
+
+    def sensitivity(self, records: int, relation: str = "replace_one") -> float:
+        if relation == "replace_one":
+            return 2.0 * self.l2_clip / records
+        if relation == "add_remove":
+            return self.l2_clip / records
+        raise ValueError(f"relation must be 'replace_one' or 'add_remove'; got {relation!r}")

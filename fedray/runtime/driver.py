@@ -133,7 +133,7 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     first_round_at = None
 
     for r in range(plan.num_rounds):
-        participation = plan.participation.sample(plan.seed, plan.repetitions, r, num_silos)
+        participation = plan.schedule[r]
         payload = groups.put(RoundPayload(r, algorithm.broadcast(state), state.params, participation))
         replies = groups.map("round", payload)
         messages = np.concatenate([rep.messages for rep in replies], axis=1)

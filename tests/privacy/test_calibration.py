@@ -43,10 +43,11 @@ def test_batch_size_is_clamped_to_the_silo():
 
 def test_theory_calibration_hand_values():
     # Thm 2.1: sigma^2 = 256 R ln(2.5R/delta) ln(2/delta) / (n eps)^2 = 7.18217 (L=1, R=100, eps=1, delta=1e-6, n=1000)
+    # sigma = multiplier * sensitivity, the theorem's sensitivity being 2 L / K (L = 1, K = 1).
     z = cal.theory_minibatch_noise_multiplier(1000, 1.0, 1e-6, 100, 1)
-    assert z**2 == pytest.approx(7.18217, rel=1e-5)
+    assert (2 * z) ** 2 == pytest.approx(7.18217, rel=1e-5)
     z = cal.theory_minibatch_noise_multiplier(500, 0.5, 1e-5, 50, 1)
-    assert z**2 == pytest.approx(40.8499, rel=1e-5)
+    assert (2 * z) ** 2 == pytest.approx(40.8499, rel=1e-5)
     assert cal.theory_min_batch_size(1000, 1.0, 1e-6, 100) == pytest.approx(4.6410, rel=1e-4)
     assert cal.theory_min_batch_size(500, 0.5, 1e-5, 50) == pytest.approx(1.7889, rel=1e-4)
 

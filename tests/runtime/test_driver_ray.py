@@ -48,7 +48,9 @@ def _walk_arrays(obj):
 def test_same_seed_gives_bit_identical_models_with_1_and_4_actors(ray_local, algorithm):
     results = []
     for actors in (1, 4):
-        plan = make_plan(compose(*SYNTHETIC, f"algorithm={algorithm}", f"runtime.num_actors={actors}"))
+        # Local SGD's paper noise overspends under the accountant (seed-004 §6 item 12): run it anyway.
+        plan = make_plan(compose(*SYNTHETIC, f"algorithm={algorithm}", f"runtime.num_actors={actors}",
+                                 "privacy.enforce_budget=false"))
         results.append(run(plan))
     assert np.array_equal(results[0].last_iterate, results[1].last_iterate)
     assert np.array_equal(results[0].epsilon_spent, results[1].epsilon_spent)

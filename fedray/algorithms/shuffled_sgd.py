@@ -1,0 +1,105 @@
+"""Shuffled noisy MB-SGD: seed-004 Alg. 2 with K = 1 and a secure shuffler (SDP; Thm 5.1, spec §3.7).
+
+Symbols: N silos, M participating per round, K = 1 record per silo per round, R rounds,
+L = ``l2_clip`` (the per-record gradient bound enforced by clipping), n records per silo.
+
+Trust model: shuffle DP. The server is untrusted; each silo trusts itself and a shuffler that is
+trusted only to permute the round's reports and drop sender identity (seed-004 Definition 3).
+Every report is already noised inside the silo; the server sees only the shuffled multiset.
+Unit and neighbouring relation: record level; one record anywhere in the federation is replaced
+(REPLACE_ONE over the union of the silos' records).
+Guarantee: (epsilon, delta)-SDP for the shuffled transcript of all R rounds, as computed by
+``fedray.privacy.shuffle_calibration`` (per-record Gaussian randomizer, FMT21 amplification by
+shuffling among the M reports, subsampling q = M/(nN), composition over R rounds). Each report is
+also (eh0, dh0)-DP on its own, so the run is ISRL-DP too, with the weaker per-silo spend.
+Silo half (Alg. 2 lines 6-7 with K = 1): draw one of the silo's n records uniformly, clip its
+gradient to L (replace-one sensitivity 2L), add N(0, noise_std^2 I) inside the silo, with
+noise_std = noise_multiplier * 2L and noise_multiplier = sqrt(2 ln(2/dh0)) / eh0
+(sigma^2 = 8 L^2 ln(2/dh0) / eh0^2, spec §3.7).
+Shuffler (between the halves, ``fedray.runtime.shuffler``): ``SHUFFLED = True`` tells the driver to
+route the silo messages through it; the server step receives the permuted messages and a prefix
+mask that marks how many arrived, never who sent them.
+Server half (lines 8-9): average the shuffled messages, step, project onto W.
+Calibration: ``CALIBRATIONS["paper"]`` (advanced composition, the paper's route) and
+``CALIBRATIONS["pld"]`` (dp-accounting PLD composition) solve the chain for eh0 by bisection; both
+need the whole federation (n as the (N,) array of silo sizes), not one silo's n.
+Assumptions: K = 1 (refused otherwise at planning, by ``releases``); participants independent of
+the data; the same randomizer (same noise_std) in every silo, which amplification by shuffling needs.
+Randomness: MINIBATCH and NOISE streams keyed by (repetition, round, silo); the shuffler's
+permutation comes from the SHUFFLE stream keyed by (repetition, round).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedray.algorithms.base import (
+    ServerState,
+    SiloArrays,
+    advance,
+    initial_state,
+    masked_mean,
+    project_l2_ball,
+)
+from fedray.errors import ConfigError
+from fedray.losses import clipped_weighted_gradients
+from fedray.privacy import shuffle_calibration
+from fedray.rng import SiloDraws
+
+
+@dataclass(frozen=True)
+class ShuffledSGD:
+    """Alg. 2 with K = 1 behind a shuffler; per-replica step sizes ``step_size`` (P,)."""
+
+    loss: object
+    step_size: np.ndarray
+    batch_size: int               # K; must be 1 (checked by ``releases`` at planning)
+    l2_clip: float
+    noise: object                 # GaussianNoise(noise_std (P, N)) or NoNoise()
+    radius: float | None = None   # W = l2 ball of this radius; None = R^d
+    average_last: int = 8
+
+    SHUFFLED = True               # the driver routes silo messages through the shuffler
+    TRUST_MODELS = ("sdp", "none")
+
+    # Noise multiplier formulas (n, eps, delta, R, K) -> multiplier, by privacy.shuffle_calibration.
+    CALIBRATIONS = {
+        "paper": shuffle_calibration.paper_noise_multiplier,
+        "pld": shuffle_calibration.pld_noise_multiplier,
+    }
+
+    @staticmethod
+    def releases(batch_size: int) -> tuple[int, int]:
+        """(records per noisy release, noisy releases per participation) = (1, 1); K must be 1."""
+        if isinstance(batch_size, bool) or batch_size != 1:
+            raise ConfigError("algorithm.batch_size", batch_size, "1 for shuffled MB-SGD (K = 1, seed-004 §3.7)")
+        return 1, 1
+
+    def init(self, params0: np.ndarray) -> ServerState:
+        return initial_state(params0, self.average_last)
+
+    def broadcast(self, state: ServerState) -> np.ndarray:
+        return state.params
+
+    def silo_step(self, params: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
+        """(P, S, d, C) reports: one uniformly drawn record's clipped gradient plus noise, per silo."""
+        num_replicas, num_silos = params.shape[0], silos.x.shape[0]
+        idx = draws.without_replacement(silos.sizes, 1)                  # (P, S, 1)
+        weights = np.zeros((num_replicas, num_silos, silos.x.shape[1]))
+        weights[np.arange(num_replicas)[:, None, None], np.arange(num_silos)[None, :, None], idx] = 1.0
+        grads = clipped_weighted_gradients(
+            self.loss, params, silos.x, silos.y, weights, self.l2_clip, silos.x_norms
+        )
+        private, _ = self.noise.select(silos.silo_ids).apply(grads, draws.standard_normal(grads.shape[2:]))
+        return private
+
+    def server_step(self, state: ServerState, messages: np.ndarray, mask: np.ndarray) -> ServerState:
+        """Average the shuffled reports; ``mask`` (P, M_max) marks the rows that are reports.
+
+        The average is a symmetric function of the reports, so it is the same for every order.
+        """
+        mean, counts = masked_mean(messages, mask)
+        step = np.where(counts > 0, self.step_size, 0.0)[:, None, None]
+        return advance(state, project_l2_ball(state.params - step * mean, self.radius))

@@ -1,0 +1,164 @@
+"""The secure shuffler of shuffle-DP protocols (seed-004 Definition 3, §3.7; seed-000 Def. 2.5).
+
+Trust model: the shuffler is trusted only to permute and to drop sender identity. It receives the
+round's already-privatized messages straight from the silo-group actors, concatenates them,
+forgets which silo (and which actor) sent which message, applies a uniformly random permutation,
+and returns only the permuted multiset of the participating messages. The server (the driver, the
+analyzer) sees nothing else: no silo ids, no per-silo masks, no order that depends on the sender.
+It sees how many messages arrived per replica, which the analyzer of a shuffle protocol always
+sees (the length of the shuffled list).
+
+Wiring (Ray): the driver passes the silo-group actors' ObjectRefs directly,
+
+    shuffler = ShufflerActor.remote(plan.seed, plan.repetitions)
+    refs = [actor.round.remote(payload_ref) for actor in actors]   # RoundReply refs, never ray.get
+    shuffled = ray.get(shuffler.shuffle.remote(round_index, *refs))
+    state = algorithm.server_step(state, shuffled.messages, shuffled.mask)
+
+Ray resolves top-level ObjectRef arguments inside the shuffler actor, so un-shuffled messages move
+from the silo actors to the shuffler through the object store and never into the driver's heap.
+A block is anything with ``messages`` (P, S_g, ...) and ``mask`` (P, S_g) attributes (a
+``RoundReply`` or a ``MessageBlock``) or a ``(messages, mask)`` pair; other attributes (silo ids,
+evaluation metrics) are ignored and not returned, so per-silo evaluation must travel separately.
+
+Multi-message randomizers (P_vec, ``fedray.privacy.vector_sum``): pass
+``messages_per_sender=k`` and blocks shaped (P, S_g, k, ...); each of the k rows is a separate
+message and all of a participating sender's messages are shuffled together with everybody else's.
+
+Randomness: one generator per replica from ``fedray.rng.generator(run_seed, Stream.SHUFFLE,
+repetition, round)``. Replicas of one repetition receive the same permutation, like their shared
+minibatches and noise; the permutation depends neither on the actor layout nor on block order
+beyond the silo-id order the driver already guarantees, so runs with 1 or 8 actors agree bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import ray
+
+from fedray.errors import ConfigError
+from fedray.rng import Stream, generator
+
+__all__ = ["MessageBlock", "ShuffledMessages", "Shuffler", "ShufflerActor"]
+
+
+@dataclass(frozen=True)
+class MessageBlock:
+    """One silo group's privatized messages of a round: (P, S_g, ...) plus who took part (P, S_g)."""
+
+    messages: np.ndarray
+    mask: np.ndarray
+
+
+@dataclass(frozen=True)
+class ShuffledMessages:
+    """The analyzer's view of one round: per replica, a uniformly permuted list of messages.
+
+    Replica p's messages are ``messages[p, :counts[p]]``; the rows after them are zero padding
+    (replicas may have different participant counts). Row order is a fresh uniform permutation,
+    so a row index says nothing about the sender.
+    """
+
+    messages: np.ndarray   # (P, M_max, ...)
+    counts: np.ndarray     # (P,) int64
+
+    @property
+    def mask(self) -> np.ndarray:
+        """(P, M_max) prefix mask of the real rows, for ``server_step(state, messages, mask)``."""
+        return np.arange(self.messages.shape[1])[None, :] < self.counts[:, None]
+
+
+def _as_block(block, index: int) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(block, tuple) and len(block) == 2:
+        messages, mask = block
+    elif hasattr(block, "messages") and hasattr(block, "mask"):
+        messages, mask = block.messages, block.mask
+    else:
+        raise ConfigError(
+            f"message block {index}", type(block).__name__, "a (messages, mask) pair or an object with .messages and .mask"
+        )
+    return np.asarray(messages), np.asarray(mask, dtype=bool)
+
+
+class Shuffler:
+    """Concatenate, drop identity, permute uniformly per replica. Plain class; ``ShufflerActor`` runs it in Ray.
+
+    Parameters
+    ----------
+    run_seed : int
+        The run seed (``plan.seed``).
+    repetitions : array of int, shape (P,)
+        The repetition of every replica (``plan.repetitions``); replica p shuffles with the
+        stream (run_seed, SHUFFLE, repetitions[p], round).
+    """
+
+    def __init__(self, run_seed: int, repetitions: np.ndarray):
+        self.run_seed = int(run_seed)
+        self.repetitions = np.asarray(repetitions, dtype=np.int64)
+        if self.repetitions.ndim != 1 or self.repetitions.size == 0:
+            raise ConfigError("repetitions", self.repetitions.shape, "a non-empty 1-D array, one entry per replica")
+
+    def shuffle(self, round_index: int, *blocks, messages_per_sender: int = 1) -> ShuffledMessages:
+        """The permuted multiset of the participating messages of round ``round_index``.
+
+        Parameters
+        ----------
+        round_index : int
+            The round (the permutation's stream coordinate).
+        *blocks
+            One per silo group, in silo-id order: ``(messages, mask)`` pairs or objects with
+            ``.messages`` (P, S_g, [k,] ...) and ``.mask`` (P, S_g). A (p, s) cell with mask False
+            (silo s did not take part for replica p) contributes nothing.
+        messages_per_sender : int
+            k, the messages each participating sender contributes (1 for one report per silo).
+
+        Returns
+        -------
+        ShuffledMessages
+            Messages (P, M_max, ...) and counts (P,); nothing identifies a sender.
+
+        Raises
+        ------
+        ConfigError
+            If no block is given, or blocks disagree on the replica count or message shape.
+        """
+        if not blocks:
+            raise ConfigError("blocks", 0, "at least one message block")
+        k = messages_per_sender
+        if isinstance(k, bool) or int(k) != k or k < 1:
+            raise ConfigError("messages_per_sender", messages_per_sender, "an integer >= 1")
+        k = int(messages_per_sender)
+        num_replicas = self.repetitions.size
+        pairs = [_as_block(b, i) for i, b in enumerate(blocks)]
+        message_shape = None
+        flat_messages, flat_mask = [], []
+        for i, (messages, mask) in enumerate(pairs):
+            if mask.ndim != 2 or mask.shape[0] != num_replicas:
+                raise ConfigError(f"message block {i} mask", mask.shape, f"(P, S_g) with P = {num_replicas}")
+            lead = mask.shape + ((k,) if k > 1 else ())
+            if messages.shape[: len(lead)] != lead:
+                raise ConfigError(f"message block {i} messages", messages.shape, f"leading axes {lead}")
+            shape = messages.shape[len(lead):]
+            if message_shape is None:
+                message_shape = shape
+            elif shape != message_shape:
+                raise ConfigError(f"message block {i} messages", messages.shape, f"messages of shape {message_shape}")
+            # Each of a sender's k messages becomes its own row; identity is gone after this line.
+            flat_messages.append(messages.reshape((num_replicas, mask.shape[1] * k) + shape))
+            flat_mask.append(np.repeat(mask, k, axis=1))
+        messages = np.concatenate(flat_messages, axis=1)
+        mask = np.concatenate(flat_mask, axis=1)
+
+        counts = mask.sum(axis=1).astype(np.int64)
+        out = np.zeros((num_replicas, int(counts.max(initial=0))) + message_shape, dtype=messages.dtype)
+        for p in range(num_replicas):
+            rows = np.flatnonzero(mask[p])
+            rng = generator(self.run_seed, Stream.SHUFFLE, int(self.repetitions[p]), int(round_index))
+            perm = rng.permutation(rows.size)
+            out[p, : rows.size] = messages[p, rows[perm]]
+        return ShuffledMessages(out, counts)
+
+
+ShufflerActor = ray.remote(Shuffler)
