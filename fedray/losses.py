@@ -81,8 +81,15 @@ class Softmax:
 
 
 def margins(params: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """z[p, s, n, c] = sum_d x[s, n, d] params[p, d, c]."""
-    return np.einsum("snd,pdc->psnc", x, params, optimize=True)
+    """z[p, s, n, c] = sum_d x[s, n, d] params[p, d, c].
+
+    One product over all silos' rows, so a silo's margins do not depend on which other silos
+    (or how many replicas) share the call: runs are bit-identical for any actor layout.
+    """
+    num_replicas, dim, outputs = params.shape
+    flat = params.transpose(1, 0, 2).reshape(dim, num_replicas * outputs)
+    z = np.matmul(x, flat)                                    # (S, n, P*C)
+    return z.reshape(x.shape[0], x.shape[1], num_replicas, outputs).transpose(2, 0, 1, 3)
 
 
 def clip_factors(x_norms: np.ndarray, residual: np.ndarray, l2_clip: float) -> np.ndarray:
@@ -115,7 +122,37 @@ def clipped_weighted_gradients(
     norms = np.linalg.norm(x, axis=-1) if x_norms is None else x_norms
     r = loss_residual(loss, z, y[None], norms)
     coef = r * (weights * clip_factors(norms, r, l2_clip))[..., None]
-    return np.einsum("psnc,snd->psdc", coef, x, optimize=True)
+    return silo_weighted_sums(coef, x)
+
+
+def silo_weighted_sums(coef: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """out[p, s, d, c] = sum_n coef[p, s, n, c] x[s, n, d], one matrix product per silo.
+
+    A batched product over silos sums each silo's records in the same order whatever the number
+    of silos or replicas in the call, so results do not depend on the actor layout.
+    """
+    num_replicas, num_silos, rows, outputs = coef.shape
+    stacked = coef.transpose(1, 0, 3, 2).reshape(num_silos, num_replicas * outputs, rows)
+    out = np.matmul(stacked, x)                               # (S, P*C, d)
+    return out.reshape(num_silos, num_replicas, outputs, x.shape[2]).transpose(1, 0, 3, 2)
+
+
+def clipped_minibatch_means(
+    loss, params: np.ndarray, x: np.ndarray, y: np.ndarray, x_norms: np.ndarray, idx: np.ndarray, l2_clip: float
+) -> np.ndarray:
+    """(1/K) sum_k clip(grad f(params[p], x[s, idx[p, s, k]])) for every replica p and silo s.
+
+    The hot path of the MB-SGD family: gathers the K sampled records of each (replica, silo) and
+    works on them only (the dense ``clipped_weighted_gradients`` touches all n). Products are
+    batched per (replica, silo), so a silo's result does not depend on the actor layout.
+    Returns (P, S, d, C).
+    """
+    silo_axis = np.arange(x.shape[0])[None, :, None]
+    xb, yb, nb = x[silo_axis, idx], y[silo_axis, idx], x_norms[silo_axis, idx]   # (P, S, K, d), (P, S, K)
+    z = np.matmul(xb, params[:, None])                                          # (P, S, K, C)
+    r = loss_residual(loss, z, yb, nb)
+    coef = r * (clip_factors(nb, r, l2_clip) / idx.shape[-1])[..., None]
+    return np.matmul(xb.transpose(0, 1, 3, 2), coef)                            # (P, S, d, C)
 
 
 def per_example_gradients(loss, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -19,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
 from fedray.privacy import calibration as cal
-from fedray.privacy.accounting import ACCOUNTANTS, SiloLedger
+from fedray.privacy.accounting import ACCOUNTANTS, GlobalLedger, SiloLedger
+from fedray.privacy.shuffle_calibration import calibrate_shuffled_sgd
 from fedray.privacy.budgets import calibrate, check_budget, per_silo
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise, PerExampleClip
 
@@ -44,12 +45,15 @@ class PrivacyPlan:
     parallel_composition: bool
     planned_epsilon: np.ndarray | None   # (P, N) for the drawn participation schedule
     nominal_epsilon: np.ndarray | None = None  # (P, N) what the paper's formula claims for this noise
+    federation_calibration: object | None = None  # shuffle DP: one solved chain for the federation
 
     @property
     def private(self) -> bool:
         return self.trust_model != "none"
 
-    def ledger(self) -> SiloLedger:
+    def ledger(self) -> SiloLedger | GlobalLedger:
+        if self.federation_calibration is not None:
+            return GlobalLedger(self.federation_calibration.epsilon_after, *self.noise_multiplier.shape)
         return SiloLedger(
             noise_multiplier=self.noise_multiplier,
             sample_size=self.sample_size,
@@ -88,6 +92,11 @@ class Plan:
     @property
     def num_replicas(self) -> int:
         return int(self.step_sizes.shape[0])
+
+    @property
+    def shuffled(self) -> bool:
+        """Messages pass through the shuffler before the server sees them."""
+        return bool(getattr(self.algorithm_class, "SHUFFLED", False))
 
     def build_algorithm(self, l2_clip: float):
         """The algorithm with the clip known; noise std = multiplier * replace-one sensitivity."""
@@ -154,6 +163,8 @@ def _privacy_plan(priv: DictConfig, algorithm_class: type, algorithm_name: str, 
         return PrivacyPlan(calibration="none", target_epsilon=None,
                            noise_multiplier=np.zeros((num_replicas, num_silos)), planned_epsilon=None, **common)
 
+    if getattr(algorithm_class, "SHUFFLED", False):
+        return _shuffle_privacy_plan(priv, shape, num_rounds, schedule, common)
     epsilon = per_silo("privacy.epsilon", priv.epsilon, num_silos, 0.0, math.inf,
                        "a positive number, a list of one per silo, or {values, fractions}")
     formulas = dict(algorithm_class.CALIBRATIONS)
@@ -177,6 +188,40 @@ def _privacy_plan(priv: DictConfig, algorithm_class: type, algorithm_name: str, 
     else:
         planned = plan.ledger().epsilons(counts)
     object.__setattr__(plan, "planned_epsilon", planned)
+    return plan
+
+
+SHUFFLE_COMPOSITIONS = {"paper": "advanced", "accountant": "pld"}
+
+
+def _shuffle_privacy_plan(priv: DictConfig, shape: FederationShape, num_rounds: int, schedule: np.ndarray,
+                          common: dict) -> PrivacyPlan:
+    """Shuffle DP: one federation-wide (eps, delta) over records anywhere in the federation, from
+    the amplification-by-shuffling chain of ``fedray.privacy.shuffle_calibration``."""
+    if priv.calibration not in SHUFFLE_COMPOSITIONS:
+        raise ConfigError("privacy.calibration", priv.calibration,
+                          f"one of {tuple(SHUFFLE_COMPOSITIONS)} for shuffled algorithms (advanced or PLD composition)")
+    if not isinstance(priv.epsilon, (int, float)) or isinstance(priv.epsilon, bool) or priv.epsilon <= 0:
+        raise ConfigError("privacy.epsilon", priv.epsilon, "one positive number under shuffle DP (a federation-wide budget)")
+    n_min, num_silos = shape.min_train_size, shape.num_silos
+    delta = 1.0 / (num_silos * n_min) ** 2 if priv.delta is None else priv.delta
+    if not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
+        raise ConfigError("privacy.delta", priv.delta, "in (0, 1), or null (= 1/(N n)^2)")
+    per_round = schedule.sum(axis=2)
+    silos_per_round = int(per_round.flat[0]) if np.all(per_round == per_round.flat[0]) else None
+    try:
+        solved = calibrate_shuffled_sgd(float(priv.epsilon), float(delta), num_silos=num_silos,
+                                        records_per_silo=n_min, num_rounds=num_rounds,
+                                        silos_per_round=silos_per_round,
+                                        composition=SHUFFLE_COMPOSITIONS[priv.calibration])
+    except ValueError as err:
+        raise ConfigError("privacy.epsilon", priv.epsilon, f"a budget the shuffle chain can meet here ({err})") from err
+    num_replicas = schedule.shape[1]
+    common = dict(common, delta=np.full(num_silos, float(delta)))
+    plan = PrivacyPlan(calibration=priv.calibration, target_epsilon=np.full(num_silos, float(priv.epsilon)),
+                       noise_multiplier=np.full((num_replicas, num_silos), solved.noise_multiplier),
+                       planned_epsilon=np.full((num_replicas, num_silos), solved.epsilon),
+                       federation_calibration=solved, **common)
     return plan
 
 

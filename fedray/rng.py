@@ -39,40 +39,69 @@ def data_generator(seed: int, trial: int = 0) -> np.random.Generator:
     return generator(seed, Stream.DATA, trial)
 
 
+# Silos draw in fixed blocks of consecutive ids: one generator per (stream, repetition, round,
+# block) fills the rows of all BLOCK silos of the block, and a silo takes its own row. The block
+# of a silo depends on its id only, so its draws do not depend on which silos share its actor,
+# and a round costs one generator per block instead of one per silo.
+BLOCK = 64
+
+
 class SiloDraws:
-    """The random inputs of one round for a block of silos, shaped (P replicas, S silos, ...).
+    """The random inputs of one round for some silos, shaped (P replicas, S silos, ...).
 
     Replica p draws from the streams of its repetition ``repetitions[p]``: replicas that differ
     only in a deterministic setting (a step size) share minibatches and noise, exactly as
-    separate runs with that repetition would. Each (repetition, silo) cell has its own generator,
-    so a silo's draws do not depend on which other silos share its actor.
+    separate runs with that repetition would. ``width`` is the padded record axis of the silo
+    arrays (the same in every actor); without it the largest of ``sizes`` is used, which is only
+    layout-independent for balanced silos.
     """
 
-    def __init__(self, run_seed: int, repetitions: np.ndarray, round_index: int, silo_ids: np.ndarray):
+    def __init__(self, run_seed: int, repetitions: np.ndarray, round_index: int, silo_ids: np.ndarray,
+                 width: int | None = None):
         self.run_seed = int(run_seed)
         self.unique_reps, self.replica_to_rep = np.unique(np.asarray(repetitions), return_inverse=True)
         self.round_index = int(round_index)
         self.silo_ids = np.asarray(silo_ids, dtype=np.int64)
+        self.width = width
+        self._block, self._row = np.divmod(self.silo_ids, BLOCK)
 
-    def _cells(self, stream: Stream, draw) -> np.ndarray:
-        per_rep = [
-            np.stack([draw(generator(self.run_seed, stream, rep, self.round_index, silo), s)
-                      for s, silo in enumerate(self.silo_ids)])
-            for rep in self.unique_reps
-        ]
+    def _rows(self, stream: Stream, round_coord: int, draw) -> np.ndarray:
+        """(P, S, ...) from ``draw(generator) -> (BLOCK, ...)`` per (repetition, block)."""
+        per_rep = []
+        for rep in self.unique_reps:
+            out = None
+            for block in np.unique(self._block):
+                rows = self._block == block
+                values = draw(generator(self.run_seed, stream, rep, round_coord, block))[self._row[rows]]
+                if out is None:
+                    out = np.empty((self.silo_ids.size,) + values.shape[1:], dtype=values.dtype)
+                out[rows] = values
+            per_rep.append(out)
         return np.stack(per_rep)[self.replica_to_rep]
+
+    def _keys(self, sizes: np.ndarray, round_coord: int) -> np.ndarray:
+        """(P, S, W) uniform sort keys, +inf beyond each silo's records (random-keys sampling)."""
+        width = int(self.width if self.width is not None else np.max(sizes))
+        keys = self._rows(Stream.MINIBATCH, round_coord, lambda g: g.random((BLOCK, width)))
+        keys[:, np.arange(width)[None, :] >= np.asarray(sizes)[:, None]] = np.inf
+        return keys
 
     def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray:
         """(P, S, *shape) standard normals from the NOISE stream."""
-        return self._cells(Stream.NOISE, lambda g, s: g.standard_normal(shape))
+        return self._rows(Stream.NOISE, self.round_index, lambda g: g.standard_normal((BLOCK,) + tuple(shape)))
 
     def without_replacement(self, sizes: np.ndarray, k: int) -> np.ndarray:
-        """(P, S, k) indices: k distinct records of silo s out of its sizes[s] (MINIBATCH stream)."""
-        return self._cells(Stream.MINIBATCH, lambda g, s: g.choice(int(sizes[s]), size=k, replace=False))
+        """(P, S, k) indices: k distinct records of silo s out of its sizes[s] (MINIBATCH stream).
+
+        The k smallest of i.i.d. uniform keys form a uniformly random k-subset.
+        """
+        keys = self._keys(sizes, self.round_index)
+        return np.argpartition(keys, k - 1, axis=-1)[..., :k] if k < keys.shape[-1] else np.argsort(keys, axis=-1)
 
     def with_replacement(self, sizes: np.ndarray, k: int) -> np.ndarray:
         """(P, S, k) indices drawn uniformly with replacement (MINIBATCH stream)."""
-        return self._cells(Stream.MINIBATCH, lambda g, s: g.integers(0, int(sizes[s]), size=k))
+        u = self._rows(Stream.MINIBATCH, self.round_index, lambda g: g.random((BLOCK, k)))
+        return np.minimum((u * np.asarray(sizes)[None, :, None]).astype(np.int64), np.asarray(sizes)[None, :, None] - 1)
 
     def epoch_slice(self, sizes: np.ndarray, k: int, round_index: int | None = None) -> np.ndarray:
         """(P, S, k) indices: the ``round_index``-th block of k records of a fixed permutation of silo s.
@@ -80,8 +109,7 @@ class SiloDraws:
         One-pass sampling (seed-004 §3.3): each (repetition, silo) draws ONE permutation of its
         sizes[s] records for the whole run and round r takes perm[r k : (r + 1) k], so batches are
         disjoint across rounds and every record is used at most once. The permutation comes from
-        the MINIBATCH stream at coordinates (repetition, EPOCH_ROUND, silo): a per-round draw uses
-        (repetition, round, silo) with round < EPOCH_ROUND, so the two never share a generator.
+        the MINIBATCH stream at round coordinate EPOCH_ROUND, which no per-round draw uses.
         ``round_index`` defaults to this round's index.
 
         Raises
@@ -99,11 +127,5 @@ class SiloDraws:
                     f"one-pass round {r} needs records [{r * k}, {(r + 1) * k}) of silo {silo}, which has "
                     f"n = {int(n)}: the number of rounds must be at most floor(n / K) = {int(n) // k} (K = {k})"
                 )
-        def block(rep: int, silo: int, n: int) -> np.ndarray:
-            return generator(self.run_seed, Stream.MINIBATCH, rep, EPOCH_ROUND, silo).permutation(n)[r * k:(r + 1) * k]
-
-        per_rep = [
-            np.stack([block(rep, silo, int(sizes[s])) for s, silo in enumerate(self.silo_ids)])
-            for rep in self.unique_reps
-        ]
-        return np.stack(per_rep)[self.replica_to_rep]
+        permutation = np.argsort(self._keys(sizes, EPOCH_ROUND), axis=-1, kind="stable")
+        return permutation[..., r * k:(r + 1) * k]

@@ -6,6 +6,7 @@ from fedray.losses import (
     Softmax,
     Squared,
     clip_per_example,
+    clipped_minibatch_means,
     clipped_weighted_gradients,
     per_example_gradients,
 )
@@ -78,3 +79,22 @@ def test_logistic_margin_clip_keeps_loss_finite():
     z = np.array([[1e4], [-1e4]])
     v = Logistic().value(z, np.array([0.0, 1.0]))
     assert np.all(np.isfinite(v)) and np.all(v > 14)
+
+
+@pytest.mark.parametrize("loss,c,kind", LOSSES)
+def test_minibatch_means_equal_the_dense_path_and_ignore_the_layout(loss, c, kind):
+    rng = np.random.default_rng(3)
+    num_silos, n, d, k = 7, 15, 4, 5
+    parts = [_records(rng, n, d, kind) for _ in range(num_silos)]
+    x, y = np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])
+    norms = np.linalg.norm(x, axis=2)
+    params = rng.normal(size=(3, d, c))
+    idx = np.stack([[rng.choice(n, k, replace=False) for _ in range(num_silos)] for _ in range(3)])
+    means = clipped_minibatch_means(loss, params, x, y, norms, idx, 0.7)
+    weights = np.zeros((3, num_silos, n))
+    np.put_along_axis(weights, idx, 1.0 / k, axis=2)
+    np.testing.assert_allclose(means, clipped_weighted_gradients(loss, params, x, y, weights, 0.7), rtol=1e-10, atol=1e-13)
+    split = np.concatenate([
+        clipped_minibatch_means(loss, params, x[a:b], y[a:b], norms[a:b], idx[:, a:b], 0.7) for a, b in [(0, 1), (1, 4), (4, 7)]
+    ], axis=1)
+    assert np.array_equal(means, split)  # bit-identical whatever silos share a call

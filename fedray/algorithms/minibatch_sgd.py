@@ -31,7 +31,7 @@ from fedray.algorithms.base import (
     masked_mean,
     project_l2_ball,
 )
-from fedray.losses import clipped_weighted_gradients
+from fedray.losses import clipped_minibatch_means
 from fedray.privacy import calibration
 from fedray.rng import SiloDraws
 
@@ -86,9 +86,6 @@ def noisy_minibatch_mean(
     (distinct within a cell), each clipped to ``l2_clip``, and adds the noise step with standard
     normals from ``draws``' NOISE stream, inside the silo. Returns (P, S, d, C) private messages.
     """
-    num_replicas, num_silos = params.shape[0], silos.x.shape[0]
-    weights = np.zeros((num_replicas, num_silos, silos.x.shape[1]))
-    weights[np.arange(num_replicas)[:, None, None], np.arange(num_silos)[None, :, None], idx] = 1.0 / idx.shape[-1]
-    grads = clipped_weighted_gradients(loss, params, silos.x, silos.y, weights, l2_clip, silos.x_norms)
+    grads = clipped_minibatch_means(loss, params, silos.x, silos.y, silos.x_norms, idx, l2_clip)
     private, _ = noise.select(silos.silo_ids).apply(grads, draws.standard_normal(grads.shape[2:]))
     return private

@@ -44,7 +44,7 @@ from fedray.algorithms.base import (
     project_l2_ball,
 )
 from fedray.errors import ConfigError
-from fedray.losses import clipped_weighted_gradients
+from fedray.algorithms.minibatch_sgd import noisy_minibatch_mean
 from fedray.privacy import shuffle_calibration
 from fedray.rng import SiloDraws
 
@@ -85,15 +85,8 @@ class ShuffledSGD:
 
     def silo_step(self, params: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
         """(P, S, d, C) reports: one uniformly drawn record's clipped gradient plus noise, per silo."""
-        num_replicas, num_silos = params.shape[0], silos.x.shape[0]
         idx = draws.without_replacement(silos.sizes, 1)                  # (P, S, 1)
-        weights = np.zeros((num_replicas, num_silos, silos.x.shape[1]))
-        weights[np.arange(num_replicas)[:, None, None], np.arange(num_silos)[None, :, None], idx] = 1.0
-        grads = clipped_weighted_gradients(
-            self.loss, params, silos.x, silos.y, weights, self.l2_clip, silos.x_norms
-        )
-        private, _ = self.noise.select(silos.silo_ids).apply(grads, draws.standard_normal(grads.shape[2:]))
-        return private
+        return noisy_minibatch_mean(self.loss, params, silos, idx, self.l2_clip, self.noise, draws)
 
     def server_step(self, state: ServerState, messages: np.ndarray, mask: np.ndarray) -> ServerState:
         """Average the shuffled reports; ``mask`` (P, M_max) marks the rows that are reports.

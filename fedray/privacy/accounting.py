@@ -225,3 +225,32 @@ class SiloLedger:
     def state(self) -> dict:
         """What a checkpoint needs to resume the ledger."""
         return {"counts": self.counts.copy()}
+
+
+@dataclass
+class GlobalLedger:
+    """One federation-wide spend (shuffle DP): epsilon after the rounds run so far.
+
+    ``epsilon_after(rounds)`` is the composed guarantee of that many rounds; the driver sees the
+    same (P, N) shape as a ``SiloLedger``, every silo carrying the federation's epsilon.
+    """
+
+    epsilon_after: object
+    num_replicas: int
+    num_silos: int
+    rounds: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.rounds is None:
+            self.rounds = np.zeros(self.num_replicas, dtype=np.int64)
+
+    def record(self, participation: np.ndarray) -> None:
+        self.rounds += participation.any(axis=1)
+
+    def epsilons(self, rounds: np.ndarray | None = None) -> np.ndarray:
+        rounds = self.rounds if rounds is None else rounds
+        values = np.array([self.epsilon_after(int(r)) for r in rounds])
+        return np.repeat(values[:, None], self.num_silos, axis=1)
+
+    def state(self) -> dict:
+        return {"rounds": self.rounds.copy()}

@@ -10,13 +10,14 @@ the actor count and the server's sums are bit-identical for 1 actor or 8.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import ray
 
 from fedray.algorithms.base import tail_average
 from fedray.plan import Plan
+from fedray.runtime.shuffler import Shuffler, ShufflerActor
 from fedray.runtime.silo_group import RoundPayload, SiloGroup, SiloGroupActor
 
 
@@ -51,6 +52,13 @@ def _num_actors(runtime: dict, num_silos: int) -> int:
     return max(1, min(int(requested), num_silos))
 
 
+def _gather(replies: list) -> tuple[np.ndarray, np.ndarray, list]:
+    """Messages and masks in silo-id order (blocks are contiguous), and the evaluation parts."""
+    messages = np.concatenate([reply.messages for reply in replies], axis=1)
+    mask = np.concatenate([reply.mask for reply in replies], axis=1)
+    return messages, mask, [reply.evaluation for reply in replies]
+
+
 class RayGroups:
     """Silo groups as Ray actors: one call per actor per method, gathered with one ray.get."""
 
@@ -66,14 +74,28 @@ class RayGroups:
             for block in blocks
         ]
 
+        self.shuffler = ShufflerActor.remote(plan.seed, plan.repetitions) if plan.shuffled else None
+
     def put(self, value):
         return ray.put(value)
 
     def map(self, method: str, *args) -> list:
         return ray.get([getattr(actor, method).remote(*args) for actor in self.actors])
 
+    def exchange(self, payload: RoundPayload) -> tuple[np.ndarray, np.ndarray, list]:
+        """One round's messages as the server may see them, and the silos' evaluation parts."""
+        ref = ray.put(payload)
+        if self.shuffler is None:
+            return _gather(ray.get([actor.round.remote(ref) for actor in self.actors]))
+        # Shuffle model: the replies go from the silo actors to the shuffler as object refs;
+        # the driver never holds un-shuffled messages. Evaluation travels in its own call.
+        evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors]
+        bare = ray.put(replace(payload, evaluate=None))
+        shuffled = ray.get(self.shuffler.shuffle.remote(payload.round, *[a.round.remote(bare) for a in self.actors]))
+        return shuffled.messages, shuffled.mask, ray.get(evaluations)
+
     def close(self) -> None:
-        for actor in self.actors:
+        for actor in self.actors + ([self.shuffler] if self.shuffler is not None else []):
             ray.kill(actor)
 
 
@@ -84,11 +106,21 @@ class InlineGroups:
         blocks = np.array_split(np.arange(plan.shape.num_silos), num_groups)
         self.groups = [SiloGroup(plan.dataset, plan.seed, plan.trial, b, plan.loss, plan.repetitions) for b in blocks]
 
+        self.shuffler = Shuffler(plan.seed, plan.repetitions) if plan.shuffled else None
+
     def put(self, value):
         return value
 
     def map(self, method: str, *args) -> list:
         return [getattr(group, method)(*args) for group in self.groups]
+
+    def exchange(self, payload: RoundPayload) -> tuple[np.ndarray, np.ndarray, list]:
+        if self.shuffler is None:
+            return _gather([group.round(payload) for group in self.groups])
+        evaluations = [group.evaluate(payload.evaluate) for group in self.groups]
+        bare = replace(payload, evaluate=None)
+        shuffled = self.shuffler.shuffle(payload.round, *[group.round(bare) for group in self.groups])
+        return shuffled.messages, shuffled.mask, evaluations
 
     def close(self) -> None:
         self.groups = []
@@ -134,13 +166,11 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
 
     for r in range(plan.num_rounds):
         participation = plan.schedule[r]
-        payload = groups.put(RoundPayload(r, algorithm.broadcast(state), state.params, participation))
-        replies = groups.map("round", payload)
-        messages = np.concatenate([rep.messages for rep in replies], axis=1)
-        mask = np.concatenate([rep.mask for rep in replies], axis=1)
+        payload = RoundPayload(r, algorithm.broadcast(state), state.params, participation)
+        messages, mask, evaluation = groups.exchange(payload)
         state = algorithm.server_step(state, messages, mask)
         ledger.record(participation)
-        metrics = _combine_evaluation([rep.evaluation for rep in replies], num_silos)
+        metrics = _combine_evaluation(evaluation, num_silos)
         metrics["participants"] = participation.sum(axis=1).astype(np.float64)
         if plan.privacy.private:
             eps = ledger.epsilons()

@@ -84,7 +84,7 @@ class SiloGroup:
             return RoundReply(self.silo_ids[:0], empty, mask[:, :0], evaluation)
         t = self._train
         silos = SiloArrays(t.silo_ids[active], t.x[active], t.y[active], t.sizes[active], t.x_norms[active])
-        draws = SiloDraws(self.seed, self.repetitions, payload.round, silos.silo_ids)
+        draws = SiloDraws(self.seed, self.repetitions, payload.round, silos.silo_ids, width=t.x.shape[1])
         messages = self.algorithm.silo_step(payload.broadcast, silos, draws)
         sub_mask = mask[:, active]
         # A replica that did not sample this silo receives nothing from it.

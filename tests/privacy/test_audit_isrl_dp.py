@@ -35,13 +35,16 @@ def silo_sampler(n, k, noise_multiplier, rounds):
     std = noise_multiplier * PerExampleClip(L2_CLIP).sensitivity(k, "replace_one")
 
     def sample(flag, num_draws, rng):
+        # Independent runs are independent silos holding the same records: one replica, num_draws
+        # silos, each with its own minibatch and noise streams.
         x, y = datasets[flag]
-        silos = SiloArrays(np.array([0]), x[None], y[None], np.array([n]), np.linalg.norm(x, axis=1)[None])
-        algorithm = MinibatchSGD(Logistic(), np.ones(num_draws), k, L2_CLIP, GaussianNoise(np.full((num_draws, 1), std)))
+        silos = SiloArrays(np.arange(num_draws), np.broadcast_to(x, (num_draws, n, 2)), np.broadcast_to(y, (num_draws, n)),
+                           np.full(num_draws, n), np.broadcast_to(np.linalg.norm(x, axis=1), (num_draws, n)))
+        algorithm = MinibatchSGD(Logistic(), np.ones(1), k, L2_CLIP, GaussianNoise(np.full((1, num_draws), std)))
         seed = int(rng.integers(2**31))
-        params = np.zeros((num_draws, 2, 1))
+        params = np.zeros((1, 2, 1))
         messages = [
-            algorithm.silo_step(params, silos, SiloDraws(seed, np.arange(num_draws), r, np.array([0])))[:, 0, 0, 0]
+            algorithm.silo_step(params, silos, SiloDraws(seed, np.zeros(1), r, np.arange(num_draws), width=n))[0, :, 0, 0]
             for r in range(rounds)
         ]
         return np.stack(messages, axis=1)

@@ -91,3 +91,17 @@ def test_the_driver_never_receives_records_or_clean_gradients(ray_local):
         assert 0.6 * std < residual.std() < 1.5 * std
     finally:
         groups.close()
+
+
+def test_shuffled_sgd_runs_through_the_shuffler_actor_identically_to_inline(ray_local):
+    plan = make_plan(compose(
+        "data=synthetic", "data.spec.num_silos=500", "data.spec.samples_per_silo=20", "data.spec.dim=5", "privacy.delta=1e-5",
+        "participation.silos_per_round=500", "algorithm=sdp_mb_sgd", "privacy=shuffle", "privacy.epsilon=2.0",
+        "num_rounds=3", "algorithm.step_size=[0.1,0.5]", "progress=false", "runtime.num_actors=2",
+    ))
+    assert plan.shuffled and plan.privacy.trust_model == "sdp"
+    on_ray, inline = run(plan), run(plan, inline=True)
+    assert np.array_equal(on_ray.last_iterate, inline.last_iterate)
+    # one federation-wide spend, the chain's composed epsilon after 3 rounds, within the target
+    assert np.all(on_ray.epsilon_spent == plan.privacy.federation_calibration.epsilon_after(3))
+    assert on_ray.epsilon_spent.max() <= 2.0

@@ -1,0 +1,52 @@
+"""Seeded streams: a silo's draws depend on (seed, stream, repetition, round, silo) only."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedray.rng import BLOCK, SiloDraws
+
+SIZES = np.array([30, 12, 30, 25] * 50)  # 200 silos, unbalanced
+
+
+def test_a_silos_draws_do_not_depend_on_who_else_is_in_the_call():
+    everyone = np.arange(200)
+    some = np.array([3, 63, 64, 130, 199])
+    full = SiloDraws(7, np.array([0, 1]), 4, everyone, width=30)
+    part = SiloDraws(7, np.array([0, 1]), 4, some, width=30)
+    assert np.array_equal(full.standard_normal((3,))[:, some], part.standard_normal((3,)))
+    assert np.array_equal(full.without_replacement(SIZES, 5)[:, some], part.without_replacement(SIZES[some], 5))
+    assert np.array_equal(full.with_replacement(SIZES, 6)[:, some], part.with_replacement(SIZES[some], 6))
+    assert np.array_equal(full.epoch_slice(SIZES, 4, 2)[:, some], part.epoch_slice(SIZES[some], 4, 2))
+
+
+def test_streams_differ_by_round_repetition_and_silo():
+    a = SiloDraws(7, np.array([0, 1]), 4, np.arange(BLOCK + 2), width=30).standard_normal((2,))
+    b = SiloDraws(7, np.array([0, 1]), 5, np.arange(BLOCK + 2), width=30).standard_normal((2,))
+    assert not np.array_equal(a, b)
+    assert not np.array_equal(a[0], a[1])
+    assert len({tuple(row) for row in a[0]}) == BLOCK + 2
+
+
+def test_without_replacement_is_a_uniform_subset_of_the_real_records():
+    counts = np.zeros(12)
+    for r in range(600):
+        idx = SiloDraws(1, np.array([0]), r, np.array([1]), width=30).without_replacement(np.array([12]), 4)[0, 0]
+        assert len(set(idx)) == 4 and idx.max() < 12
+        counts[idx] += 1
+    assert stats.chisquare(counts).pvalue > 1e-3
+
+
+def test_with_replacement_stays_in_range_and_is_uniform():
+    idx = SiloDraws(2, np.array([0]), 0, np.arange(200), width=30).with_replacement(SIZES, 400)[0]
+    assert np.all(idx < SIZES[:, None]) and np.all(idx >= 0)
+    assert stats.chisquare(np.bincount(idx[1], minlength=12)).pvalue > 1e-3
+
+
+def test_epoch_slices_are_disjoint_and_cover_each_record_once():
+    draws = SiloDraws(3, np.array([0]), 0, np.arange(4), width=30)
+    slices = np.concatenate([draws.epoch_slice(SIZES[:4], 6, r) for r in range(2)], axis=-1)[0]
+    for s in range(4):
+        assert len(set(slices[s])) == 12 and slices[s].max() < SIZES[s]
+    with pytest.raises(ValueError, match="floor"):
+        draws.epoch_slice(SIZES[:4], 6, 4)
