@@ -269,6 +269,8 @@ def make_plan(cfg: DictConfig) -> Plan:
         _positive("runtime.num_actors", runtime["num_actors"], int)
     if runtime.get("num_cpus") is not None:
         _positive("runtime.num_cpus", runtime["num_cpus"], int)
+    if runtime.get("checkpoint_every") is not None:
+        _positive("runtime.checkpoint_every", runtime["checkpoint_every"], int)
     tracking = OmegaConf.to_container(cfg.tracking, resolve=True)
     _positive("tracking.log_every", tracking.get("log_every"), int)
     l2_clip = _positive("privacy.l2_clip", cfg.privacy.l2_clip, allow_none=True)

@@ -226,6 +226,9 @@ class SiloLedger:
         """What a checkpoint needs to resume the ledger."""
         return {"counts": self.counts.copy()}
 
+    def restore(self, state: dict) -> None:
+        self.counts = np.asarray(state["counts"], dtype=np.int64).copy()
+
 
 @dataclass
 class GlobalLedger:
@@ -254,3 +257,6 @@ class GlobalLedger:
 
     def state(self) -> dict:
         return {"rounds": self.rounds.copy()}
+
+    def restore(self, state: dict) -> None:
+        self.rounds = np.asarray(state["rounds"], dtype=np.int64).copy()

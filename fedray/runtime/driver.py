@@ -10,6 +10,7 @@ the actor count and the server's sums are bit-identical for 1 actor or 8.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -17,6 +18,7 @@ import ray
 
 from fedray.algorithms.base import tail_average
 from fedray.plan import Plan
+from fedray.runtime import checkpoint
 from fedray.runtime.shuffler import Shuffler, ShufflerActor
 from fedray.runtime.silo_group import RoundPayload, SiloGroup, SiloGroupActor
 
@@ -163,8 +165,20 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
         noise_std = np.asarray(algorithm.noise.noise_std).mean(axis=1)
         result.noise_std = float(noise_std.mean())
     first_round_at = None
+    start_round = 0
+    ckpt_path, ckpt_every = plan.runtime.get("checkpoint_path"), plan.runtime.get("checkpoint_every") or 0
+    fingerprint = checkpoint.fingerprint(plan.config)
+    if ckpt_path and plan.runtime.get("resume") and Path(ckpt_path).exists():
+        restored = checkpoint.load(ckpt_path, fingerprint)
+        state, start_round, result.history = restored.state, restored.next_round, restored.history
+        ledger.restore(restored.ledger)
+        for r, metrics in enumerate(result.history):
+            if tracker is not None:
+                tracker.log_round(r, metrics)
+            if progress is not None:
+                progress(r, metrics)
 
-    for r in range(plan.num_rounds):
+    for r in range(start_round, plan.num_rounds):
         participation = plan.schedule[r]
         payload = RoundPayload(r, algorithm.broadcast(state), state.params, participation)
         messages, mask, evaluation = groups.exchange(payload)
@@ -184,6 +198,8 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             progress(r, metrics)
         if first_round_at is None:
             first_round_at = time.perf_counter()
+        if ckpt_path and ckpt_every and (r + 1) % ckpt_every == 0:
+            checkpoint.save(ckpt_path, checkpoint.Checkpoint(r + 1, state, ledger.state(), result.history, fingerprint))
 
     last, avg = state.params, tail_average(state)
     finals = groups.map("evaluate", np.concatenate([last, avg]))
