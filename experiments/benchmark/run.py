@@ -1,0 +1,583 @@
+"""Benchmark: the same job run by fedray, by one numpy process and by Flower's simulation engine.
+
+    python experiments/benchmark/run.py                 # the full benchmark (about 35 minutes, 15 of
+                                                        # them Flower at N = 10,000)
+    python experiments/benchmark/run.py --quick         # small N, few rounds, numpy vs fedray only
+    python experiments/benchmark/run.py --jobs synthetic-N1000 mnist --no-flower
+
+Every (job, runner) pair runs as its own subprocess, one after another, and is measured from
+outside: a thread sums the resident memory (RSS) of the subprocess and all its descendants
+(Ray's GCS, raylet and workers included) every 0.2 s, and the subprocess reports the wall-clock
+end time of each round. Per runner the table gives
+
+- steady s/round: the median time between consecutive round ends, first round excluded;
+- first round: from just before the subprocess starts to the end of round 0 (interpreter start,
+  imports, Ray start, data loading, round 0);
+- CPU s/round: CPU time of the whole process tree between the first and the last round end,
+  per round (less sensitive than wall time to other work on the machine);
+- peak RSS: the largest sum over the process tree (shared pages count once per process);
+- final train loss: mean over silos of the training loss of the last iterate, compared with the
+  numpy loop's and with its mean and spread over other seeds;
+- other CPU load: CPU used meanwhile by processes outside the measured tree (other work on a
+  shared machine; it slows the measured job down).
+
+Runners
+-------
+fedray, privacy=none
+    The normal path (`fedray.cli.run_job`: Hydra compose -> plan -> Ray with the default actor
+    count -> MLflow tracking -> rich progress bar), privacy off but per-example clipping at
+    l2_clip = 1: the round structure without noise and without the accountant.
+fedray, paper
+    The same with privacy=paper: ISRL-DP noise inside the silos and per-silo accounting each
+    round. The paper's formula sets noise_std = 2 l2_clip sqrt(8 R ln(1/delta)) / (n eps); the
+    script picks eps so that noise_std is exactly the job's (0.1), and checks the plan agrees.
+numpy
+    ``numpy_loop.py``: one process on one core (BLAS limited to one thread), vectorised over
+    silos, its own random generator. Its steady time includes evaluating the model on every
+    silo each round, as fedray does for its progress bar and MLflow; the second table also
+    gives its training step alone.
+Flower
+    ``flower_job.py`` in Flower's simulation engine (flwr[simulation], pinned below), installed
+    by this script into ``.flower-venv`` next to it; skipped with a message when it cannot be
+    installed. Jobs with many silos run fewer rounds in Flower (``--flower-large-rounds``).
+
+Jobs: synthetic logistic silos (d = 50, n = 500, K = 100, noise_std = 0.1, step 0.5, R = 50,
+every silo every round) for N in 10, 100, 1,000, 10,000; the scale job N = 100,000 (n = 50,
+K = 10, a few rounds, no Flower); and E1's MNIST job (`experiment=isrl_dp_convex`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+FLOWER_VENV = HERE / ".flower-venv"
+FLOWER_REQUIREMENT = "flwr[simulation]==1.41.0"   # 1.42.0 pins a certifi newer than PyPI's mirror here
+SHARED_DATASETS = HERE.parents[2] / "shared" / "datasets"
+GIB = 1024.0 ** 3
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+def synthetic_job(num_silos: int, samples: int = 500, test_samples: int = 100, dim: int = 50,
+                  batch_size: int = 100, rounds: int = 50, step_size: float = 0.5,
+                  noise_std: float = 0.1, l2_clip: float = 1.0, name: str | None = None,
+                  paper_extra: tuple[str, ...] = ()) -> dict:
+    """The synthetic logistic job; every silo takes part in every round."""
+    data = {"num_silos": num_silos, "samples_per_silo": samples, "test_samples_per_silo": test_samples,
+            "dim": dim}
+    # eps at which the paper's formula gives exactly noise_std (delta = 1/n^2, L = 2 l2_clip):
+    # noise_std = 2 l2_clip sqrt(8 R ln(n^2)) / (n eps)  (fedray.privacy.calibration, seed-004 §5)
+    epsilon = 2.0 * l2_clip * math.sqrt(8.0 * rounds * math.log(samples ** 2)) / (samples * noise_std)
+    common = [
+        "data=synthetic",
+        f"data.spec.num_silos={num_silos}",
+        f"data.spec.samples_per_silo={samples}",
+        f"data.spec.test_samples_per_silo={test_samples}",
+        f"data.spec.dim={dim}",
+        f"participation.silos_per_round={num_silos}",
+        f"algorithm.batch_size={batch_size}",
+        f"algorithm.step_size={step_size}",
+        f"num_rounds={rounds}",
+        f"privacy.l2_clip={l2_clip}",
+    ]
+    return {
+        "name": name or f"synthetic-N{num_silos}",
+        "label": f"synthetic N={num_silos:,} (n={samples}, d={dim}, K={batch_size}, R={rounds})",
+        "kind": "synthetic", "data": data, "seed": 0, "trial": 0,
+        "num_silos": num_silos, "dim": dim, "silos_per_round": num_silos, "batch_size": batch_size,
+        "num_rounds": rounds, "step_size": step_size, "l2_clip": l2_clip, "noise_std": noise_std,
+        "noise_multiplier": None, "margin_clip": 15.0,
+        "fedray_variants": {
+            "fedray, privacy=none": common + ["privacy=none"],
+            f"fedray, paper (eps={epsilon:.3f})": common + ["privacy=paper", f"privacy.epsilon={epsilon!r}",
+                                                             *paper_extra],
+        },
+        "check_noise_std": noise_std,
+    }
+
+
+def mnist_job() -> dict:
+    """seed-004 E1 at eps = 3 (`experiment=isrl_dp_convex`); K and the noise come from the plan."""
+    from fedray.plan import make_plan
+
+    overrides = ["experiment=isrl_dp_convex"]
+    plan = make_plan(_compose(overrides))
+    spec = dict(plan.config["data"]["spec"])
+    spec.pop("_target_")
+    epsilon = float(np.max(plan.privacy.target_epsilon))
+    return {
+        "name": "mnist",
+        "label": f"E1 MNIST (N={plan.shape.num_silos}, M={plan.participation.silos_per_round}, "
+                 f"K={plan.batch_size}, R={plan.num_rounds}, eps={epsilon:g})",
+        "kind": "mnist", "data": spec, "seed": plan.seed, "trial": plan.trial,
+        "num_silos": plan.shape.num_silos, "dim": plan.shape.dim,
+        "silos_per_round": plan.participation.silos_per_round, "batch_size": plan.batch_size,
+        "num_rounds": plan.num_rounds, "step_size": float(plan.step_sizes[0]), "l2_clip": plan.l2_clip,
+        "noise_std": None, "noise_multiplier": float(np.asarray(plan.privacy.noise_multiplier).flat[0]),
+        "margin_clip": float(plan.config["data"]["loss"]["margin_clip"]),
+        "fedray_variants": {f"fedray, paper (eps={epsilon:g})": overrides},
+    }
+
+
+def all_jobs(quick: bool) -> list[dict]:
+    if quick:
+        return [synthetic_job(n, rounds=10, name=f"quick-N{n}") for n in (10, 100)]
+    jobs = [synthetic_job(n) for n in (10, 100, 1000, 10_000)]
+    # At n = 50, R = 5 the paper's formula gives noise 0.1 at eps = 7.08, which the RDP accountant
+    # charges at eps ~ 14.8: fedray refuses that plan unless told to run it anyway (timing only).
+    scale = synthetic_job(100_000, samples=50, test_samples=10, batch_size=10, rounds=5, name="scale-N100000",
+                          paper_extra=("++privacy.enforce_budget=false",))
+    scale["flower"] = False
+    jobs.append(scale)
+    jobs.append(mnist_job())
+    return jobs
+
+
+def _compose(overrides: list[str]):
+    from fedray_job import compose
+
+    return compose(overrides)
+
+
+def check_job(job: dict) -> None:
+    """Plan every fedray variant before anything runs; the paper variant must give the job's noise."""
+    from fedray.plan import make_plan
+
+    for label, overrides in job["fedray_variants"].items():
+        plan = make_plan(_compose(overrides))
+        want = job.get("check_noise_std")
+        if want is not None and plan.privacy.private:
+            got = float(np.mean(plan.privacy.noise_multiplier)) * 2.0 * plan.l2_clip / plan.privacy.sample_size
+            if abs(got - want) > 1e-9 * want:
+                raise SystemExit(f"{job['name']} / {label}: the plan's noise std is {got}, not {want}")
+
+
+# -- measuring a subprocess -------------------------------------------------------------------
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _processes() -> dict[int, tuple[int, int]]:
+    """{pid: (parent pid, CPU ticks used)} for every process, from /proc (Linux)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            table[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    return table
+
+
+def _tree(root: int, table: dict) -> list[int]:
+    """``root`` and all its descendants."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _rss(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class TreeMemory(threading.Thread):
+    """Samples, every ``interval`` s, the summed RSS of a process and all its descendants (keeping
+    the peak) and the CPU time used meanwhile by processes outside that tree and this one (other
+    work on the machine, which would slow the measured job down)."""
+
+    def __init__(self, pid: int, interval: float = 0.2):
+        super().__init__(daemon=True)
+        self.root = pid
+        self.interval = interval
+        self.peak = 0
+        self.peak_processes = 0
+        self.background_ticks = 0
+        self.tree_cpu: list[tuple[float, int]] = []   # (time, CPU ticks used by the tree so far)
+        self._seen: dict[int, int] = {}
+        self._tree_ticks: dict[int, int] = {}          # last seen, so exited processes still count
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            table = _processes()
+            procs = _tree(self.root, table)
+            total = sum(_rss(pid) for pid in procs)
+            for pid in procs:
+                if pid in table:
+                    self._tree_ticks[pid] = table[pid][1]
+            self.tree_cpu.append((time.time(), sum(self._tree_ticks.values())))
+            if total > self.peak:
+                self.peak, self.peak_processes = total, len(procs)
+            ours = set(procs) | {os.getpid()}
+            for pid, (_, ticks) in table.items():
+                if pid not in ours:
+                    if pid in self._seen:
+                        self.background_ticks += max(0, ticks - self._seen[pid])
+                    self._seen[pid] = ticks
+            self._halt.wait(self.interval)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+def fedray_tree() -> Path:
+    """The source tree of the fedray this interpreter imports (the repo, or a copy on PYTHONPATH).
+
+    Subprocesses start there: Ray workers put their working directory first on ``sys.path``, so
+    started anywhere else the silo actors could import a different fedray than the driver."""
+    import fedray
+
+    return Path(fedray.__file__).resolve().parents[1]
+
+
+def measure(cmd: list[str], out_path: Path, log_path: Path, env: dict, timeout: float) -> dict:
+    """Run ``cmd`` (which writes ``out_path``), sampling memory; returns its report plus timings."""
+    with open(log_path, "w") as log:
+        launched = time.time()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(fedray_tree()),
+                                start_new_session=True)
+        sampler = TreeMemory(proc.pid)
+        sampler.start()
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)   # the job's own session: its Ray processes too
+            proc.wait()
+            code = "timeout"
+        finished = time.time()
+        sampler.stop()
+    if code != 0 or not out_path.exists():
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-15:]
+        return {"error": f"exit {code}; last lines of {log_path}:\n    " + "\n    ".join(tail),
+                "peak_rss": sampler.peak}
+    report = json.loads(out_path.read_text())
+    ends = np.asarray(report["round_ends"])
+    gaps = np.diff(ends)
+    cpu_per_round = float("nan")
+    if gaps.size >= 2 and ends[-1] - ends[0] >= 2.0 and len(sampler.tree_cpu) >= 2:
+        times, ticks = np.asarray(sampler.tree_cpu, dtype=float).T
+        if times[0] <= ends[0] and ends[-1] <= times[-1]:
+            used = np.interp(ends[-1], times, ticks) - np.interp(ends[0], times, ticks)
+            cpu_per_round = float(used / TICK / gaps.size)
+    report.update(
+        steady=float(np.median(gaps)) if gaps.size else float("nan"),
+        cpu_per_round=cpu_per_round,
+        steady_mean=float(np.mean(gaps)) if gaps.size else float("nan"),
+        first_round=float(ends[0] - launched) if ends.size else float("nan"),
+        total=finished - launched,
+        background_cores=sampler.background_ticks / TICK / max(finished - launched, 1e-9),
+        peak_rss=sampler.peak,
+        peak_processes=sampler.peak_processes,
+        rounds=int(ends.size),
+    )
+    return report
+
+
+# -- the three runners -------------------------------------------------------------------------
+
+def child_env(job: dict) -> dict:
+    env = dict(os.environ)
+    # Render the progress bar as in a terminal, refresh thread included, although output goes to a log.
+    env.update(TTY_COMPATIBLE="1", TTY_INTERACTIVE="1", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH", "")]))
+    return env
+
+
+def run_fedray(job: dict, label: str, overrides: list[str], work: Path, timeout: float) -> dict:
+    tag = f"{job['name']}-fedray-{'paper' if 'paper' in label else 'none'}"
+    overrides = overrides + [
+        f"tracking.uri=sqlite:///{work / 'mlflow.db'}",
+        f"tracking.artifact_location={work / 'mlartifacts'}",
+        "progress=true",
+    ]
+    spec_path = work / f"{tag}.spec.json"
+    spec_path.write_text(json.dumps({"fedray_overrides": overrides}))
+    cmd = [sys.executable, str(HERE / "fedray_job.py"), str(spec_path), str(work / f"{tag}.out.json")]
+    return measure(cmd, work / f"{tag}.out.json", work / f"{tag}.log", child_env(job), timeout)
+
+
+def run_numpy(job: dict, work: Path, timeout: float) -> dict:
+    tag = f"{job['name']}-numpy"
+    spec_path = work / f"{tag}.spec.json"
+    spec_path.write_text(json.dumps(job))
+    cmd = [sys.executable, str(HERE / "numpy_loop.py"), str(spec_path), str(work / f"{tag}.out.json")]
+    # One process on one core, as each Ray actor (Ray sets OMP_NUM_THREADS=1 in them): a
+    # multithreaded BLAS gains nothing on these small products and collapses when cores are busy.
+    env = dict(child_env(job), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return measure(cmd, work / f"{tag}.out.json", work / f"{tag}.log", env, timeout)
+
+
+def seed_spread(job: dict, seeds: int = 8, budget: float = 30.0) -> tuple[float, float] | None:
+    """(mean, std) of the numpy loop's final loss over other seeds: the noise the comparison allows."""
+    from numpy_loop import load_federation, run_loop
+
+    fed = load_federation(job)
+    losses, started = [], time.perf_counter()
+    for s in range(1, seeds + 1):
+        rng = np.random.default_rng([job["seed"], 7919, s])
+        losses.append(run_loop(job, fed, rng, evaluate_rounds=False)["final_train_loss"])
+        if time.perf_counter() - started > budget:
+            break
+    return (float(np.mean(losses)), float(np.std(losses, ddof=1))) if len(losses) > 1 else None
+
+
+def flower_python() -> tuple[Path | None, str]:
+    """The Flower virtual environment's interpreter, creating it if needed; (None, why) if it fails."""
+    python = FLOWER_VENV / "bin" / "python"
+    probe = [str(python), "-c", "import flwr, ray, numpy; print(flwr.__version__)"]
+    if python.exists():
+        done = subprocess.run(probe, capture_output=True, text=True)
+        if done.returncode == 0:
+            return python, done.stdout.strip()
+    print(f"installing {FLOWER_REQUIREMENT} into {FLOWER_VENV} ...", flush=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(FLOWER_VENV)], check=True, capture_output=True)
+        done = subprocess.run([str(python), "-m", "pip", "install", "-q", FLOWER_REQUIREMENT, "numpy"],
+                              capture_output=True, text=True, timeout=1200)
+    except (subprocess.SubprocessError, OSError) as err:
+        return None, f"could not create the Flower environment: {err}"
+    if done.returncode != 0:
+        return None, "pip could not install " + FLOWER_REQUIREMENT + ": " + done.stderr.strip().splitlines()[-1]
+    done = subprocess.run(probe, capture_output=True, text=True)
+    if done.returncode != 0:
+        return None, "flwr installed but does not import: " + done.stderr.strip().splitlines()[-1]
+    return python, done.stdout.strip()
+
+
+def dump_federation(job: dict, directory: Path) -> dict:
+    """Write the job's records as .npy files for Flower's clients; resolve a data-dependent clip."""
+    from numpy_loop import load_federation
+
+    fed = load_federation(job)
+    directory.mkdir(parents=True, exist_ok=True)
+    for key, value in fed.items():
+        np.save(directory / f"{key}.npy", value)
+    spec = dict(job)
+    if spec["l2_clip"] is None:   # the paper's L estimate: the largest training feature norm
+        mask = np.arange(fed["x"].shape[1])[None, :] < fed["n"][:, None]
+        spec["l2_clip"] = float(np.linalg.norm(fed["x"], axis=2)[mask].max())
+    if spec["noise_std"] is None:
+        spec["noise_std"] = spec["noise_multiplier"] * 2.0 * spec["l2_clip"] / spec["batch_size"]
+    return spec
+
+
+def run_flower(job: dict, python: Path, work: Path, rounds: int, timeout: float) -> dict:
+    tag = f"{job['name']}-flower"
+    data = work / f"{tag}-data"
+    spec = dump_federation(job, data)
+    spec["flower_rounds"] = rounds
+    spec_path = work / f"{tag}.spec.json"
+    spec_path.write_text(json.dumps(spec))
+    env = {k: v for k, v in child_env(job).items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    cmd = [str(python), str(HERE / "flower_job.py"), str(spec_path), str(data), str(work / f"{tag}.out.json")]
+    try:
+        return measure(cmd, work / f"{tag}.out.json", work / f"{tag}.log", env, timeout)
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
+# -- the table --------------------------------------------------------------------------------
+
+def _fmt_time(seconds) -> str:
+    if seconds is None or not np.isfinite(seconds):
+        return "-"
+    return f"{seconds:.3g}" if seconds < 100 else f"{seconds:.0f}"
+
+
+def _ratio(a, b) -> str:
+    if a is None or b is None or not (np.isfinite(a) and np.isfinite(b)) or b <= 0:
+        return "-"
+    return f"{a / b:.3g}x"
+
+
+def table(results: list[dict]) -> str:
+    lines = [
+        "| job | runner | rounds | steady s/round (median) | CPU s/round, all processes | first round (s) "
+        "| peak RSS, all processes (GiB) "
+        "| final train loss | loss − numpy (other numpy seeds) | other CPU load (cores) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for res in results:
+        job, runners = res["job"], res["runners"]
+        numpy_loss = runners.get("numpy", {}).get("final_train_loss")
+        spread, mean = res.get("seed_std"), res.get("seed_mean")
+        for name, rep in runners.items():
+            if "error" in rep or "skipped" in rep:
+                why = rep.get("skipped") or rep["error"].splitlines()[0]
+                lines.append(f"| {job['label']} | {name} | - | - | - | - | "
+                             f"{rep.get('peak_rss', 0) / GIB:.2f} | - | {why} | - |")
+                continue
+            loss = rep.get("final_train_loss")
+            note = ""
+            if name.startswith("Flower") and rep["rounds"] < job["num_rounds"]:
+                ref = runners.get("numpy", {}).get("train_loss", [])
+                if len(ref) > rep["rounds"]:
+                    note = f"after {rep['rounds']} rounds; numpy then: {ref[rep['rounds']]:.4f}"
+                    numpy_at = ref[rep["rounds"]]
+                    note += f" (diff {loss - numpy_at:+.4f})" if loss is not None else ""
+            elif name != "numpy" and loss is not None and numpy_loss is not None:
+                note = f"{loss - numpy_loss:+.4f}"
+                if spread:
+                    note += f"; vs seed mean {loss - mean:+.4f} ± {spread:.4f}"
+            elif name == "numpy" and spread:
+                note = f"seed mean {mean:.4f} ± {spread:.4f}"
+            lines.append(
+                f"| {job['label']} | {name} | {rep['rounds']} | {_fmt_time(rep['steady'])} | "
+                f"{_fmt_time(rep['cpu_per_round'])} | {rep['first_round']:.1f} | {rep['peak_rss'] / GIB:.2f} | "
+                f"{'-' if loss is None else f'{loss:.4f}'} | {note} | {rep['background_cores']:.2f} |"
+            )
+    lines += ["", "| job | numpy s/round: with per-round evaluation / step only | fedray none ÷ numpy "
+                  "| fedray paper ÷ numpy | fedray none ÷ numpy step only | Flower ÷ fedray none "
+                  "| Flower ÷ fedray paper |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for res in results:
+        runners = res["runners"]
+
+        def steady(prefix):
+            for name, rep in runners.items():
+                if name.startswith(prefix) and "steady" in rep:
+                    return rep["steady"]
+            return None
+
+        none, paper, num, flower = (steady("fedray, privacy=none"), steady("fedray, paper"),
+                                    steady("numpy"), steady("Flower"))
+        step = runners.get("numpy", {}).get("step_time_median")
+        lines.append(f"| {res['job']['label']} | {_fmt_time(num)} / {_fmt_time(step)} | {_ratio(none, num)} | "
+                     f"{_ratio(paper, num)} | {_ratio(none, step)} | {_ratio(flower, none)} | "
+                     f"{_ratio(flower, paper)} |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    import ray
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PHYS_PAGES") * PAGE / GIB
+    return (f"{time.strftime('%Y-%m-%d')}; {cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, "
+            f"{platform.system()} {platform.release()}; Python {platform.python_version()}, "
+            f"numpy {np.__version__}, ray {ray.__version__}")
+
+
+# -- main -------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small N, few rounds, numpy vs fedray only")
+    parser.add_argument("--jobs", nargs="*", help="job names to run (default: all of the mode)")
+    parser.add_argument("--no-flower", action="store_true", help="skip Flower")
+    parser.add_argument("--flower-large-rounds", type=int, default=3,
+                        help="rounds Flower runs when N > 1,000 (default 3)")
+    parser.add_argument("--workdir", type=Path, help="where logs, MLflow store and reports go (default: temp)")
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per subprocess")
+    args = parser.parse_args(argv)
+
+    sys.path.insert(0, str(HERE))
+    if "FEDRAY_DATA_DIR" not in os.environ and SHARED_DATASETS.is_dir():
+        os.environ["FEDRAY_DATA_DIR"] = str(SHARED_DATASETS)   # offline copies, as tests/conftest.py
+    jobs = all_jobs(args.quick)
+    if args.jobs:
+        unknown = set(args.jobs) - {j["name"] for j in jobs}
+        if unknown:
+            parser.error(f"unknown jobs {sorted(unknown)}; choose from {[j['name'] for j in jobs]}")
+        jobs = [j for j in jobs if j["name"] in args.jobs]
+    for job in jobs:
+        check_job(job)
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="fedray-benchmark-"))
+    work.mkdir(parents=True, exist_ok=True)
+
+    # An existing MLflow store, as on every run but a user's first (creating one costs seconds).
+    from mlflow.tracking import MlflowClient
+
+    started = time.perf_counter()
+    MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}").search_experiments()
+    mlflow_create = time.perf_counter() - started
+
+    flower, flower_version = None, None
+    if not args.quick and not args.no_flower:
+        flower, flower_version = flower_python()
+        if flower is None:
+            print(f"Flower skipped: {flower_version}", flush=True)
+    import fedray
+
+    header = machine() + f"; fedray from {Path(fedray.__file__).resolve().parent}"
+    if flower is not None:
+        header += f"; flwr {flower_version}"
+    print(header, flush=True)
+    print(f"work dir {work}; a fresh mlflow.db took {mlflow_create:.1f} s to create (not in the timings)",
+          flush=True)
+
+    results = []
+    for job in jobs:
+        runners: dict[str, dict] = {}
+        for label, overrides in job["fedray_variants"].items():
+            print(f"[{job['name']}] {label} ...", flush=True)
+            runners[label] = run_fedray(job, label, overrides, work, args.timeout)
+        print(f"[{job['name']}] numpy ...", flush=True)
+        runners["numpy"] = run_numpy(job, work, args.timeout)
+        if job.get("flower", True) and not args.quick and not args.no_flower:
+            name = f"Flower {flower_version}" if flower else "Flower"
+            if flower is None:
+                runners[name] = {"skipped": "Flower not installed"}
+            else:
+                rounds = job["num_rounds"] if job["num_silos"] <= 1000 else args.flower_large_rounds
+                print(f"[{job['name']}] Flower, {rounds} rounds ...", flush=True)
+                runners[name] = run_flower(job, flower, work, rounds, args.timeout)
+        spread = seed_spread(job) if job["num_silos"] <= 1000 else None
+        results.append({"job": job, "runners": runners,
+                        "seed_mean": spread and spread[0], "seed_std": spread and spread[1]})
+        for name, rep in runners.items():
+            if "error" in rep:
+                print(f"  {name}: {rep['error']}", flush=True)
+            elif "steady" in rep:
+                print(f"  {name}: {rep['steady']:.4g} s/round, first round {rep['first_round']:.1f} s, "
+                      f"peak {rep['peak_rss'] / GIB:.2f} GiB, loss {rep.get('final_train_loss')}, "
+                      f"other load {rep['background_cores']:.2f} cores", flush=True)
+
+    text = table(results)
+    print()
+    print(header)
+    print()
+    print(text)
+    (work / "table.md").write_text(header + "\n\n" + text + "\n")
+    if args.json:
+        args.json.write_text(json.dumps({"header": header, "results": results}, default=str, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""The benchmark's quick mode (numpy vs fedray, small N, few rounds), so the script cannot rot.
+
+No timing is asserted: the benchmark prints numbers. What is checked: both runners finish, the
+final losses agree within the numpy loop's seed-to-seed spread, and the table prints.
+"""
+
+import importlib.util
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+BENCHMARK = REPO / "experiments" / "benchmark"
+
+
+def _load_run_module():
+    spec = importlib.util.spec_from_file_location("benchmark_run", BENCHMARK / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCHMARK))
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_benchmark_runs_fedray_and_numpy_and_their_losses_agree(tmp_path, capsys):
+    bench = _load_run_module()
+
+    results = bench.main(["--quick", "--jobs", "quick-N10", "--workdir", str(tmp_path)])
+
+    (result,) = results
+    runners = result["runners"]
+    assert set(runners) == {*result["job"]["fedray_variants"], "numpy"}
+    assert all("error" not in rep for rep in runners.values()), runners
+    assert runners["numpy"]["final_train_loss"] < runners["numpy"]["train_loss"][0] - 0.005   # it trained
+    # Within noise: the numpy loop's final loss over other seeds gives the mean and spread.
+    tolerance = max(5.0 * result["seed_std"], 2e-3)
+    for name, rep in runners.items():
+        assert rep["rounds"] == result["job"]["num_rounds"]
+        assert abs(rep["final_train_loss"] - result["seed_mean"]) <= tolerance, (name, rep, result["seed_mean"])
+    printed = capsys.readouterr().out
+    assert "| job | runner | rounds | steady s/round (median)" in printed
+    assert (tmp_path / "table.md").read_text().count("synthetic N=10 ") == 4
