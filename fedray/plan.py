@@ -88,6 +88,7 @@ class Plan:
     tracking: dict
     progress: bool
     config: dict
+    evaluate_every: int = 1         # rounds between evaluations of the model (and the last round)
 
     @property
     def num_replicas(self) -> int:
@@ -302,4 +303,5 @@ def make_plan(cfg: DictConfig) -> Plan:
         tracking=tracking,
         progress=bool(cfg.progress),
         config=OmegaConf.to_container(cfg, resolve=True),
+        evaluate_every=_positive("evaluate_every", cfg.get("evaluate_every", 1), int),
     )

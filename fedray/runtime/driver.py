@@ -91,7 +91,7 @@ class RayGroups:
             return _gather(ray.get([actor.round.remote(ref) for actor in self.actors]))
         # Shuffle model: the replies go from the silo actors to the shuffler as object refs;
         # the driver never holds un-shuffled messages. Evaluation travels in its own call.
-        evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors]
+        evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors if payload.evaluate is not None]
         bare = ray.put(replace(payload, evaluate=None))
         shuffled = ray.get(self.shuffler.shuffle.remote(payload.round, *[a.round.remote(bare) for a in self.actors]))
         return shuffled.messages, shuffled.mask, ray.get(evaluations)
@@ -119,7 +119,7 @@ class InlineGroups:
     def exchange(self, payload: RoundPayload) -> tuple[np.ndarray, np.ndarray, list]:
         if self.shuffler is None:
             return _gather([group.round(payload) for group in self.groups])
-        evaluations = [group.evaluate(payload.evaluate) for group in self.groups]
+        evaluations = [group.evaluate(payload.evaluate) for group in self.groups if payload.evaluate is not None]
         bare = replace(payload, evaluate=None)
         shuffled = self.shuffler.shuffle(payload.round, *[group.round(bare) for group in self.groups])
         return shuffled.messages, shuffled.mask, evaluations
@@ -180,11 +180,12 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
 
     for r in range(start_round, plan.num_rounds):
         participation = plan.schedule[r]
-        payload = RoundPayload(r, algorithm.broadcast(state), state.params, participation)
+        evaluate = r % plan.evaluate_every == 0 or r == plan.num_rounds - 1
+        payload = RoundPayload(r, algorithm.broadcast(state), state.params if evaluate else None, participation)
         messages, mask, evaluation = groups.exchange(payload)
         state = algorithm.server_step(state, messages, mask)
         ledger.record(participation)
-        metrics = _combine_evaluation(evaluation, num_silos)
+        metrics = _combine_evaluation(evaluation, num_silos) if evaluate else {}
         metrics["participants"] = participation.sum(axis=1).astype(np.float64)
         if plan.privacy.private:
             eps = ledger.epsilons()

@@ -83,7 +83,10 @@ class SiloGroup:
             empty = np.zeros((mask.shape[0], 0) + payload.broadcast.shape[1:])
             return RoundReply(self.silo_ids[:0], empty, mask[:, :0], evaluation)
         t = self._train
-        silos = SiloArrays(t.silo_ids[active], t.x[active], t.y[active], t.sizes[active], t.x_norms[active])
+        if active.size == self.silo_ids.size:
+            silos = t  # everyone takes part: no copy of the records
+        else:
+            silos = SiloArrays(t.silo_ids[active], t.x[active], t.y[active], t.sizes[active], t.x_norms[active])
         draws = SiloDraws(self.seed, self.repetitions, payload.round, silos.silo_ids, width=t.x.shape[1])
         messages = self.algorithm.silo_step(payload.broadcast, silos, draws)
         sub_mask = mask[:, active]
