@@ -14,6 +14,7 @@ from fedray.data import ChecksumError, DownloadError
 from fedray.errors import BudgetError, ConfigError
 from fedray.plan import Plan, make_plan
 from fedray.runtime.driver import RunResult, run
+from fedray.sweep import parent_run_id
 from fedray.tracking import tracker_from_config
 
 console = Console()
@@ -56,7 +57,8 @@ def run_job(cfg: DictConfig) -> RunResult | None:
         console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
         sys.exit(2)
 
-    tracker = tracker_from_config(plan.tracking, run_name=f"{plan.algorithm_name}-{plan.dataset_name}")
+    tracker = tracker_from_config(plan.tracking, run_name=f"{plan.algorithm_name}-{plan.dataset_name}",
+                                  parent_run_id=parent_run_id())  # set by fedray.sweep.ParentRun
     tracker.log_plan(plan)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[status]}"))
@@ -64,11 +66,14 @@ def run_job(cfg: DictConfig) -> RunResult | None:
         task = bar.add_task("rounds", total=plan.num_rounds, status="")
 
         def on_round(r: int, metrics: dict) -> None:
-            status = f"loss {float(np.mean(metrics['train_loss'])):.4f}"
+            if "train_loss" in metrics:  # rounds between evaluations keep the last value shown
+                on_round.loss = float(np.mean(metrics["train_loss"]))
+            status = f"loss {on_round.loss:.4f}"
             if "epsilon_max" in metrics:
                 status += f"  eps {float(np.max(metrics['epsilon_max'])):.3f}"
             bar.update(task, advance=1, status=status)
 
+        on_round.loss = float("nan")
         try:
             result = run(plan, tracker=tracker, progress=on_round)
         except BaseException:

@@ -95,6 +95,8 @@ class MlflowTracker:
             "resolved.num_replicas": plan.num_replicas,
             "resolved.delta_min": float(np.min(plan.privacy.delta)),
             "resolved.noise_multiplier": float(np.mean(plan.privacy.noise_multiplier)),
+            "resolved.step_sizes": json.dumps([float(v) for v in plan.step_sizes]),      # replica p's step
+            "resolved.repetitions": json.dumps([int(v) for v in plan.repetitions]),      # replica p's repetition
         }
         if plan.privacy.planned_epsilon is not None:
             resolved["resolved.planned_epsilon_max"] = float(np.max(plan.privacy.planned_epsilon))
@@ -155,14 +157,13 @@ def _figure(result, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rounds = np.arange(len(result.history))
+    evaluated = [(r, h["train_loss"]) for r, h in enumerate(result.history) if "train_loss" in h]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    loss = np.array([h["train_loss"] for h in result.history])
-    axes[0].plot(rounds, loss)
+    axes[0].plot([r for r, _ in evaluated], np.array([loss for _, loss in evaluated]))
     axes[0].set(xlabel="round", ylabel="training loss", title="loss")
     if result.history and "epsilon_max" in result.history[0]:
         eps = np.array([h["epsilon_max"] for h in result.history])
-        axes[1].plot(rounds, eps)
+        axes[1].plot(np.arange(len(result.history)), eps)
     axes[1].set(xlabel="round", ylabel="epsilon spent (max over silos)", title="privacy spend")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

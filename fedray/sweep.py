@@ -1,0 +1,101 @@
+"""Hydra multirun sweeps as one MLflow parent run with a child run per job.
+
+``ParentRun`` is a Hydra callback (``hydra.callbacks`` in an experiment config). On multirun
+start it creates the parent run in the store and experiment of ``tracking``, tags it with the
+sweep's overrides and directory, and exports its id in ``FEDRAY_PARENT_RUN_ID``; every job of
+the sweep (in this process with Hydra's basic launcher, or a child process of it) reads the
+variable in ``fedray.cli`` and files its run under the parent, so the MLflow UI shows the sweep
+as one expandable row. On multirun end the parent is closed and the variable removed.
+
+The module also registers the OmegaConf resolver ``fedray_grid`` used by experiment configs
+for step-size grids: ``${fedray_grid:lo,hi,num}`` is ``exp(linspace(lo, hi, num))`` and
+``${fedray_grid:lo,hi,num,scale}`` multiplies it by ``scale`` (the MB-SGD grids are multiplied
+by M because fedray averages the silo messages where the authors' code sums them, seed-004 §5),
+and ``${fedray_authors_k:records,N,eps_max,R}`` the insurance code's batch size (``authors_batch_size``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+PARENT_ENV = "FEDRAY_PARENT_RUN_ID"
+
+
+def step_grid(lo: float, hi: float, num: int, scale: float = 1.0) -> list[float]:
+    """exp(linspace(lo, hi, num)) * scale, rounded to 6 significant digits for readable params."""
+    values = np.exp(np.linspace(float(lo), float(hi), int(num))) * float(scale)
+    return [float(f"{v:.6g}") for v in values]
+
+
+def authors_batch_size(num_records: int, num_silos: int, epsilon_max: float, num_rounds: int) -> int:
+    """The insurance code's K = int(n sqrt(eps_max / (4R))) with n = ceil(records / N) before the
+    train/test split (seed-004 §5 E2, §7 T1: 65, 39, 19, 13 for N = 3, 5, 10, 15)."""
+    n = math.ceil(int(num_records) / int(num_silos))
+    return max(1, int(n * math.sqrt(float(epsilon_max) / (4.0 * int(num_rounds)))))
+
+
+if not OmegaConf.has_resolver("fedray_grid"):
+    OmegaConf.register_new_resolver("fedray_grid", step_grid)
+if not OmegaConf.has_resolver("fedray_authors_k"):
+    OmegaConf.register_new_resolver("fedray_authors_k", authors_batch_size)
+
+
+def parent_run_id() -> str | None:
+    """The parent run id of the sweep this job belongs to, if any."""
+    return os.environ.get(PARENT_ENV) or None
+
+
+try:  # Hydra is a dependency of the CLI; keep the module importable without it for the report.
+    from hydra.experimental.callback import Callback
+except ImportError:  # pragma: no cover
+    Callback = object  # type: ignore[assignment,misc]
+
+
+class ParentRun(Callback):
+    """Create the sweep's MLflow parent run on multirun start and close it at the end.
+
+    Parameters
+    ----------
+    name:
+        Run name of the parent (the experiment config's name, e.g. ``e1_mnist``).
+    """
+
+    def __init__(self, name: str = "sweep") -> None:
+        self.name = name
+        self._client = None
+        self._run_id: str | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from mlflow.entities import RunTag
+
+        from fedray.tracking import MlflowTracker
+
+        tracking = OmegaConf.to_container(config.tracking, resolve=True)
+        # The tracker creates the experiment if needed and a run; that run is the parent.
+        tracker = MlflowTracker(uri=tracking["uri"], experiment_name=tracking["experiment_name"],
+                                artifact_location=tracking.get("artifact_location"), run_name=self.name)
+        overrides = " ".join(config.hydra.overrides.task)
+        tags = {"sweep": "parent", "sweep.name": self.name, "sweep.overrides": overrides[:5000],
+                "sweep.dir": str(config.hydra.sweep.dir), "sweep.command": " ".join(sys.argv)[:5000]}
+        tracker.client.log_batch(tracker.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        self._client, self._run_id = tracker.client, tracker.run_id
+        os.environ[PARENT_ENV] = tracker.run_id
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self._run_id is None:
+            return
+        children = self._client.search_runs(
+            [self._client.get_run(self._run_id).info.experiment_id],
+            filter_string=f"tags.mlflow.parentRunId = '{self._run_id}'", max_results=50000)
+        failed = sum(r.info.status != "FINISHED" for r in children)
+        self._client.log_metric(self._run_id, "jobs", len(children))
+        self._client.log_metric(self._run_id, "jobs_failed", failed)
+        self._client.set_terminated(self._run_id, "FINISHED" if failed == 0 else "FAILED")
+        os.environ.pop(PARENT_ENV, None)
+        self._run_id = None

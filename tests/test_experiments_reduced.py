@@ -1,0 +1,72 @@
+"""E1-E3 end to end at toy size: a Hydra multirun through `python -m fedray -m` writes one MLflow
+parent run with a child per job, and `python -m fedray.report` turns the store into the figure,
+the CSVs and the claims table. The three sweeps run concurrently to keep the file short."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+TINY = ["num_rounds=3", "repetitions=2", "runtime.num_cpus=2", "algorithm.step_size=[0.01,0.1]"]
+SWEEPS = {
+    "e1_mnist": ["algorithm=isrl_dp_mb_sgd,isrl_dp_local_sgd", "privacy.epsilon=3", "trial=0",
+                 "data.spec.images_per_digit=60", "algorithm.batch_size=10"],
+    "e2_insurance": ["algorithm=isrl_dp_mb_sgd", "privacy.epsilon=1", "privacy.l2_clip=100,10000", "trial=0"],
+    "e3_obesity": ["algorithm=isrl_dp_mb_sgd", "privacy.epsilon=1", "trial=0,1"],
+}
+
+
+def _env(data_dir):
+    return {**os.environ, "FEDRAY_DATA_DIR": data_dir or os.environ.get("FEDRAY_DATA_DIR", ""),
+            "HYDRA_FULL_ERROR": "1"}
+
+
+def test_reduced_sweeps_and_reports(tmp_path, data_dir):
+    procs = {}
+    for name, overrides in SWEEPS.items():
+        store = tmp_path / name
+        cmd = [sys.executable, "-m", "fedray", "-m", f"experiment={name}", *TINY, *overrides,
+               f"tracking.uri=sqlite:///{store}/mlflow.db", f"tracking.artifact_location={store}/artifacts",
+               f"hydra.sweep.dir={store}/multirun"]
+        procs[name] = subprocess.Popen(cmd, cwd=REPO, env=_env(data_dir), stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True)
+    for name, proc in procs.items():
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out[-3000:]
+
+    for name in SWEEPS:
+        store = tmp_path / name
+        uri = f"sqlite:///{store}/mlflow.db"
+        client = MlflowClient(tracking_uri=uri)
+        runs = client.search_runs([client.get_experiment_by_name(name).experiment_id])
+        parents = [r for r in runs if r.data.tags.get("sweep") == "parent"]
+        children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+        assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+        assert len(children) == 2 and {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+        assert all(c.data.params["resolved.step_sizes"] == "[0.01, 0.1, 0.01, 0.1]" for c in children)
+
+        out = tmp_path / f"{name}-report"
+        proc = subprocess.run([sys.executable, "-m", "fedray.report", name, "--uri", uri, "--out", str(out),
+                               "--cache", str(store / "cache.json")],
+                              cwd=REPO, env=_env(data_dir), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results = pd.read_csv(out / "results.csv")
+        selection = pd.read_csv(out / "selection.csv")
+        assert {"figure.png", "claims.md"} <= {p.name for p in out.iterdir()}
+        assert results["metric_mean"].notna().all() and (results["metric_mean"] > 0).all()
+        assert (selection["excess_loss"] >= -1e-9).all()  # F* is the minimum of the logged loss
+        assert (open(out / "claims.md").read().splitlines()[0]
+                == "| claim | our numbers | holds / does not hold |")
+    e2 = pd.read_csv(tmp_path / "e2_insurance-report" / "selection.csv")
+    assert e2["clips_tried"].tolist() == [2]   # one run per clip threshold, selected jointly
+    e3 = pd.read_csv(tmp_path / "e3_obesity-report" / "results.csv")
+    assert e3["trials"].tolist() == [2]
