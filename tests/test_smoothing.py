@@ -141,3 +141,18 @@ def test_smoothed_hinge_training_lowers_the_hinge_loss():
         state = algorithm.server_step(state, msgs, np.ones((1, 4), dtype=bool))
     hinge = loss.value(margins(state.params, silos.x), silos.y[None]).mean()
     assert hinge < 0.6 * loss.value(margins(np.zeros((1, 5, 1)), silos.x), silos.y[None]).mean()
+
+
+def test_local_sgd_runs_on_a_smoothed_loss():
+    from fedray.algorithms import LocalSGD, SiloArrays
+    from fedray.privacy import NoNoise
+    from fedray.rng import SiloDraws
+    from fedray.smoothing import Hinge, MoreauEnvelope
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 30, 3))
+    y = (rng.random((2, 30)) < 0.5).astype(float)
+    silos = SiloArrays(np.arange(2), x, y, np.full(2, 30), np.linalg.norm(x, axis=2))
+    algorithm = LocalSGD(MoreauEnvelope(Hinge(), 2.0), np.array([0.1]), 5, np.inf, NoNoise())
+    local = algorithm.silo_step(np.zeros((1, 3, 1)), silos, SiloDraws(0, np.zeros(1), 0, np.arange(2)))
+    assert local.shape == (1, 2, 3, 1) and np.all(np.isfinite(local)) and np.any(local != 0)

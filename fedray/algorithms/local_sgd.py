@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedray.algorithms.base import ServerState, SiloArrays, advance, initial_state, masked_mean
-from fedray.losses import clip_factors
+from fedray.losses import clip_factors, loss_residual
 from fedray.privacy import calibration
 from fedray.rng import SiloDraws
 
@@ -67,8 +67,9 @@ class LocalSGD:
             x_t = silos.x[silo_axis, idx[:, :, t]]                  # (P, S, d)
             y_t = silos.y[silo_axis, idx[:, :, t]]                  # (P, S)
             z = np.einsum("psd,psdc->psc", x_t, local)
-            r = self.loss.residual(z, y_t)                          # (P, S, C)
-            r = r * clip_factors(silos.x_norms[silo_axis, idx[:, :, t]], r, self.l2_clip)[..., None]
+            norms = silos.x_norms[silo_axis, idx[:, :, t]]
+            r = loss_residual(self.loss, z, y_t, norms)              # (P, S, C)
+            r = r * clip_factors(norms, r, self.l2_clip)[..., None]
             grad = x_t[..., None] * r[:, :, None, :]                # (P, S, d, C)
             noisy, _ = noise.apply(grad, normals[:, :, t])
             local -= eta * noisy
