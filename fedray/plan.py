@@ -24,7 +24,6 @@ from fedray.privacy.shuffle_calibration import calibrate_shuffled_sgd
 from fedray.privacy.budgets import calibrate, check_budget, per_silo
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise, PerExampleClip
 
-CALIBRATION_MODES = ("paper", "theory", "accountant")
 # Algorithm config keys the planner resolves itself; every other key is a constructor field.
 RESOLVED_KEYS = ("_target_", "name", "step_size", "batch_size")
 
