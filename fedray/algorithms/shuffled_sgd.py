@@ -20,9 +20,9 @@ Shuffler (between the halves, ``fedray.runtime.shuffler``): ``SHUFFLED = True`` 
 route the silo messages through it; the server step receives the permuted messages and a prefix
 mask that marks how many arrived, never who sent them.
 Server half (lines 8-9): average the shuffled messages, step, project onto W.
-Calibration: ``CALIBRATIONS["paper"]`` (advanced composition, the paper's route) and
-``CALIBRATIONS["pld"]`` (dp-accounting PLD composition) solve the chain for eh0 by bisection; both
-need the whole federation (n as the (N,) array of silo sizes), not one silo's n.
+Calibration: the planner solves the chain for the whole federation (N, smallest n, M, R) with
+``privacy.calibration=paper`` (advanced composition, the paper's route) or ``accountant`` (PLD
+composition); see ``fedray.plan`` and ``fedray.privacy.shuffle_calibration``.
 Assumptions: K = 1 (refused otherwise at planning, by ``releases``); participants independent of
 the data; the same randomizer (same noise_std) in every silo, which amplification by shuffling needs.
 Randomness: MINIBATCH and NOISE streams keyed by (repetition, round, silo); the shuffler's
@@ -45,7 +45,6 @@ from fedray.algorithms.base import (
 )
 from fedray.errors import ConfigError
 from fedray.algorithms.minibatch_sgd import noisy_minibatch_mean
-from fedray.privacy import shuffle_calibration
 from fedray.rng import SiloDraws
 
 
@@ -64,11 +63,6 @@ class ShuffledSGD:
     SHUFFLED = True               # the driver routes silo messages through the shuffler
     TRUST_MODELS = ("sdp", "none")
 
-    # Noise multiplier formulas (n, eps, delta, R, K) -> multiplier, by privacy.shuffle_calibration.
-    CALIBRATIONS = {
-        "paper": shuffle_calibration.paper_noise_multiplier,
-        "pld": shuffle_calibration.pld_noise_multiplier,
-    }
 
     @staticmethod
     def releases(batch_size: int) -> tuple[int, int]:

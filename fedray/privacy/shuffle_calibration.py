@@ -57,7 +57,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-import numpy as np
 from dp_accounting.pld import privacy_loss_distribution
 from dp_accounting.pld.common import DifferentialPrivacyParameters
 
@@ -72,8 +71,6 @@ __all__ = [
     "compose",
     "default_randomizer_delta",
     "gaussian_noise_multiplier",
-    "paper_noise_multiplier",
-    "pld_noise_multiplier",
     "round_privacy",
     "worst_round_privacy",
 ]
@@ -376,42 +373,3 @@ def calibrate_shuffled_sgd(
         round=rp_lo,
         epsilon=eps_lo,
     )
-
-
-def _plan_adapter(n, epsilon, delta, num_rounds, batch_size, composition: str) -> float:
-    if int(batch_size) != 1:
-        raise ConfigError("algorithm.batch_size", batch_size, "1 for shuffled MB-SGD (K = 1, seed-004 §3.7)")
-    sizes = np.asarray(n)
-    if sizes.ndim != 1:
-        raise ConfigError(
-            "n", n, "the (N,) array of every silo's size: the shuffled chain needs the number of silos N, "
-            "which one silo's n does not give (calibrate SDP per federation, not per silo)"
-        )
-    eps = np.unique(np.asarray(epsilon, dtype=np.float64))
-    if eps.size != 1:
-        raise ConfigError("privacy.epsilon", epsilon, "one federation-wide value under SDP")
-    return calibrate_shuffled_sgd(
-        float(eps[0]),
-        float(np.min(delta)),
-        num_silos=int(sizes.size),
-        records_per_silo=int(sizes.min()),
-        num_rounds=int(num_rounds),
-        silos_per_round=None,
-        composition=composition,
-    ).noise_multiplier
-
-
-def paper_noise_multiplier(n, epsilon, delta, num_rounds, batch_size) -> float:
-    """The plan's (n, eps, delta, R, K) -> multiplier form of ``calibrate_shuffled_sgd``, advanced composition.
-
-    ``n`` must be the (N,) array of per-silo sizes (N is its length; the smallest n is used);
-    ``delta`` a number or one per silo (the smallest is the federation's delta). The participant
-    count is not part of this signature, so the guarantee covers any data-independent
-    participation (``silos_per_round=None``). Not proportional to 1/epsilon.
-    """
-    return _plan_adapter(n, epsilon, delta, num_rounds, batch_size, "advanced")
-
-
-def pld_noise_multiplier(n, epsilon, delta, num_rounds, batch_size) -> float:
-    """As ``paper_noise_multiplier``, composing the rounds with dp-accounting's PLD."""
-    return _plan_adapter(n, epsilon, delta, num_rounds, batch_size, "pld")

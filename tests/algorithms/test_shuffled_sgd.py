@@ -133,14 +133,6 @@ def test_server_step_does_not_depend_on_message_order():
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
 
 
-def test_calibration_entries_give_the_noise_of_the_chain():
-    n = np.full(1000, 100)
-    multiplier = ShuffledSGD.CALIBRATIONS["paper"](n, 0.5, np.full(1000, 1e-6), 100, 1)
-    expected = calibrate_shuffled_sgd(0.5, 1e-6, num_silos=1000, records_per_silo=100, num_rounds=100)
-    assert multiplier == expected.noise_multiplier
-    assert ShuffledSGD.CALIBRATIONS["pld"](n, 0.5, np.full(1000, 1e-6), 100, 1) < multiplier
-
-
 @pytest.mark.slow
 def test_audit_of_one_shuffled_round_stays_below_the_claimed_epsilon():
     """Neighbouring federations differ in record 0 of silo 0 (gradient +L vs -L along e1).
@@ -187,3 +179,18 @@ def test_audit_of_one_shuffled_round_stays_below_the_claimed_epsilon():
                            statistic=server_statistic)
     assert broken.eps_lower > claim.epsilon
     assert math.isfinite(result.eps_lower)
+
+
+def test_the_plan_solves_the_chain_for_the_whole_federation():
+    from fedray.plan import make_plan
+    from tests.conftest import compose
+
+    plan = make_plan(compose("data=synthetic", "data.spec.num_silos=500", "data.spec.samples_per_silo=20",
+                             "participation.silos_per_round=500", "algorithm=sdp_mb_sgd", "privacy=shuffle",
+                             "privacy.epsilon=2.0", "privacy.delta=1e-5", "num_rounds=10"))
+    expected = calibrate_shuffled_sgd(2.0, 1e-5, num_silos=500, records_per_silo=20, num_rounds=10, silos_per_round=500)
+    np.testing.assert_array_equal(plan.privacy.noise_multiplier, expected.noise_multiplier)
+    assert plan.privacy.planned_epsilon.max() == expected.epsilon <= 2.0
+    with pytest.raises(ConfigError, match="algorithm.batch_size must be 1"):
+        make_plan(compose("data=synthetic", "participation.silos_per_round=10", "algorithm=sdp_mb_sgd",
+                          "privacy=shuffle", "algorithm.batch_size=4"))

@@ -13,8 +13,6 @@ from fedray.privacy.shuffle_calibration import (
     compose,
     default_randomizer_delta,
     gaussian_noise_multiplier,
-    paper_noise_multiplier,
-    pld_noise_multiplier,
     round_privacy,
     worst_round_privacy,
 )
@@ -202,13 +200,3 @@ def test_preconditions_are_clear_errors(call, key):
     assert isinstance(err.value, ValueError)
 
 
-def test_plan_adapters_take_the_whole_federation():
-    n = np.array([120, 100, 150] * 400)               # N = 1200, smallest n = 100
-    delta = np.full(1200, 1e-6)
-    expected = calibrate_shuffled_sgd(0.5, 1e-6, num_silos=1200, records_per_silo=100, num_rounds=200)
-    assert paper_noise_multiplier(n, 0.5, delta, 200, 1) == expected.noise_multiplier
-    assert pld_noise_multiplier(n, 0.5, delta, 200, 1) < expected.noise_multiplier
-    with pytest.raises(ConfigError, match="number of silos"):
-        paper_noise_multiplier(100, 0.5, 1e-6, 200, 1)
-    with pytest.raises(ConfigError, match="batch_size"):
-        paper_noise_multiplier(n, 0.5, delta, 200, 4)
