@@ -33,36 +33,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from fedray.algorithms.base import (
-    ServerState,
-    SiloArrays,
-    advance,
-    initial_state,
-    masked_mean,
-    project_l2_ball,
-)
+from fedray.algorithms.minibatch_sgd import MinibatchSGD
 from fedray.errors import ConfigError
-from fedray.algorithms.minibatch_sgd import noisy_minibatch_mean
-from fedray.rng import SiloDraws
 
 
 @dataclass(frozen=True)
-class ShuffledSGD:
-    """Alg. 2 with K = 1 behind a shuffler; per-replica step sizes ``step_size`` (P,)."""
+class ShuffledSGD(MinibatchSGD):
+    """Alg. 2 with K = 1 behind a shuffler; per-replica step sizes ``step_size`` (P,).
 
-    loss: object
-    step_size: np.ndarray
-    batch_size: int               # K; must be 1 (checked by ``releases`` at planning)
-    l2_clip: float
-    noise: object                 # GaussianNoise(noise_std (P, N)) or NoNoise()
-    radius: float | None = None   # W = l2 ball of this radius; None = R^d
-    average_last: int = 8
+    The silo half (one record's clipped gradient plus noise) and the server half (average, step,
+    project) are MinibatchSGD's with K = 1; the average is a symmetric function of the reports,
+    so the shuffled order changes nothing. What differs is where the messages go and the privacy.
+    """
 
     SHUFFLED = True               # the driver routes silo messages through the shuffler
     TRUST_MODELS = ("sdp", "none")
-
+    CALIBRATIONS = {}             # the planner solves the shuffle chain for the whole federation
 
     @staticmethod
     def releases(batch_size: int) -> tuple[int, int]:
@@ -70,23 +56,3 @@ class ShuffledSGD:
         if isinstance(batch_size, bool) or batch_size != 1:
             raise ConfigError("algorithm.batch_size", batch_size, "1 for shuffled MB-SGD (K = 1, seed-004 §3.7)")
         return 1, 1
-
-    def init(self, params0: np.ndarray) -> ServerState:
-        return initial_state(params0, self.average_last)
-
-    def broadcast(self, state: ServerState) -> np.ndarray:
-        return state.params
-
-    def silo_step(self, params: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
-        """(P, S, d, C) reports: one uniformly drawn record's clipped gradient plus noise, per silo."""
-        idx = draws.without_replacement(silos.sizes, 1)                  # (P, S, 1)
-        return noisy_minibatch_mean(self.loss, params, silos, idx, self.l2_clip, self.noise, draws)
-
-    def server_step(self, state: ServerState, messages: np.ndarray, mask: np.ndarray) -> ServerState:
-        """Average the shuffled reports; ``mask`` (P, M_max) marks the rows that are reports.
-
-        The average is a symmetric function of the reports, so it is the same for every order.
-        """
-        mean, counts = masked_mean(messages, mask)
-        step = np.where(counts > 0, self.step_size, 0.0)[:, None, None]
-        return advance(state, project_l2_ball(state.params - step * mean, self.radius))
