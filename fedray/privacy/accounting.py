@@ -190,6 +190,8 @@ class SiloLedger:
     accountant: str = "rdp"
     parallel_composition: bool = False
     counts: np.ndarray = field(default=None)  # type: ignore[assignment]
+    _groups: np.ndarray | None = field(default=None, repr=False)
+    _group_values: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.noise_multiplier = np.asarray(self.noise_multiplier, dtype=np.float64)
@@ -210,15 +212,18 @@ class SiloLedger:
             # Each record is in exactly one release for sure: one plain Gaussian, no sampling credit.
             counts = np.minimum(counts, 1)
             sample_size = np.iinfo(np.int64).max
-        keys = np.stack(
-            [self.noise_multiplier, np.broadcast_to(self.dataset_size, counts.shape),
-             np.broadcast_to(self.delta, counts.shape), counts], axis=-1,
-        ).reshape(-1, 4)
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        # (multiplier, n, delta) never change: group them once, then key each call by (group, count).
+        if self._groups is None:
+            static = np.stack([self.noise_multiplier, np.broadcast_to(self.dataset_size, counts.shape),
+                               np.broadcast_to(self.delta, counts.shape)], axis=-1).reshape(-1, 3)
+            self._group_values, self._groups = np.unique(static, axis=0, return_inverse=True)
+        base = int(counts.max()) + 1
+        unique, inverse = np.unique(self._groups.reshape(-1).astype(np.int64) * base + counts.reshape(-1),
+                                    return_inverse=True)
         values = np.array([
             participation_epsilon(float(z), int(min(sample_size, n)), int(n), int(self.releases), int(c), float(d),
                                   self.accountant)
-            for z, n, d, c in unique
+            for (z, n, d), c in zip(self._group_values[unique // base], unique % base)
         ])
         return values[inverse.reshape(-1)].reshape(counts.shape)
 
