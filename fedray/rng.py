@@ -64,14 +64,17 @@ class SiloDraws:
         self.silo_ids = np.asarray(silo_ids, dtype=np.int64)
         self.width = width
         self._block, self._row = np.divmod(self.silo_ids, BLOCK)
+        order = np.argsort(self._block, kind="stable")
+        blocks, starts = np.unique(self._block[order], return_index=True)
+        # (block, positions in silo_ids) pairs, found once: no per-block scan over all silos.
+        self._members = list(zip(blocks, np.split(order, starts[1:])))
 
     def _rows(self, stream: Stream, round_coord: int, draw) -> np.ndarray:
         """(P, S, ...) from ``draw(generator) -> (BLOCK, ...)`` per (repetition, block)."""
         per_rep = []
         for rep in self.unique_reps:
             out = None
-            for block in np.unique(self._block):
-                rows = self._block == block
+            for block, rows in self._members:
                 values = draw(generator(self.run_seed, stream, rep, round_coord, block))[self._row[rows]]
                 if out is None:
                     out = np.empty((self.silo_ids.size,) + values.shape[1:], dtype=values.dtype)
