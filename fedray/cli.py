@@ -25,18 +25,32 @@ def _span(values) -> str:
     return f"{lo:.3g}" if np.isclose(lo, hi) else f"{lo:.3g}-{hi:.3g}"
 
 
+SHOWN_REPLICAS = 12
+
+
+def shown_replicas(plan: Plan, result: RunResult) -> tuple[np.ndarray, str]:
+    """Every replica, or past ``SHOWN_REPLICAS`` the one of lowest final training loss per budget."""
+    if plan.num_replicas <= SHOWN_REPLICAS:
+        return np.arange(plan.num_replicas), ""
+    levels = plan.epsilon_levels if plan.epsilon_levels is not None else np.zeros(plan.num_replicas)
+    loss = np.nan_to_num(result.final["train_loss"], nan=np.inf)
+    best = [int(np.flatnonzero(levels == v)[np.argmin(loss[levels == v])]) for v in np.unique(levels)]
+    return np.array(best), f" (lowest training loss of {plan.num_replicas} replicas per budget; all in MLflow)"
+
+
 def summary_table(plan: Plan, result: RunResult) -> Table:
     priv = plan.privacy
-    table = Table(title=f"fedray: {plan.algorithm_name} on {plan.dataset_name} ({priv.trust_model})")
+    rows, note = shown_replicas(plan, result)
+    table = Table(title=f"fedray: {plan.algorithm_name} on {plan.dataset_name} ({priv.trust_model}){note}")
     for column in ("algorithm", "step", "eps target", "eps paper", f"eps spent ({priv.accountant})",
                    "train loss", "test error", "test error avg", "time"):
         table.add_column(column, justify="right")
-    for p in range(plan.num_replicas):
+    for p in rows:
         private = priv.private
         table.add_row(
             plan.algorithm_name,
             f"{plan.step_sizes[p]:.4g}",
-            _span(priv.target_epsilon) if private else "-",
+            _span(priv.target_epsilon[p]) if private else "-",
             _span(priv.nominal_epsilon[p]) if private and priv.nominal_epsilon is not None else "-",
             f"{float(result.epsilon_spent[p].max()):.3f}" if private else "inf",
             f"{result.final['train_loss'][p]:.4f}",

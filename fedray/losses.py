@@ -137,22 +137,60 @@ def silo_weighted_sums(coef: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out.reshape(num_silos, num_replicas, outputs, x.shape[2]).transpose(1, 0, 3, 2)
 
 
+# Replicas of one minibatch are processed in chunks of about this many (replica, silo, record)
+# values, so the margins and residuals of a chunk stay in the core's cache.
+_CHUNK_VALUES = 1 << 16
+
+
 def clipped_minibatch_means(
+    loss, params: np.ndarray, x: np.ndarray, y: np.ndarray, x_norms: np.ndarray, idx: np.ndarray, l2_clip: float,
+    batch_of: np.ndarray | None = None,
+) -> np.ndarray:
+    """(1/K) sum_k clip(grad f(params[p], x[s, idx[b, s, k]])), b = batch_of[p], for every replica p and silo s.
+
+    The hot path of the MB-SGD family. ``idx`` (B, S, K) holds B minibatches of each silo and
+    replica p uses minibatch ``batch_of[p]`` (default: B = P and replica p uses idx[p]). Replicas
+    of one repetition share their minibatch (``SiloDraws(by_repetition=True)``), so its K records
+    are gathered once, B S K d values instead of P S K d, and read in place by every replica that
+    uses it. Only the sampled records are touched (the dense ``clipped_weighted_gradients``
+    touches all n, which costs more at every P measured, see experiments/benchmark/silo_step.py).
+
+    Every product is one (replica, silo) pair's matrix-vector product, (K, d) by (d, C) and
+    (d, K) by (K, C), with the same shapes whatever else shares the call, so a silo's result is
+    bit for bit the same for any actor layout and any number of replicas. Returns (P, S, d, C).
+    """
+    num_silos, width, dim = x.shape
+    num_replicas, _, outputs = params.shape
+    batch_of = np.arange(num_replicas) if batch_of is None else np.asarray(batch_of)
+    k = idx.shape[-1]
+    chunk = max(1, _CHUNK_VALUES // max(1, num_silos * k))
+    flat_x = x.reshape(num_silos * width, dim)
+    offsets = (np.arange(num_silos) * width)[:, None]
+    out = np.empty((num_replicas, num_silos, dim, outputs))
+    for batch in np.unique(batch_of):
+        rows = idx[batch] + offsets                                        # (S, K) rows of the flat arrays
+        xb = np.take(flat_x, rows, axis=0)[None]                           # (1, S, K, d)
+        yb, nb = np.take(y, rows)[None], np.take(x_norms, rows)[None]      # (1, S, K)
+        users = np.flatnonzero(batch_of == batch)
+        for start in range(0, users.size, chunk):
+            replicas = users[start:start + chunk]
+            z = np.matmul(xb, params[replicas][:, None])                   # (c, S, K, C)
+            r = loss_residual(loss, z, yb, nb)
+            coef = r * (clip_factors(nb, r, l2_clip) / k)[..., None]
+            out[replicas] = np.matmul(xb.transpose(0, 1, 3, 2), coef)      # (c, S, d, C)
+    return out
+
+
+def clipped_example_gradients(
     loss, params: np.ndarray, x: np.ndarray, y: np.ndarray, x_norms: np.ndarray, idx: np.ndarray, l2_clip: float
 ) -> np.ndarray:
-    """(1/K) sum_k clip(grad f(params[p], x[s, idx[p, s, k]])) for every replica p and silo s.
-
-    The hot path of the MB-SGD family: gathers the K sampled records of each (replica, silo) and
-    works on them only (the dense ``clipped_weighted_gradients`` touches all n). Products are
-    batched per (replica, silo), so a silo's result does not depend on the actor layout.
-    Returns (P, S, d, C).
-    """
+    """clip(grad f(params[p], x[s, idx[p, s, k]])) kept apart, (P, S, K, d, C): for protocols whose
+    randomizer takes each record's gradient as its own input (P_vec, one user per record)."""
     silo_axis = np.arange(x.shape[0])[None, :, None]
     xb, yb, nb = x[silo_axis, idx], y[silo_axis, idx], x_norms[silo_axis, idx]   # (P, S, K, d), (P, S, K)
-    z = np.matmul(xb, params[:, None])                                          # (P, S, K, C)
-    r = loss_residual(loss, z, yb, nb)
-    coef = r * (clip_factors(nb, r, l2_clip) / idx.shape[-1])[..., None]
-    return np.matmul(xb.transpose(0, 1, 3, 2), coef)                            # (P, S, d, C)
+    r = loss_residual(loss, np.matmul(xb, params[:, None]), yb, nb)             # (P, S, K, C)
+    coef = r * clip_factors(nb, r, l2_clip)[..., None]
+    return xb[..., :, None] * coef[..., None, :]
 
 
 def per_example_gradients(loss, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:

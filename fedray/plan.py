@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
+from fedray import theory
 from fedray.privacy import calibration as cal
 from fedray.privacy.accounting import ACCOUNTANTS, GlobalLedger, SiloLedger
 from fedray.privacy.shuffle_calibration import calibrate_shuffled_sgd
@@ -35,7 +36,7 @@ class PrivacyPlan:
     trust_model: str
     calibration: str
     accountant: str
-    target_epsilon: np.ndarray | None    # (N,) per-silo targets; None when not private
+    target_epsilon: np.ndarray | None    # (P, N) per-replica, per-silo targets; None when not private
     delta: np.ndarray                    # (N,)
     noise_multiplier: np.ndarray         # (P, N); 0 = no noise
     sample_size: int                     # records per noisy release
@@ -78,7 +79,8 @@ class Plan:
     algorithm_fields: dict          # resolved constructor values except loss, l2_clip and noise
     batch_size: int
     step_sizes: np.ndarray          # (P,)
-    repetitions: np.ndarray         # (P,)
+    repetitions: np.ndarray         # (P,) the stream key: replicas of one repetition share draws
+    epsilon_levels: np.ndarray | None   # (P,) replica p's privacy.epsilon_grid value, if a grid
     participation: object
     schedule: np.ndarray            # (R, P, N) bool: who takes part in each round
     privacy: PrivacyPlan
@@ -141,8 +143,34 @@ def _algorithm_fields(alg: DictConfig, step_sizes: np.ndarray, batch_size: int) 
     return fields
 
 
+def epsilon_grid(priv: DictConfig) -> np.ndarray | None:
+    """``privacy.epsilon_grid``: budgets carried as replicas of one run (each replaces
+    ``privacy.epsilon`` for its replicas), or None."""
+    grid = priv.get("epsilon_grid")
+    if grid is None:
+        return None
+    values = list(grid) if OmegaConf.is_list(grid) or isinstance(grid, (list, tuple)) else [grid]
+    allowed = "null or a non-empty list of distinct positive numbers (one budget per block of replicas)"
+    if not values or len(set(values)) != len(values):
+        raise ConfigError("privacy.epsilon_grid", grid, allowed)
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+            raise ConfigError("privacy.epsilon_grid", grid, allowed)
+    return np.asarray(values, dtype=np.float64)
+
+
+def replica_epsilons(priv: DictConfig, num_silos: int, levels: np.ndarray | None) -> np.ndarray:
+    """(P, N) per-replica, per-silo targets: the grid level of each replica, else privacy.epsilon."""
+    if levels is not None:
+        return np.broadcast_to(levels[:, None], (len(levels), num_silos)).copy()
+    epsilon = per_silo("privacy.epsilon", priv.epsilon, num_silos, 0.0, math.inf,
+                       "a positive number, a list of one per silo, or {values, fractions}")
+    return epsilon[None, :]
+
+
 def _privacy_plan(priv: DictConfig, algorithm_class: type, algorithm_name: str, shape: FederationShape,
-                  num_rounds: int, batch_size: int, schedule: np.ndarray) -> PrivacyPlan:
+                  num_rounds: int, batch_size: int, schedule: np.ndarray,
+                  levels: np.ndarray | None = None) -> PrivacyPlan:
     trust_models = algorithm_class.TRUST_MODELS
     if priv.trust_model not in trust_models:
         raise ConfigError("privacy.trust_model", priv.trust_model, f"one of {trust_models} for {algorithm_name}")
@@ -164,17 +192,26 @@ def _privacy_plan(priv: DictConfig, algorithm_class: type, algorithm_name: str, 
                            noise_multiplier=np.zeros((num_replicas, num_silos)), planned_epsilon=None, **common)
 
     if getattr(algorithm_class, "SHUFFLED", False):
+        if levels is not None:
+            raise ConfigError("privacy.epsilon_grid", priv.epsilon_grid,
+                              "null for shuffled algorithms (one federation-wide budget per run)")
+        if getattr(algorithm_class, "VECTOR_SUM", False):
+            return _vector_sum_privacy_plan(priv, batch_size, schedule, common)
         return _shuffle_privacy_plan(priv, shape, num_rounds, schedule, common)
-    epsilon = per_silo("privacy.epsilon", priv.epsilon, num_silos, 0.0, math.inf,
-                       "a positive number, a list of one per silo, or {values, fractions}")
+    epsilon = replica_epsilons(priv, num_silos, levels)                  # (P, N)
     formulas = dict(algorithm_class.CALIBRATIONS)
     modes = tuple(formulas) + ("accountant",)
     if priv.calibration not in modes:
         raise ConfigError("privacy.calibration", priv.calibration, f"one of {modes} for {algorithm_name}")
     rounds_charged = 1 if common["parallel_composition"] else num_rounds
-    multiplier = calibrate(priv.calibration, formulas, epsilon, delta, n, rounds_charged, batch_size,
-                           sample_size, releases, priv.accountant, common["parallel_composition"])
-    noise_multiplier = np.broadcast_to(multiplier, (num_replicas, num_silos)).copy()
+    # One calibration per distinct budget row: a grid of E levels costs E solves, not P.
+    rows, inverse = np.unique(epsilon, axis=0, return_inverse=True)
+    multipliers = np.stack([calibrate(priv.calibration, formulas, row, delta, n, rounds_charged, batch_size,
+                                      sample_size, releases, priv.accountant, common["parallel_composition"])
+                            for row in rows])
+    # (P, N); a single budget row applies to every replica.
+    noise_multiplier = np.broadcast_to(multipliers[inverse.reshape(-1)], (num_replicas, num_silos)).copy()
+    epsilon = np.broadcast_to(epsilon, (num_replicas, num_silos)).copy()
     nominal = None
     if "paper" in formulas:
         # Every paper formula is proportional to 1/eps, so the claimed eps of a multiplier z is z(1)/z.
@@ -184,7 +221,7 @@ def _privacy_plan(priv: DictConfig, algorithm_class: type, algorithm_name: str, 
                        planned_epsilon=None, nominal_epsilon=nominal, **common)
     counts = schedule.sum(axis=0)
     if priv.get("enforce_budget", True):
-        planned = check_budget(plan.ledger(), counts, epsilon)
+        planned = check_budget(plan.ledger(), counts, plan.target_epsilon)
     else:
         planned = plan.ledger().epsilons(counts)
     object.__setattr__(plan, "planned_epsilon", planned)
@@ -218,16 +255,53 @@ def _shuffle_privacy_plan(priv: DictConfig, shape: FederationShape, num_rounds: 
         raise ConfigError("privacy.epsilon", priv.epsilon, f"a budget the shuffle chain can meet here ({err})") from err
     num_replicas = schedule.shape[1]
     common = dict(common, delta=np.full(num_silos, float(delta)))
-    plan = PrivacyPlan(calibration=priv.calibration, target_epsilon=np.full(num_silos, float(priv.epsilon)),
+    plan = PrivacyPlan(calibration=priv.calibration, target_epsilon=np.full((num_replicas, num_silos), float(priv.epsilon)),
                        noise_multiplier=np.full((num_replicas, num_silos), solved.noise_multiplier),
                        planned_epsilon=np.full((num_replicas, num_silos), solved.epsilon),
                        federation_calibration=solved, **common)
     return plan
 
 
+def _vector_sum_privacy_plan(priv: DictConfig, batch_size: int, schedule: np.ndarray, common: dict) -> PrivacyPlan:
+    """Shuffle DP through P_vec (seed-004 §3.8): one invocation per round over its M K record
+    gradients, each record in at most one of them (one pass), so the run spends (epsilon, delta)
+    by parallel composition (``OnePassVectorSums``). The silos calibrate P_vec from the same
+    privacy.epsilon, privacy.delta and M (``conf/algorithm/sdp_one_pass_accelerated.yaml``)."""
+    from fedray.privacy.vector_sum import OnePassVectorSums
+
+    if priv.calibration != "paper":
+        raise ConfigError("privacy.calibration", priv.calibration, "paper for P_vec (seed-000 §2.2 parameters)")
+    eps, delta = priv.epsilon, priv.delta
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps <= 15:
+        raise ConfigError("privacy.epsilon", eps, "one number in (0, 15] for P_vec (seed-000 Theorem 3.2)")
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 0.5:
+        raise ConfigError("privacy.delta", delta, "an explicit number in (0, 1/2) for P_vec (seed-000 Theorem 3.2)")
+    per_round = schedule.sum(axis=2)                                          # (R, P)
+    if per_round.min() < 1 or np.any(per_round != per_round.flat[0]):
+        raise ConfigError("participation", sorted(set(per_round.flat)), "a fixed number M >= 1 of silos "
+                          "every round (participation=uniform): P_vec is calibrated for M K users")
+    spend = OnePassVectorSums(float(eps), float(delta), int(per_round.flat[0]) * batch_size)
+    full = np.full(schedule.shape[1:], spend.epsilon)                          # (P, N)
+    return PrivacyPlan(calibration="paper", target_epsilon=full, noise_multiplier=np.zeros_like(full),
+                       planned_epsilon=full.copy(), federation_calibration=spend,
+                       **dict(common, delta=np.full(full.shape[1], spend.delta)))
+
+
+def _check_vector_sum_inputs(fields: dict, cfg: DictConfig) -> None:
+    """The silos calibrate P_vec themselves: refuse inputs other than what the ledger accounts."""
+    accounted = {"target_epsilon": ("privacy.epsilon", cfg.privacy.epsilon),
+                 "target_delta": ("privacy.delta", cfg.privacy.delta),
+                 "silos_per_round": ("participation.silos_per_round", cfg.participation.get("silos_per_round"))}
+    for field, (key, value) in accounted.items():
+        if fields.get(field) != value:
+            raise ConfigError(f"algorithm.{field}", fields.get(field),
+                              f"{value!r} (= {key}, which the privacy ledger accounts)")
+
+
 def make_plan(cfg: DictConfig) -> Plan:
     """Validate ``cfg`` and resolve it into a ``Plan``; raises ``ConfigError`` on the first bad value
     and ``BudgetError`` if the schedule would overspend a silo's budget."""
+    cfg = theory.resolve(cfg)  # theory presets and the hybrid user-level budget; unchanged without them
     seed = int(cfg.seed)
     trial = int(cfg.trial)
     num_rounds = _positive("num_rounds", cfg.num_rounds, int)
@@ -244,16 +318,19 @@ def make_plan(cfg: DictConfig) -> Plan:
     alg = cfg.algorithm
     algorithm_class = get_class(alg._target_)
     base_steps = _step_sizes(alg.step_size)
-    step_sizes = np.tile(base_steps, repetitions)
-    reps = np.repeat(np.arange(repetitions), len(base_steps))
-    n_min = shape.min_train_size
     private = cfg.privacy.trust_model != "none"
+    grid = epsilon_grid(cfg.privacy) if private else None   # budgets mean nothing without privacy, like epsilon
+    # Replica order: budget level (slowest), repetition, step size (fastest).
+    blocks = 1 if grid is None else len(grid)
+    step_sizes = np.tile(base_steps, repetitions * blocks)
+    reps = np.tile(np.repeat(np.arange(repetitions), len(base_steps)), blocks)
+    levels = None if grid is None else np.repeat(grid, repetitions * len(base_steps))
+    n_min = shape.min_train_size
     if alg.batch_size is None:
         if not private:
             raise ConfigError("algorithm.batch_size", None, "an integer in [1, n] when privacy is off")
         # K >= n sqrt(eps / (4R)) must hold for the largest budget (the paper's code uses eps_max).
-        eps_max = float(np.max(per_silo("privacy.epsilon", cfg.privacy.epsilon, shape.num_silos, 0.0, math.inf,
-                                        "a positive number, a list of one per silo, or {values, fractions}")))
+        eps_max = float(np.max(replica_epsilons(cfg.privacy, shape.num_silos, grid)))
         batch_size = cal.paper_batch_size(n_min, eps_max, num_rounds)
     else:
         batch_size = _positive("algorithm.batch_size", alg.batch_size, int)
@@ -273,12 +350,16 @@ def make_plan(cfg: DictConfig) -> Plan:
         _positive("runtime.checkpoint_every", runtime["checkpoint_every"], int)
     tracking = OmegaConf.to_container(cfg.tracking, resolve=True)
     _positive("tracking.log_every", tracking.get("log_every"), int)
+    _positive("tracking.replica_curves", tracking.get("replica_curves", 30), int)
     l2_clip = _positive("privacy.l2_clip", cfg.privacy.l2_clip, allow_none=True)
     if not private and l2_clip is None:
         l2_clip = math.inf
 
     schedule = np.stack([participation.sample(seed, reps, r, shape.num_silos) for r in range(num_rounds)])
-    privacy = _privacy_plan(cfg.privacy, algorithm_class, str(alg.name), shape, num_rounds, batch_size, schedule)
+    privacy = _privacy_plan(cfg.privacy, algorithm_class, str(alg.name), shape, num_rounds, batch_size, schedule,
+                            levels)
+    if private and getattr(algorithm_class, "VECTOR_SUM", False):
+        _check_vector_sum_inputs(algorithm_fields, cfg)
 
     return Plan(
         seed=seed,
@@ -294,6 +375,7 @@ def make_plan(cfg: DictConfig) -> Plan:
         batch_size=batch_size,
         step_sizes=step_sizes,
         repetitions=reps,
+        epsilon_levels=levels,
         participation=participation,
         schedule=schedule,
         privacy=privacy,

@@ -73,7 +73,8 @@ def read_runs(uri: str, experiment_name: str) -> list[dict]:
             "run_id": run.info.run_id,
             "algorithm": tags["algorithm"],
             "private": private,
-            "epsilon": float(params["privacy.epsilon"]) if private else math.nan,
+            "epsilon": float(params["privacy.epsilon"]) if private and "resolved.replica_epsilons" not in params
+            else math.nan,
             "l2_clip": _value(params.get("privacy.l2_clip", "None")),
             "num_silos": int(params["resolved.num_silos"]),
             "silos_per_round": int(params["participation.silos_per_round"]),
@@ -86,14 +87,32 @@ def read_runs(uri: str, experiment_name: str) -> list[dict]:
             "train_loss": _replicas(metrics, "final_train_loss_avg", count),
             "test_error": _replicas(metrics, "final_test_error_avg", count),
             # the accountant's epsilon for what ran (max over silos and replicas), next to the target
-            "epsilon_accountant": float(np.nanmax(_replicas(metrics, "epsilon_spent_max", count))) if private
-            else math.nan,
+            "epsilon_spent": _replicas(metrics, "epsilon_spent_max", count) if private else np.full(count, np.nan),
             "accountant": tags.get("accountant", ""),
         }
-        key = (job["algorithm"], job["epsilon"] if private else None, job["l2_clip"], job["num_silos"],
-               job["silos_per_round"], job["trial"], job["seed"])
-        jobs[key] = job
+        for part in _split_by_budget(job, params):
+            key = (part["algorithm"], part["epsilon"] if private else None, part["l2_clip"], part["num_silos"],
+                   part["silos_per_round"], part["trial"], part["seed"])
+            jobs[key] = part
     return list(jobs.values())
+
+
+REPLICA_ARRAYS = ("step_sizes", "repetitions", "train_loss", "test_error", "epsilon_spent")
+
+
+def _split_by_budget(job: dict, params: dict) -> list[dict]:
+    """A run carrying a budget grid as replicas (privacy.epsilon_grid) is one job per budget."""
+    if "resolved.replica_epsilons" not in params:
+        spent = job["epsilon_spent"]
+        return [dict(job, epsilon_accountant=float(np.nanmax(spent)) if job["private"] else math.nan)]
+    levels = np.array(json.loads(params["resolved.replica_epsilons"]))
+    parts = []
+    for eps in np.unique(levels):
+        rows = levels == eps
+        part = dict(job, epsilon=float(eps), **{k: job[k][rows] for k in REPLICA_ARRAYS})
+        part["epsilon_accountant"] = float(np.nanmax(job["epsilon_spent"][rows]))
+        parts.append(part)
+    return parts
 
 
 # -- per-trial analysis (cached) -----------------------------------------------------------------

@@ -42,7 +42,9 @@ def data_generator(seed: int, trial: int = 0) -> np.random.Generator:
 # Silos draw in fixed blocks of consecutive ids: one generator per (stream, repetition, round,
 # block) fills the rows of all BLOCK silos of the block, and a silo takes its own row. The block
 # of a silo depends on its id only, so its draws do not depend on which silos share its actor,
-# and a round costs one generator per block instead of one per silo.
+# and a round costs one generator per block instead of one per silo. The generators fill rows in
+# order, so a call draws only up to the last row it needs: the first h rows of a (BLOCK, ...)
+# draw are exactly the (h, ...) draw of the same generator.
 BLOCK = 64
 
 
@@ -51,9 +53,11 @@ class SiloDraws:
 
     Replica p draws from the streams of its repetition ``repetitions[p]``: replicas that differ
     only in a deterministic setting (a step size) share minibatches and noise, exactly as
-    separate runs with that repetition would. ``width`` is the padded record axis of the silo
-    arrays (the same in every actor); without it the largest of ``sizes`` is used, which is only
-    layout-independent for balanced silos.
+    separate runs with that repetition would. With ``by_repetition=True`` a draw is returned once
+    per distinct repetition, shaped (U, S, ...), and replica p uses row ``replica_to_rep[p]``
+    (the same numbers, without copying them P times). ``width`` is the padded record axis of the
+    silo arrays (the same in every actor); without it the largest of ``sizes`` is used, which is
+    only layout-independent for balanced silos.
     """
 
     def __init__(self, run_seed: int, repetitions: np.ndarray, round_index: int, silo_ids: np.ndarray,
@@ -66,45 +70,57 @@ class SiloDraws:
         self._block, self._row = np.divmod(self.silo_ids, BLOCK)
         order = np.argsort(self._block, kind="stable")
         blocks, starts = np.unique(self._block[order], return_index=True)
-        # (block, positions in silo_ids) pairs, found once: no per-block scan over all silos.
-        self._members = list(zip(blocks, np.split(order, starts[1:])))
+        # (block, positions in silo_ids, rows to draw) triples, found once: no per-block scan over
+        # all silos, and no draw beyond the block's last requested row.
+        self._members = [
+            (block, rows, int(self._row[rows].max()) + 1) for block, rows in zip(blocks, np.split(order, starts[1:]))
+        ]
 
-    def _rows(self, stream: Stream, round_coord: int, draw) -> np.ndarray:
-        """(P, S, ...) from ``draw(generator) -> (BLOCK, ...)`` per (repetition, block)."""
-        per_rep = []
-        for rep in self.unique_reps:
-            out = None
-            for block, rows in self._members:
-                values = draw(generator(self.run_seed, stream, rep, round_coord, block))[self._row[rows]]
+    def _rows(self, stream: Stream, round_coord: int, draw, by_repetition: bool = False) -> np.ndarray:
+        """(P, S, ...), or (U, S, ...) by repetition, from ``draw(generator, h) -> (h, ...)``.
+
+        ``draw`` must return the first h rows of what it would return for h = BLOCK.
+        """
+        out = None
+        for u, rep in enumerate(self.unique_reps):
+            for block, rows, height in self._members:
+                values = draw(generator(self.run_seed, stream, rep, round_coord, block), height)[self._row[rows]]
                 if out is None:
-                    out = np.empty((self.silo_ids.size,) + values.shape[1:], dtype=values.dtype)
-                out[rows] = values
-            per_rep.append(out)
-        return np.stack(per_rep)[self.replica_to_rep]
+                    out = np.empty((self.unique_reps.size, self.silo_ids.size) + values.shape[1:], dtype=values.dtype)
+                out[u, rows] = values
+        return out if by_repetition else self.per_replica(out)
+
+    def per_replica(self, values: np.ndarray) -> np.ndarray:
+        """(P, ...) from a by-repetition draw (U, ...): replica p gets row ``replica_to_rep[p]``."""
+        return values[self.replica_to_rep]
 
     def _keys(self, sizes: np.ndarray, round_coord: int) -> np.ndarray:
-        """(P, S, W) uniform sort keys, +inf beyond each silo's records (random-keys sampling)."""
+        """(U, S, W) uniform sort keys by repetition, +inf beyond each silo's records (random keys)."""
         width = int(self.width if self.width is not None else np.max(sizes))
-        keys = self._rows(Stream.MINIBATCH, round_coord, lambda g: g.random((BLOCK, width)))
+        keys = self._rows(Stream.MINIBATCH, round_coord, lambda g, h: g.random((h, width)), by_repetition=True)
         keys[:, np.arange(width)[None, :] >= np.asarray(sizes)[:, None]] = np.inf
         return keys
 
-    def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray:
-        """(P, S, *shape) standard normals from the NOISE stream."""
-        return self._rows(Stream.NOISE, self.round_index, lambda g: g.standard_normal((BLOCK,) + tuple(shape)))
+    def standard_normal(self, shape: tuple[int, ...], by_repetition: bool = False) -> np.ndarray:
+        """(P, S, *shape) standard normals from the NOISE stream ((U, S, *shape) by repetition)."""
+        return self._rows(Stream.NOISE, self.round_index, lambda g, h: g.standard_normal((h,) + tuple(shape)),
+                          by_repetition)
 
-    def without_replacement(self, sizes: np.ndarray, k: int) -> np.ndarray:
+    def without_replacement(self, sizes: np.ndarray, k: int, by_repetition: bool = False) -> np.ndarray:
         """(P, S, k) indices: k distinct records of silo s out of its sizes[s] (MINIBATCH stream).
 
-        The k smallest of i.i.d. uniform keys form a uniformly random k-subset.
+        The k smallest of i.i.d. uniform keys form a uniformly random k-subset. (U, S, k) by repetition.
         """
         keys = self._keys(sizes, self.round_index)
-        return np.argpartition(keys, k - 1, axis=-1)[..., :k] if k < keys.shape[-1] else np.argsort(keys, axis=-1)
+        idx = np.argpartition(keys, k - 1, axis=-1)[..., :k] if k < keys.shape[-1] else np.argsort(keys, axis=-1)
+        return idx if by_repetition else self.per_replica(idx)
 
-    def with_replacement(self, sizes: np.ndarray, k: int) -> np.ndarray:
-        """(P, S, k) indices drawn uniformly with replacement (MINIBATCH stream)."""
-        u = self._rows(Stream.MINIBATCH, self.round_index, lambda g: g.random((BLOCK, k)))
-        return np.minimum((u * np.asarray(sizes)[None, :, None]).astype(np.int64), np.asarray(sizes)[None, :, None] - 1)
+    def with_replacement(self, sizes: np.ndarray, k: int, by_repetition: bool = False) -> np.ndarray:
+        """(P, S, k) indices drawn uniformly with replacement (MINIBATCH stream); (U, S, k) by repetition."""
+        u = self._rows(Stream.MINIBATCH, self.round_index, lambda g, h: g.random((h, k)), by_repetition=True)
+        sizes = np.asarray(sizes)[None, :, None]
+        idx = np.minimum((u * sizes).astype(np.int64), sizes - 1)
+        return idx if by_repetition else self.per_replica(idx)
 
     def epoch_slice(self, sizes: np.ndarray, k: int, round_index: int | None = None) -> np.ndarray:
         """(P, S, k) indices: the ``round_index``-th block of k records of a fixed permutation of silo s.
@@ -131,4 +147,4 @@ class SiloDraws:
                     f"n = {int(n)}: the number of rounds must be at most floor(n / K) = {int(n) // k} (K = {k})"
                 )
         permutation = np.argsort(self._keys(sizes, EPOCH_ROUND), axis=-1, kind="stable")
-        return permutation[..., r * k:(r + 1) * k]
+        return self.per_replica(permutation[..., r * k:(r + 1) * k])

@@ -3,8 +3,14 @@
 A run gets the flattened resolved config as params, the resolved privacy values (K, noise
 multiplier and std, clip, delta, planned epsilon), tags (algorithm, trust model, dataset),
 per-round metrics written in batches every ``log_every`` rounds, final metrics, and artifacts:
-the resolved config, a summary and a figure of training loss and epsilon spent per round.
-With several replicas in a run, metric keys carry a ``/replica_<p>`` suffix.
+the resolved config, a summary, every replica's per-round metrics (``rounds.csv``) and a figure
+of training loss and epsilon spent per round.
+
+With several replicas in a run, metric keys carry a ``/replica_<p>`` suffix. Past
+``replica_curves`` replicas (a sweep carrying budgets x steps x repetitions), per-replica curves
+would be thousands of metric keys that no UI can show and whose SQLite writes cost more than the
+run, so per-round metrics are then logged as ``<key>/min``, ``/mean``, ``/max`` over replicas;
+final metrics stay per replica, and ``rounds.csv`` keeps every replica's curve.
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ def _store_uri(uri: str) -> str:
 
 class MlflowTracker:
     def __init__(self, uri: str, experiment_name: str, artifact_location: str | None = None,
-                 log_every: int = 5, run_name: str | None = None, parent_run_id: str | None = None):
+                 log_every: int = 5, run_name: str | None = None, parent_run_id: str | None = None,
+                 replica_curves: int = 30, figure: bool = True):
         self.uri = _store_uri(uri)
         self.client = MlflowClient(tracking_uri=self.uri)
         experiment = self.client.get_experiment_by_name(experiment_name)
@@ -61,6 +68,8 @@ class MlflowTracker:
         tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else {}
         self.run_id = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
         self.log_every = int(log_every)
+        self.replica_curves = int(replica_curves)
+        self.figure = bool(figure)
         self._pending: list[Metric] = []
         self._replicas = 1
 
@@ -98,6 +107,8 @@ class MlflowTracker:
             "resolved.step_sizes": json.dumps([float(v) for v in plan.step_sizes]),      # replica p's step
             "resolved.repetitions": json.dumps([int(v) for v in plan.repetitions]),      # replica p's repetition
         }
+        if plan.epsilon_levels is not None:                                              # replica p's budget
+            resolved["resolved.replica_epsilons"] = json.dumps([float(v) for v in plan.epsilon_levels])
         if plan.privacy.planned_epsilon is not None:
             resolved["resolved.planned_epsilon_max"] = float(np.max(plan.privacy.planned_epsilon))
             resolved["resolved.target_epsilon_min"] = float(np.min(plan.privacy.target_epsilon))
@@ -117,6 +128,9 @@ class MlflowTracker:
         )
 
     def log_round(self, round_index: int, metrics: dict) -> None:
+        if self._replicas > self.replica_curves:
+            metrics = {f"{key}/{name}": reduce(np.asarray(values)) for key, values in metrics.items()
+                       for name, reduce in (("min", np.min), ("mean", np.mean), ("max", np.max))}
         self._pending.extend(self._metric_items(metrics, round_index, int(time.time() * 1000)))
         if (round_index + 1) % self.log_every == 0:
             self.flush()
@@ -142,13 +156,28 @@ class MlflowTracker:
             (tmp / "config.json").write_text(json.dumps(plan.config, indent=2, default=str))
             summary = {k: np.asarray(v).tolist() for k, v in final.items()}
             (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
-            _figure(result, tmp / "loss_and_epsilon.png")
+            _round_table(result.history, plan.num_replicas, tmp / "rounds.csv")
+            if self.figure:
+                _figure(result, tmp / "loss_and_epsilon.png")
             self.client.log_artifacts(self.run_id, str(tmp))
         self.client.set_terminated(self.run_id, status)
 
     def fail(self) -> None:
         self.flush()
         self.client.set_terminated(self.run_id, "FAILED")
+
+
+def _round_table(history: list[dict], num_replicas: int, path: Path) -> None:
+    """One row per (round, replica) with every metric of that round (blank if not evaluated)."""
+    keys = sorted({key for metrics in history for key in metrics})
+    with path.open("w") as out:
+        out.write(",".join(["round", "replica"] + keys) + "\n")
+        for r, metrics in enumerate(history):
+            columns = [np.broadcast_to(np.asarray(metrics[k], dtype=float), (num_replicas,)) if k in metrics
+                       else None for k in keys]
+            for p in range(num_replicas):
+                cells = ["" if c is None else repr(float(c[p])) for c in columns]
+                out.write(",".join([str(r), str(p)] + cells) + "\n")
 
 
 def _figure(result, path: Path) -> None:
@@ -176,6 +205,8 @@ def tracker_from_config(tracking: dict, run_name: str | None = None, parent_run_
         experiment_name=tracking["experiment_name"],
         artifact_location=tracking.get("artifact_location"),
         log_every=tracking.get("log_every", 5),
+        replica_curves=tracking.get("replica_curves", 30),
+        figure=tracking.get("figure", True),
         run_name=run_name,
         parent_run_id=parent_run_id,
     )

@@ -18,11 +18,14 @@ pytestmark = pytest.mark.slow
 
 TINY = ["num_rounds=3", "repetitions=2", "runtime.num_cpus=2", "algorithm.step_size=[0.01,0.1]"]
 SWEEPS = {
-    "e1_mnist": ["algorithm=isrl_dp_mb_sgd,isrl_dp_local_sgd", "privacy.epsilon=3", "trial=0",
+    # E1 carries two budgets as replicas (the experiments' grid path); E2 and E3 one budget per job.
+    "e1_mnist": ["algorithm=isrl_dp_mb_sgd,isrl_dp_local_sgd", "privacy.epsilon_grid=[1,3]", "trial=0",
                  "data.spec.images_per_digit=60", "algorithm.batch_size=10"],
-    "e2_insurance": ["algorithm=isrl_dp_mb_sgd", "privacy.epsilon=1", "privacy.l2_clip=100,10000", "trial=0"],
-    "e3_obesity": ["algorithm=isrl_dp_mb_sgd", "privacy.epsilon=1", "trial=0,1"],
+    "e2_insurance": ["algorithm=isrl_dp_mb_sgd", "privacy.epsilon_grid=null", "privacy.epsilon=1",
+                     "privacy.l2_clip=100,10000", "trial=0"],
+    "e3_obesity": ["algorithm=isrl_dp_mb_sgd", "privacy.epsilon_grid=null", "privacy.epsilon=1", "trial=0,1"],
 }
+STEPS = {"e1_mnist": "[0.01, 0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 0.1]"}
 
 
 def _env(data_dir):
@@ -52,7 +55,8 @@ def test_reduced_sweeps_and_reports(tmp_path, data_dir):
         children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
         assert len(parents) == 1 and parents[0].info.status == "FINISHED"
         assert len(children) == 2 and {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
-        assert all(c.data.params["resolved.step_sizes"] == "[0.01, 0.1, 0.01, 0.1]" for c in children)
+        steps = STEPS.get(name, "[0.01, 0.1, 0.01, 0.1]")
+        assert all(c.data.params["resolved.step_sizes"] == steps for c in children)
 
         out = tmp_path / f"{name}-report"
         proc = subprocess.run([sys.executable, "-m", "fedray.report", name, "--uri", uri, "--out", str(out),
@@ -68,5 +72,7 @@ def test_reduced_sweeps_and_reports(tmp_path, data_dir):
                 == "| claim | our numbers | holds / does not hold |")
     e2 = pd.read_csv(tmp_path / "e2_insurance-report" / "selection.csv")
     assert e2["clips_tried"].tolist() == [2]   # one run per clip threshold, selected jointly
+    e1 = pd.read_csv(tmp_path / "e1_mnist-report" / "results.csv")
+    assert sorted(e1["epsilon"].unique()) == [1.0, 3.0]   # one result per budget of the grid
     e3 = pd.read_csv(tmp_path / "e3_obesity-report" / "results.csv")
     assert e3["trials"].tolist() == [2]

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from fedray import losses
 from fedray.losses import (
     Logistic,
     Softmax,
@@ -98,3 +99,30 @@ def test_minibatch_means_equal_the_dense_path_and_ignore_the_layout(loss, c, kin
         clipped_minibatch_means(loss, params, x[a:b], y[a:b], norms[a:b], idx[:, a:b], 0.7) for a, b in [(0, 1), (1, 4), (4, 7)]
     ], axis=1)
     assert np.array_equal(means, split)  # bit-identical whatever silos share a call
+
+
+@pytest.mark.parametrize("loss,c,kind", LOSSES)
+@pytest.mark.parametrize("chunk_values", [1, 1 << 16])
+def test_minibatch_means_are_bit_identical_whatever_replicas_share_the_call(loss, c, kind, chunk_values, monkeypatch):
+    # chunk_values = 1 puts every replica in its own chunk; the default puts them all in one.
+    monkeypatch.setattr(losses, "_CHUNK_VALUES", chunk_values)
+    rng = np.random.default_rng(4)
+    num_silos, n, d, k = 5, 15, 4, 6
+    parts = [_records(rng, n, d, kind) for _ in range(num_silos)]
+    x, y = np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])
+    norms = np.linalg.norm(x, axis=2)
+    params = rng.normal(size=(7, d, c))
+    batch_of = np.array([0, 2, 1, 0, 2, 2, 0])     # three minibatches shared by seven replicas
+    idx = np.stack([[rng.choice(n, k, replace=False) for _ in range(num_silos)] for _ in range(3)])
+
+    shared = clipped_minibatch_means(loss, params, x, y, norms, idx, 0.7, batch_of)
+
+    # the same numbers as each replica with its own copy of its minibatch, and as each replica alone
+    assert np.array_equal(shared, clipped_minibatch_means(loss, params, x, y, norms, idx[batch_of], 0.7))
+    for p, b in enumerate(batch_of):
+        alone = clipped_minibatch_means(loss, params[p:p + 1], x, y, norms, idx[b:b + 1], 0.7)
+        assert np.array_equal(shared[p], alone[0])
+    weights = np.zeros((7, num_silos, n))
+    np.put_along_axis(weights, idx[batch_of], 1.0 / k, axis=2)
+    dense = clipped_weighted_gradients(loss, params, x, y, weights, 0.7)
+    np.testing.assert_allclose(shared, dense, rtol=1e-10, atol=1e-13)

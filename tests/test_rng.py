@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedray.rng import BLOCK, SiloDraws
+from fedray.rng import BLOCK, SiloDraws, Stream, generator
 
 SIZES = np.array([30, 12, 30, 25] * 50)  # 200 silos, unbalanced
 
@@ -50,3 +50,32 @@ def test_epoch_slices_are_disjoint_and_cover_each_record_once():
         assert len(set(slices[s])) == 12 and slices[s].max() < SIZES[s]
     with pytest.raises(ValueError, match="floor"):
         draws.epoch_slice(SIZES[:4], 6, 4)
+
+
+def test_a_silo_gets_its_row_of_the_full_block_draw_of_its_generator():
+    # The stream contract: silo s, repetition r draws row s % BLOCK of the (BLOCK, ...) draw of
+    # generator(seed, stream, r, round, s // BLOCK), even when the call stops at the last row it needs.
+    draws = SiloDraws(7, np.array([2, 0, 2]), 4, np.array([5, 70]), width=30)
+    normals = draws.standard_normal((3, 2))
+    for p, rep in enumerate([2, 0, 2]):
+        for s, silo in enumerate([5, 70]):
+            block = generator(7, Stream.NOISE, rep, 4, silo // BLOCK).standard_normal((BLOCK, 3, 2))
+            assert np.array_equal(normals[p, s], block[silo % BLOCK])
+    keys = generator(7, Stream.MINIBATCH, 0, 4, 1).random((BLOCK, 30))[70 % BLOCK, :12]
+    chosen = draws.without_replacement(np.array([30, 12]), 5)[1, 1]           # the 5 smallest keys of 12
+    assert np.array_equal(np.sort(chosen), np.sort(np.argsort(keys)[:5]))
+
+
+def test_by_repetition_draws_are_the_replica_draws_once_per_repetition():
+    reps = np.array([1, 0, 1, 1, 3])
+    draws = SiloDraws(7, reps, 4, np.array([3, 63, 64, 130]), width=30)
+    sizes = SIZES[[3, 63, 64, 130]]
+    assert np.array_equal(draws.unique_reps[draws.replica_to_rep], reps)
+    pairs = [
+        (draws.standard_normal((4, 2), by_repetition=True), draws.standard_normal((4, 2))),
+        (draws.without_replacement(sizes, 5, by_repetition=True), draws.without_replacement(sizes, 5)),
+        (draws.with_replacement(sizes, 6, by_repetition=True), draws.with_replacement(sizes, 6)),
+    ]
+    for once, per_replica in pairs:
+        assert once.shape[0] == 3 and per_replica.shape[0] == 5
+        assert np.array_equal(draws.per_replica(once), per_replica)

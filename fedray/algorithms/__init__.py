@@ -4,6 +4,7 @@ from fedray.algorithms.accelerated import AcceleratedMinibatchSGD, AcceleratedSt
 from fedray.algorithms.base import ServerState, SiloArrays, tail_average
 from fedray.algorithms.local_sgd import LocalSGD
 from fedray.algorithms.minibatch_sgd import MinibatchSGD
+from fedray.algorithms.shuffled_accelerated import ShuffledOnePassAcceleratedSGD
 from fedray.algorithms.shuffled_sgd import ShuffledSGD
 from fedray.algorithms.multistage import MultiStageAcceleratedSGD, MultiStageOnePassSGD
 
@@ -16,6 +17,7 @@ __all__ = [
     "MultiStageOnePassSGD",
     "OnePassAcceleratedSGD",
     "ServerState",
+    "ShuffledOnePassAcceleratedSGD",
     "ShuffledSGD",
     "SiloArrays",
     "tail_average",

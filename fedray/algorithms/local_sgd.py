@@ -27,6 +27,9 @@ from fedray.losses import clip_factors, loss_residual
 from fedray.privacy import calibration
 from fedray.rng import SiloDraws
 
+# Records of about this many values (steps x repetitions x silos x d) are gathered at a time.
+_CHUNK_VALUES = 1 << 20
+
 
 @dataclass(frozen=True)
 class LocalSGD:
@@ -56,23 +59,37 @@ class LocalSGD:
         return state.params
 
     def silo_step(self, params: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
-        num_replicas, num_silos = params.shape[0], silos.x.shape[0]
-        idx = draws.with_replacement(silos.sizes, self.batch_size)            # (P, S, K)
-        normals = draws.standard_normal((self.batch_size,) + params.shape[1:])  # (P, S, K, d, C)
+        """The K noisy local steps of every (replica, silo) pair; returns the local models (P, S, d, C).
+
+        Each step is elementwise per pair, plus one einsum over d per pair, so a pair's result is
+        bit for bit the same whatever other silos or replicas share the call.
+        """
+        num_silos, width, dim = silos.x.shape
+        steps, shape = self.batch_size, (params.shape[0], num_silos) + params.shape[1:]
+        # Records and normals are drawn once per repetition (its replicas share them); each step
+        # copies its (U, S, ...) slice out to the P replicas. Records are gathered in chunks of steps.
+        idx = draws.with_replacement(silos.sizes, steps, by_repetition=True)          # (U, S, K)
+        rows = np.moveaxis(idx + (np.arange(num_silos) * width)[:, None], 2, 0)       # (K, U, S)
+        rep = draws.replica_to_rep
+        y_steps, norm_steps = np.take(silos.y, rows)[:, rep], np.take(silos.x_norms, rows)[:, rep]   # (K, P, S)
+        normals = draws.standard_normal((steps,) + params.shape[1:], by_repetition=True)  # (U, S, K, d, C)
         noise = self.noise.select(silos.silo_ids)
-        local = np.broadcast_to(params[:, None], (num_replicas, num_silos) + params.shape[1:]).copy()
-        silo_axis = np.arange(num_silos)[None, :]
         eta = self.step_size[:, None, None, None]
-        for t in range(self.batch_size):
-            x_t = silos.x[silo_axis, idx[:, :, t]]                  # (P, S, d)
-            y_t = silos.y[silo_axis, idx[:, :, t]]                  # (P, S)
-            z = np.einsum("psd,psdc->psc", x_t, local)
-            norms = silos.x_norms[silo_axis, idx[:, :, t]]
-            r = loss_residual(self.loss, z, y_t, norms)              # (P, S, C)
-            r = r * clip_factors(norms, r, self.l2_clip)[..., None]
-            grad = x_t[..., None] * r[:, :, None, :]                # (P, S, d, C)
-            noisy, _ = noise.apply(grad, normals[:, :, t])
-            local -= eta * noisy
+        local = np.broadcast_to(params[:, None], shape).copy()
+        x_t, normal_t, grad = np.empty(shape[:3]), np.empty(shape), np.empty(shape)
+        chunk = max(1, _CHUNK_VALUES // max(1, rows[0].size * dim))
+        for first in range(0, steps, chunk):
+            x_steps = np.take(silos.x.reshape(num_silos * width, dim), rows[first:first + chunk], axis=0)
+            for t in range(first, min(first + chunk, steps)):
+                # mode="clip" (the indices are valid) lets take write into ``out`` without a buffer.
+                np.take(x_steps[t - first], rep, axis=0, out=x_t, mode="clip")       # (P, S, d)
+                z = np.einsum("psd,psdc->psc", x_t, local)
+                r = loss_residual(self.loss, z, y_steps[t], norm_steps[t])           # (P, S, C)
+                r = r * clip_factors(norm_steps[t], r, self.l2_clip)[..., None]
+                np.multiply(x_t[..., None], r[:, :, None, :], out=grad)              # (P, S, d, C)
+                np.take(normals[:, :, t], rep, axis=0, out=normal_t, mode="clip")
+                noisy, _ = noise.apply(grad, normal_t)
+                local -= np.multiply(eta, noisy, out=noisy)
         return local
 
     def server_step(self, state: ServerState, messages: np.ndarray, mask: np.ndarray) -> ServerState:

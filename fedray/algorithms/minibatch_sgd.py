@@ -68,8 +68,9 @@ class MinibatchSGD:
         return state.params
 
     def silo_step(self, params: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
-        idx = draws.without_replacement(silos.sizes, self.batch_size)
-        return noisy_minibatch_mean(self.loss, params, silos, idx, self.l2_clip, self.noise, draws)
+        idx = draws.without_replacement(silos.sizes, self.batch_size, by_repetition=True)   # (U, S, K)
+        return noisy_minibatch_mean(self.loss, params, silos, idx, self.l2_clip, self.noise, draws,
+                                    batch_of=draws.replica_to_rep)
 
     def server_step(self, state: ServerState, messages: np.ndarray, mask: np.ndarray) -> ServerState:
         mean, counts = masked_mean(messages, mask)
@@ -78,14 +79,17 @@ class MinibatchSGD:
 
 
 def noisy_minibatch_mean(
-    loss, params: np.ndarray, silos: SiloArrays, idx: np.ndarray, l2_clip: float, noise, draws: SiloDraws
+    loss, params: np.ndarray, silos: SiloArrays, idx: np.ndarray, l2_clip: float, noise, draws: SiloDraws,
+    batch_of: np.ndarray | None = None,
 ) -> np.ndarray:
     """The silo half of Alg. 2 lines 6-7 for given minibatches; shared by the MB-SGD family.
 
     Averages the per-example gradients at ``params`` (P, d, C) of the records ``idx`` (P, S, K)
     (distinct within a cell), each clipped to ``l2_clip``, and adds the noise step with standard
     normals from ``draws``' NOISE stream, inside the silo. Returns (P, S, d, C) private messages.
+    With ``batch_of`` (P,), ``idx`` is (B, S, K) and replica p uses minibatch ``batch_of[p]``
+    (the by-repetition draws, shared by the replicas of a repetition).
     """
-    grads = clipped_minibatch_means(loss, params, silos.x, silos.y, silos.x_norms, idx, l2_clip)
+    grads = clipped_minibatch_means(loss, params, silos.x, silos.y, silos.x_norms, idx, l2_clip, batch_of)
     private, _ = noise.select(silos.silo_ids).apply(grads, draws.standard_normal(grads.shape[2:]))
     return private

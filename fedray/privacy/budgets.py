@@ -96,22 +96,26 @@ def _largest_affordable_count(ledger: SiloLedger, silo: int, replica: int, targe
 
 
 def check_budget(ledger: SiloLedger, counts: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """(P, N) planned epsilons for ``counts``; raises ``BudgetError`` if any exceeds its silo's target."""
+    """(P, N) planned epsilons for ``counts``; raises ``BudgetError`` if any exceeds its target.
+
+    ``target`` is (N,) per silo or (P, N) per replica and silo (a grid of budgets as replicas).
+    """
     planned = ledger.epsilons(counts)
-    excess = planned - target[None, :]
+    target = np.broadcast_to(target, planned.shape)
+    excess = planned - target
     if np.all(excess <= 1e-9):
         return planned
     replica, silo = np.unravel_index(int(np.argmax(excess)), excess.shape)
     count = int(counts[replica, silo])
-    fits = _largest_affordable_count(ledger, silo, replica, float(target[silo]), count)
+    fits = _largest_affordable_count(ledger, silo, replica, float(target[replica, silo]), count)
     n = int(ledger.dataset_size[silo])
-    needed = calibrate_noise_multiplier(float(target[silo]), float(ledger.delta[silo]),
+    needed = calibrate_noise_multiplier(float(target[replica, silo]), float(ledger.delta[silo]),
                                         n if ledger.parallel_composition else ledger.sample_size, n,
                                         ledger.releases, 1 if ledger.parallel_composition else count,
                                         ledger.accountant)
     raise BudgetError(
         f"planned epsilon {planned[replica, silo]:.4g} for silo {silo} ({count} participations, "
-        f"{ledger.accountant} accountant) exceeds privacy.epsilon = {target[silo]:g}; "
+        f"{ledger.accountant} accountant) exceeds privacy.epsilon = {target[replica, silo]:g}; "
         f"noise multiplier >= {needed:.4g} (planned {ledger.noise_multiplier[replica, silo]:.4g}) "
         f"or at most {fits} participations would fit "
         f"(or privacy.calibration=accountant; privacy.enforce_budget=false runs it anyway)"

@@ -71,6 +71,7 @@ import numpy as np
 from fedray.errors import ConfigError
 
 __all__ = [
+    "OnePassVectorSums",
     "VectorSumParameters",
     "VectorSumRandomizer",
     "aggregate_counts",
@@ -356,3 +357,22 @@ class VectorSumRandomizer:
     @property
     def epsilon_delta(self) -> tuple[float, float]:
         return self.params.epsilon, self.params.delta
+
+
+@dataclass(frozen=True)
+class OnePassVectorSums:
+    """What a run spends when every record enters at most one P_vec invocation (seed-004 §3.8).
+
+    Parallel composition (seed-004 §2, PC): the invocations take disjoint records, and one whose
+    inputs do not contain the replaced record has the same law on both neighbours given the
+    earlier outputs (its inputs are computed at a query point that is post-processing of them),
+    so the run is (epsilon, delta)-DP, like one invocation. No credit for subsampling.
+    ``epsilon_after(rounds)`` is the spend of the worst record: 0 before any round, then epsilon.
+    """
+
+    epsilon: float
+    delta: float
+    users_per_invocation: int     # n of every invocation: M K record gradients
+
+    def epsilon_after(self, rounds: int) -> float:
+        return self.epsilon if rounds > 0 else 0.0

@@ -61,22 +61,43 @@ def _gather(replies: list) -> tuple[np.ndarray, np.ndarray, list]:
     return messages, mask, [reply.evaluation for reply in replies]
 
 
+def _layout_key(plan: Plan, num_actors: int) -> tuple:
+    """What fixes which silos each actor holds: jobs with the same layout can share actors."""
+    return (plan.shape.num_silos, num_actors, ray.get_runtime_context().get_job_id())
+
+
+def _data_key(plan: Plan) -> tuple:
+    """What fixes the records themselves: the same key means the same loaded silos."""
+    return (repr(plan.dataset), plan.seed, plan.trial)
+
+
+def _shuffler_args(plan: Plan) -> tuple:
+    """The shuffler's seed, replicas and output form (an algorithm may ask for the sum only)."""
+    return plan.seed, plan.repetitions, getattr(plan.algorithm_class, "SHUFFLE_OUTPUT", "permutation")
+
+
 class RayGroups:
     """Silo groups as Ray actors: one call per actor per method, gathered with one ray.get."""
 
-    def __init__(self, plan: Plan, num_actors: int):
+    def __init__(self, plan: Plan, num_actors: int, pooled: tuple | None = None):
         blocks = np.array_split(np.arange(plan.shape.num_silos), num_actors)
-        # A fractional CPU share lets more actors than cores start (useful for tests), and SPREAD
-        # places them across the nodes of a cluster.
-        share = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / num_actors)
-        self.actors = [
-            SiloGroupActor.options(num_cpus=share, scheduling_strategy="SPREAD").remote(
-                plan.dataset, plan.seed, plan.trial, block, plan.loss, plan.repetitions
-            )
-            for block in blocks
-        ]
-
-        self.shuffler = ShufflerActor.remote(plan.seed, plan.repetitions) if plan.shuffled else None
+        if pooled is None:
+            POOL.drop_all()  # idle pooled actors hold CPU shares the new ones need
+            # A fractional CPU share lets more actors than cores start (useful for tests), and SPREAD
+            # places them across the nodes of a cluster.
+            share = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / num_actors)
+            self.actors = [
+                SiloGroupActor.options(num_cpus=share, scheduling_strategy="SPREAD").remote(
+                    plan.dataset, plan.seed, plan.trial, block, plan.loss, plan.repetitions
+                )
+                for block in blocks
+            ]
+        else:
+            data_key, self.actors = pooled
+            if data_key != _data_key(plan):  # same processes, new records: skips start-up and imports
+                ray.get([a.load.remote(plan.dataset, plan.seed, plan.trial, b) for a, b in zip(self.actors, blocks)])
+            ray.get([actor.configure.remote(plan.loss, plan.repetitions) for actor in self.actors])
+        self.shuffler = ShufflerActor.remote(*_shuffler_args(plan)) if plan.shuffled else None
 
     def put(self, value):
         return ray.put(value)
@@ -96,9 +117,44 @@ class RayGroups:
         shuffled = ray.get(self.shuffler.shuffle.remote(payload.round, *[a.round.remote(bare) for a in self.actors]))
         return shuffled.messages, shuffled.mask, ray.get(evaluations)
 
-    def close(self) -> None:
-        for actor in self.actors + ([self.shuffler] if self.shuffler is not None else []):
+    def close(self, keep_silos: bool = False) -> None:
+        for actor in ([] if keep_silos else self.actors) + ([self.shuffler] if self.shuffler is not None else []):
             ray.kill(actor)
+
+
+class ActorPool:
+    """The silo actors of the last finished job, kept for the next job with the same layout.
+
+    A Hydra sweep runs its jobs in one process. Jobs on the same records (algorithm, budgets or
+    step sizes differ) reuse the actors as they are; a new trial reloads its records into the
+    same actor processes, skipping process start-up and imports. At most one set is kept (their
+    CPU shares stay reserved); a failed job's actors are killed.
+    """
+
+    def __init__(self):
+        self.layout, self.data, self.actors = None, None, None
+
+    def take(self, layout: tuple) -> tuple | None:
+        """(data key, actors) kept for ``layout``, or None (anything kept is then killed)."""
+        found = (self.data, self.actors) if layout == self.layout and self.actors is not None else None
+        if found is None:
+            self.drop_all()
+        self.layout, self.data, self.actors = None, None, None
+        return found
+
+    def give(self, layout: tuple, data: tuple, actors: list) -> None:
+        self.drop_all()
+        self.layout, self.data, self.actors = layout, data, actors
+
+    def drop_all(self) -> None:
+        # Actors of an earlier Ray session (ray.shutdown in between) are gone already.
+        if self.actors is not None and ray.is_initialized() and self.layout[-1] == ray.get_runtime_context().get_job_id():
+            for actor in self.actors:
+                ray.kill(actor)
+        self.layout, self.data, self.actors = None, None, None
+
+
+POOL = ActorPool()
 
 
 class InlineGroups:
@@ -108,7 +164,7 @@ class InlineGroups:
         blocks = np.array_split(np.arange(plan.shape.num_silos), num_groups)
         self.groups = [SiloGroup(plan.dataset, plan.seed, plan.trial, b, plan.loss, plan.repetitions) for b in blocks]
 
-        self.shuffler = Shuffler(plan.seed, plan.repetitions) if plan.shuffled else None
+        self.shuffler = Shuffler(*_shuffler_args(plan)) if plan.shuffled else None
 
     def put(self, value):
         return value
@@ -140,13 +196,22 @@ def run(plan: Plan, tracker=None, progress=None, inline: bool = False) -> RunRes
     started = time.perf_counter()
     if inline:
         groups = InlineGroups(plan)
-    else:
-        _connect(plan.runtime)
-        groups = RayGroups(plan, _num_actors(plan.runtime, plan.shape.num_silos))
+        try:
+            return _rounds(plan, groups, tracker, progress, started)
+        finally:
+            groups.close()
+    _connect(plan.runtime)
+    num_actors = _num_actors(plan.runtime, plan.shape.num_silos)
+    layout = _layout_key(plan, num_actors)
+    groups = RayGroups(plan, num_actors, POOL.take(layout))
     try:
-        return _rounds(plan, groups, tracker, progress, started)
-    finally:
+        result = _rounds(plan, groups, tracker, progress, started)
+    except BaseException:
         groups.close()
+        raise
+    groups.close(keep_silos=True)
+    POOL.give(layout, _data_key(plan), groups.actors)
+    return result
 
 
 def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:

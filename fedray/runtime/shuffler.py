@@ -25,6 +25,15 @@ Multi-message randomizers (P_vec, ``fedray.privacy.vector_sum``): pass
 ``messages_per_sender=k`` and blocks shaped (P, S_g, k, ...); each of the k rows is a separate
 message and all of a participating sender's messages are shuffled together with everybody else's.
 
+Summed output (``Shuffler(..., output="sum")``, for P_vec in its per-user count form M2,
+seed-000 §6): each sender's message is a vector of 1-bit counts that encodes its multiset of
+labelled one-bit messages without loss. The analyzer's view of the permuted multiset of all those
+one-bit messages is, up to randomness independent of the data, exactly the per-label count of
+1-bits, i.e. the SUM of the count vectors; so the shuffler returns that sum and nothing else (row
+0; the other rows are zero and ``counts`` still says how many messages arrived). Permuting the
+count vectors instead would show each sender's counts to the server, which P_vec's guarantee
+does not cover.
+
 Randomness: one generator per replica from ``fedray.rng.generator(run_seed, Stream.SHUFFLE,
 repetition, round)``. Replicas of one repetition receive the same permutation, like their shared
 minibatches and noise; the permutation depends neither on the actor layout nor on block order
@@ -92,13 +101,21 @@ class Shuffler:
     repetitions : array of int, shape (P,)
         The repetition of every replica (``plan.repetitions``); replica p shuffles with the
         stream (run_seed, SHUFFLE, repetitions[p], round).
+    output : {"permutation", "sum"}
+        What the server receives: the permuted messages, or only their sum (see the module
+        docstring; an algorithm asks for it with ``SHUFFLE_OUTPUT = "sum"``).
     """
 
-    def __init__(self, run_seed: int, repetitions: np.ndarray):
+    OUTPUTS = ("permutation", "sum")
+
+    def __init__(self, run_seed: int, repetitions: np.ndarray, output: str = "permutation"):
         self.run_seed = int(run_seed)
         self.repetitions = np.asarray(repetitions, dtype=np.int64)
         if self.repetitions.ndim != 1 or self.repetitions.size == 0:
             raise ConfigError("repetitions", self.repetitions.shape, "a non-empty 1-D array, one entry per replica")
+        if output not in self.OUTPUTS:
+            raise ConfigError("shuffler output", output, f"one of {self.OUTPUTS}")
+        self.output = output
 
     def shuffle(self, round_index: int, *blocks, messages_per_sender: int = 1) -> ShuffledMessages:
         """The permuted multiset of the participating messages of round ``round_index``.
@@ -117,7 +134,8 @@ class Shuffler:
         Returns
         -------
         ShuffledMessages
-            Messages (P, M_max, ...) and counts (P,); nothing identifies a sender.
+            Messages (P, M_max, ...) and counts (P,); nothing identifies a sender. With
+            ``output="sum"``, row 0 holds the sum of the participating messages, the rest are zero.
 
         Raises
         ------
@@ -153,6 +171,10 @@ class Shuffler:
 
         counts = mask.sum(axis=1).astype(np.int64)
         out = np.zeros((num_replicas, int(counts.max(initial=0))) + message_shape, dtype=messages.dtype)
+        if self.output == "sum":
+            if out.shape[1]:
+                out[:, 0] = (messages * mask.reshape(mask.shape + (1,) * len(message_shape))).sum(axis=1)
+            return ShuffledMessages(out, counts)
         for p in range(num_replicas):
             rows = np.flatnonzero(mask[p])
             rng = generator(self.run_seed, Stream.SHUFFLE, int(self.repetitions[p]), int(round_index))

@@ -41,10 +41,13 @@ class RoundReply:
 
 class SiloGroup:
     def __init__(self, dataset, seed: int, trial: int, silo_ids: np.ndarray, loss, repetitions: np.ndarray):
+        self.load(dataset, seed, trial, silo_ids)
+        self.configure(loss, repetitions)
+
+    def load(self, dataset, seed: int, trial: int, silo_ids: np.ndarray) -> None:
+        """(Re)load this group's silos: a sweep's next trial reuses the actor process."""
         self.silo_ids = np.asarray(silo_ids, dtype=np.int64)
         self.seed = int(seed)
-        self.loss = loss
-        self.repetitions = np.asarray(repetitions)
         fed = dataset.load(seed, trial).select(self.silo_ids)
         self._fed = fed
         self._train = SiloArrays(
@@ -56,13 +59,18 @@ class SiloGroup:
         )
         self._train_mask = fed.train_mask()
         self._test_mask = fed.test_mask()
-        self.algorithm = None
 
     def max_feature_norm(self) -> float:
         return self._fed.max_feature_norm()
 
     def set_algorithm(self, algorithm) -> None:
         self.algorithm = algorithm
+
+    def configure(self, loss, repetitions: np.ndarray) -> None:
+        """A new job on the same records (a sweep reusing its actors): its loss and replica streams."""
+        self.loss = loss
+        self.repetitions = np.asarray(repetitions)
+        self.algorithm = None
 
     def evaluate(self, params: np.ndarray) -> dict:
         """Per-silo aggregates of ``params`` (P, d, C): mean training loss (P, S), test error sums."""

@@ -89,14 +89,28 @@ def test_minibatch_messages_carry_noise_of_the_stated_std():
     assert np.std(np.stack(diffs)) == pytest.approx(0.7, rel=0.05)
 
 
-def test_replicas_equal_separate_runs():
-    """A run carrying step sizes as replicas equals separate runs with each step size."""
-    both = MinibatchSGD(LOSS, np.array([0.5, 2.0]), 30, 1.0, GaussianNoise(np.full((2, 6), 0.1)))
+@pytest.mark.parametrize("kind", ["mb_sgd", "local_sgd"])
+def test_replicas_equal_separate_runs(kind):
+    """A run carrying step sizes as replicas equals separate runs with each step size, bit for bit:
+    the silo math uses products of one (replica, silo) pair whose shapes do not depend on P."""
+    cls, steps, batch = (MinibatchSGD, [0.5, 2.0], 30) if kind == "mb_sgd" else (LocalSGD, [0.05, 0.2], 10)
+    both = cls(LOSS, np.array(steps), batch, 1.0, GaussianNoise(np.full((2, 6), 0.1)))
     together = simulate(both, 6, replicas=2).params
-    for p, step in enumerate([0.5, 2.0]):
-        alone = MinibatchSGD(LOSS, np.array([step]), 30, 1.0, GaussianNoise(np.full((1, 6), 0.1)))
-        # Equal up to BLAS summation order, which may differ with the replica count.
-        np.testing.assert_allclose(together[p], simulate(alone, 6).params[0], rtol=1e-12, atol=1e-15)
+    for p, step in enumerate(steps):
+        alone = cls(LOSS, np.array([step]), batch, 1.0, GaussianNoise(np.full((1, 6), 0.1)))
+        assert np.array_equal(together[p], simulate(alone, 6).params[0])
+
+
+@pytest.mark.parametrize("kind", ["mb_sgd", "local_sgd"])
+def test_a_silos_message_does_not_depend_on_which_silos_share_the_call(kind):
+    algorithm = make(kind, noise_std=0.1, l2_clip=1.0)
+    params = np.random.default_rng(5).normal(size=(1, 5, 1))
+    width = SILOS.x.shape[1]
+    everyone = algorithm.silo_step(params, SILOS, SiloDraws(3, np.array([0]), 2, SILOS.silo_ids, width=width))
+    for part in (np.array([0]), np.array([1, 4]), np.array([2, 3, 5])):
+        silos = SiloArrays(part, SILOS.x[part], SILOS.y[part], SILOS.sizes[part], SILOS.x_norms[part])
+        some = algorithm.silo_step(params, silos, SiloDraws(3, np.array([0]), 2, part, width=width))
+        assert np.array_equal(everyone[:, part], some)
 
 
 def test_minibatch_samples_distinct_records():

@@ -64,7 +64,7 @@ def test_heterogeneous_budgets_calibrate_each_silo_on_its_own():
     z = plan.privacy.noise_multiplier[0]
     assert np.all(z[:10] == z[0]) and np.all(z[10:] == z[10])
     assert z[0] == pytest.approx(4 * z[10])  # the paper's multiplier is proportional to 1/eps
-    np.testing.assert_array_equal(plan.privacy.target_epsilon[:10], 0.75)
+    np.testing.assert_array_equal(plan.privacy.target_epsilon[:, :10], 0.75)
     assert np.all(plan.privacy.planned_epsilon <= plan.privacy.target_epsilon)
 
 

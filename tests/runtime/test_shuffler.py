@@ -125,6 +125,22 @@ def test_replica_with_no_participant_gets_no_rows():
     assert out.messages.shape == (2, 2, 2)
 
 
+def test_sum_output_carries_only_the_sum_and_the_message_count():
+    # P_vec's count vectors: the server may see their sum (the M1 view), not each sender's counts.
+    blocks = _blocks(sizes=(3, 0, 4), dim=(2, 1), seed=4)
+    blocks = [RoundReply(b.silo_ids, b.messages.astype(np.int64), b.mask, None) for b in blocks]
+    out = Shuffler(1, np.array([0, 1, 2]), output="sum").shuffle(3, *blocks)
+    for p in range(3):
+        rows = _participating_rows(blocks, p)
+        assert out.counts[p] == len(rows)
+        assert np.array_equal(out.messages[p, 0], rows.sum(axis=0))
+        assert not out.messages[p, 1:].any()
+    assert out.messages.dtype == np.int64
+    with pytest.raises(ConfigError) as err:
+        Shuffler(1, np.array([0]), output="histogram")
+    assert err.value.key == "shuffler output"
+
+
 @pytest.mark.parametrize(
     "blocks,key",
     [

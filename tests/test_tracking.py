@@ -1,0 +1,46 @@
+"""MLflow tracking of a many-replica run: summary curves, per-replica finals, rounds.csv."""
+
+import csv
+
+import numpy as np
+from mlflow.tracking import MlflowClient
+
+from fedray.plan import make_plan
+from fedray.runtime.driver import run
+from fedray.tracking import tracker_from_config
+from tests.conftest import compose
+
+SMALL = ["data=synthetic", "data.spec.num_silos=4", "data.spec.samples_per_silo=40", "data.spec.dim=3",
+         "participation.silos_per_round=2", "num_rounds=3", "algorithm.batch_size=8", "progress=false",
+         "privacy.enforce_budget=false", "algorithm.step_size=[0.1,0.5]", "privacy.epsilon_grid=[1,4]"]
+
+
+def _tracked_run(tmp_path, replica_curves):
+    plan = make_plan(compose(*SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db",
+                             f"tracking.artifact_location={tmp_path}/a", f"tracking.replica_curves={replica_curves}"))
+    tracker = tracker_from_config(plan.tracking)
+    tracker.log_plan(plan)
+    result = run(plan, tracker=tracker, inline=True)
+    tracker.finish(plan, result)
+    return plan, result, MlflowClient(tracking_uri=tracker.uri), tracker.run_id
+
+
+def test_past_the_cap_rounds_are_logged_as_min_mean_max_and_finals_per_replica(tmp_path):
+    plan, result, client, run_id = _tracked_run(tmp_path, replica_curves=3)
+    metrics = client.get_run(run_id).data.metrics
+    assert not any(k.startswith("train_loss/replica_") for k in metrics)
+    losses = np.array([h["train_loss"] for h in result.history])
+    for name, reduce in (("min", np.min), ("mean", np.mean), ("max", np.max)):
+        history = client.get_metric_history(run_id, f"train_loss/{name}")
+        np.testing.assert_allclose([m.value for m in history], reduce(losses, axis=1))
+    assert [metrics[f"final_train_loss/replica_{p}"] for p in range(4)] == list(result.final["train_loss"])
+
+    rows = list(csv.DictReader(open(client.download_artifacts(run_id, "rounds.csv", str(tmp_path)))))
+    assert len(rows) == plan.num_rounds * plan.num_replicas
+    np.testing.assert_array_equal([float(r["train_loss"]) for r in rows], losses.reshape(-1))
+
+
+def test_under_the_cap_every_replica_has_its_curve(tmp_path):
+    _, result, client, run_id = _tracked_run(tmp_path, replica_curves=30)
+    history = client.get_metric_history(run_id, "epsilon_max/replica_3")
+    assert [m.value for m in history] == [h["epsilon_max"][3] for h in result.history]
