@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from omegaconf import DictConfig
@@ -13,7 +14,7 @@ from rich.table import Table
 from fedray.data import ChecksumError, DownloadError
 from fedray.errors import BudgetError, ConfigError
 from fedray.plan import Plan, make_plan
-from fedray.runtime.driver import RunResult, run
+from fedray.runtime.driver import RunResult, run, start
 from fedray.sweep import parent_run_id
 from fedray.tracking import tracker_from_config
 
@@ -71,9 +72,17 @@ def run_job(cfg: DictConfig) -> RunResult | None:
         console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
         sys.exit(2)
 
-    tracker = tracker_from_config(plan.tracking, run_name=f"{plan.algorithm_name}-{plan.dataset_name}",
-                                  parent_run_id=parent_run_id())  # set by fedray.sweep.ParentRun
-    tracker.log_plan(plan)
+    def open_tracker():
+        tracker = tracker_from_config(plan.tracking, run_name=f"{plan.algorithm_name}-{plan.dataset_name}",
+                                      parent_run_id=parent_run_id())  # set by fedray.sweep.ParentRun
+        tracker.log_plan(plan)
+        return tracker
+
+    # The MLflow store (schema creation on a fresh one) is set up while Ray and the silo actors start.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(open_tracker)
+        groups = start(plan)
+        tracker = pending.result()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[status]}"))
     with Progress(*columns, console=console, disable=not plan.progress, transient=False) as bar:
@@ -89,7 +98,7 @@ def run_job(cfg: DictConfig) -> RunResult | None:
 
         on_round.loss = float("nan")
         try:
-            result = run(plan, tracker=tracker, progress=on_round)
+            result = run(plan, tracker=tracker, progress=on_round, groups=groups)
         except BaseException:
             tracker.fail()
             raise

@@ -4,8 +4,10 @@ Every spec has the same three methods:
 
 - ``validate()`` raises ``ConfigError`` for a bad field (key ``data.<field>``) or missing files;
 - ``describe()`` returns the ``FederationShape`` cheaply, without loading records;
-- ``load(seed, trial=0)`` builds the ``Federation``, deterministic in (seed, trial), and
-  ``load(...).shape == describe()``.
+- ``load(seed, trial=0, silo_ids=None)`` builds the ``Federation``, deterministic in (seed, trial),
+  with ``load(...).shape == describe()``; with ``silo_ids``, only those silos, in that order, equal
+  to ``load(seed, trial).select(silo_ids)`` (a silo actor builds only its own silos; the synthetic
+  generator then skips the others).
 
 Data folders resolve as explained in ``fedray.data.download`` (``FEDRAY_DATA_DIR``,
 ``FEDRAY_CACHE_DIR``).

@@ -101,7 +101,12 @@ class InsuranceSorted:
             task="regression",
         )
 
-    def load(self, seed: int, trial: int = 0) -> Federation:
+    def load(self, seed: int, trial: int = 0, silo_ids=None) -> Federation:
+        """The federation of (seed, trial), or only the silos ``silo_ids`` in that order."""
+        fed = self._load_all(seed, trial)
+        return fed if silo_ids is None else fed.select(silo_ids)
+
+    def _load_all(self, seed: int, trial: int) -> Federation:
         x, y = self._sorted_records()
         rng = data_generator(seed, trial)
         bounds = np.cumsum((0,) + self._sizes())

@@ -305,7 +305,12 @@ class MnistPairs:
             task="binary",
         )
 
-    def load(self, seed: int, trial: int = 0) -> Federation:
+    def load(self, seed: int, trial: int = 0, silo_ids=None) -> Federation:
+        """The federation of (seed, trial), or only the silos ``silo_ids`` in that order."""
+        fed = self._load_all(seed, trial)
+        return fed if silo_ids is None else fed.select(silo_ids)
+
+    def _load_all(self, seed: int, trial: int) -> Federation:
         images, labels = read_mnist(self.prepare())
         train_idx, test_idx = self._draw(labels, data_generator(seed, trial))
         x_train, x_test = images[train_idx], images[test_idx]

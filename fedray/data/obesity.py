@@ -118,7 +118,12 @@ class ObesityByClass:
             task="multiclass",
         )
 
-    def load(self, seed: int, trial: int = 0) -> Federation:
+    def load(self, seed: int, trial: int = 0, silo_ids=None) -> Federation:
+        """The federation of (seed, trial), or only the silos ``silo_ids`` in that order."""
+        fed = self._load_all(seed, trial)
+        return fed if silo_ids is None else fed.select(silo_ids)
+
+    def _load_all(self, seed: int, trial: int) -> Federation:
         x, y = self._records()
         rng = data_generator(seed, trial)
         train_rows, test_rows = [], []

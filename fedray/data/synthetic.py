@@ -3,8 +3,8 @@
 Symbols: N = ``num_silos``, n = ``samples_per_silo``, m = ``test_samples_per_silo``,
 d = ``dim``, h = ``heterogeneity``, B = ``feature_norm``.
 
-Model, for silo i (all draws from ``data_generator(seed, trial)``)
-------------------------------------------------------------------
+Model, for silo i (w0 from ``data_generator(seed, trial)``, the rest per block of silos)
+------------------------------------------------------------------------------------
     w0 ~ N(0, I_d)                               shared true weight
     a_i ~ N(0, I_d / d),  b_i ~ N(0, I_d)        per-silo offsets, scaled by h below
     mean_i = h a_i      (if ``shift`` is "features" or "both"; else 0)
@@ -17,8 +17,10 @@ Model, for silo i (all draws from ``data_generator(seed, trial)``)
 
 h = 0 makes the silos i.i.d. draws from one distribution. Rows are rescaled, not dropped, so
 every record satisfies ||x|| <= B and a loss that is G-Lipschitz in <w, x> is G B-Lipschitz in w.
-The whole federation comes from one generator, so a silo's records depend on N as well as on
-its index. Train and test records of a silo share its mean and weight.
+Silo offsets and records come from one generator per block of ``BLOCK`` consecutive silo ids, so
+an actor generates only the blocks of its own silos (at N = 100,000 a whole federation would be
+every actor's memory), and a silo's records do not depend on which actor holds it. Train and
+test records of a silo share its mean and weight.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 
 from fedray.data._prep import check_choice, check_int, check_real
 from fedray.data.federation import Federation, FederationShape
-from fedray.rng import data_generator
+from fedray.rng import BLOCK, Stream, data_generator, generator
 
 TASKS = ("binary", "regression")
 SHIFTS = ("both", "features", "weights")
@@ -85,26 +87,36 @@ class SyntheticLinear:
             task=self.task,
         )
 
-    def load(self, seed: int, trial: int = 0) -> Federation:
-        rng = data_generator(seed, trial)
-        num_silos, dim, h = self.num_silos, self.dim, float(self.heterogeneity)
-        w0 = rng.standard_normal(dim)
-        offsets_x = rng.standard_normal((num_silos, dim)) / np.sqrt(dim)
-        offsets_w = rng.standard_normal((num_silos, dim))
-        means = h * offsets_x if self.shift in ("both", "features") else np.zeros((num_silos, dim))
-        weights = w0 + h * offsets_w if self.shift in ("both", "weights") else np.broadcast_to(w0, (num_silos, dim))
-        x_train, y_train = self._records(rng, means, weights, self.samples_per_silo)
-        x_test, y_test = self._records(rng, means, weights, self.test_samples_per_silo)
+    def load(self, seed: int, trial: int = 0, silo_ids=None) -> Federation:
+        """The federation of (seed, trial), or only the silos ``silo_ids`` in that order."""
+        ids = np.arange(self.num_silos) if silo_ids is None else np.asarray(silo_ids, dtype=np.int64)
+        w0 = data_generator(seed, trial).standard_normal(self.dim)
+        blocks = {b: self._block(seed, trial, b, w0) for b in np.unique(ids // BLOCK)}
+        parts = [np.stack([blocks[i // BLOCK][k][i % BLOCK] for i in ids]) for k in range(4)]
+        x_train, y_train, x_test, y_test = parts
         return Federation(
             x_train=x_train,
             y_train=y_train,
-            n_train=np.full(num_silos, self.samples_per_silo, dtype=np.int64),
+            n_train=np.full(len(ids), self.samples_per_silo, dtype=np.int64),
             x_test=x_test,
             y_test=y_test,
-            n_test=np.full(num_silos, self.test_samples_per_silo, dtype=np.int64),
+            n_test=np.full(len(ids), self.test_samples_per_silo, dtype=np.int64),
             task=self.task,
             num_outputs=1,
         )
+
+    def _block(self, seed: int, trial: int, block: int, w0: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(x_train, y_train, x_test, y_test) of every silo of block ``block``."""
+        rng = generator(seed, Stream.DATA, trial, block)
+        size = min(BLOCK, self.num_silos - block * BLOCK)
+        dim, h = self.dim, float(self.heterogeneity)
+        offsets_x = rng.standard_normal((size, dim)) / np.sqrt(dim)
+        offsets_w = rng.standard_normal((size, dim))
+        means = h * offsets_x if self.shift in ("both", "features") else np.zeros((size, dim))
+        weights = w0 + h * offsets_w if self.shift in ("both", "weights") else np.broadcast_to(w0, (size, dim))
+        x_train, y_train = self._records(rng, means, weights, self.samples_per_silo)
+        x_test, y_test = self._records(rng, means, weights, self.test_samples_per_silo)
+        return x_train, y_train, x_test, y_test
 
     def _records(
         self, rng: np.random.Generator, means: np.ndarray, weights: np.ndarray, count: int

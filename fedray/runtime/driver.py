@@ -191,26 +191,37 @@ def _combine_evaluation(parts: list[dict], num_silos: int) -> dict:
     return {"train_loss": train.sum(axis=1) / num_silos, "test_error": errors.sum(axis=1) / counts.sum()}
 
 
-def run(plan: Plan, tracker=None, progress=None, inline: bool = False) -> RunResult:
-    """Run ``plan`` on Ray (local or the cluster at ``runtime.address``), or in-process if ``inline``."""
+def start(plan: Plan) -> RayGroups:
+    """Connect to Ray and start (or take from the pool) the silo actors; returns without waiting
+    for new actors to load, so the caller can set up tracking meanwhile."""
     started = time.perf_counter()
+    _connect(plan.runtime)
+    num_actors = _num_actors(plan.runtime, plan.shape.num_silos)
+    layout = _layout_key(plan, num_actors)
+    groups = RayGroups(plan, num_actors, POOL.take(layout))
+    groups.layout, groups.started = layout, started
+    return groups
+
+
+def run(plan: Plan, tracker=None, progress=None, inline: bool = False, groups: RayGroups | None = None) -> RunResult:
+    """Run ``plan`` on Ray (local or the cluster at ``runtime.address``), or in-process if ``inline``.
+
+    ``groups`` from ``start(plan)`` if the caller started the actors already."""
     if inline:
+        started = time.perf_counter()
         groups = InlineGroups(plan)
         try:
             return _rounds(plan, groups, tracker, progress, started)
         finally:
             groups.close()
-    _connect(plan.runtime)
-    num_actors = _num_actors(plan.runtime, plan.shape.num_silos)
-    layout = _layout_key(plan, num_actors)
-    groups = RayGroups(plan, num_actors, POOL.take(layout))
+    groups = groups if groups is not None else start(plan)
     try:
-        result = _rounds(plan, groups, tracker, progress, started)
+        result = _rounds(plan, groups, tracker, progress, groups.started)
     except BaseException:
         groups.close()
         raise
     groups.close(keep_silos=True)
-    POOL.give(layout, _data_key(plan), groups.actors)
+    POOL.give(groups.layout, _data_key(plan), groups.actors)
     return result
 
 

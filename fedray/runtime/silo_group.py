@@ -48,7 +48,7 @@ class SiloGroup:
         """(Re)load this group's silos: a sweep's next trial reuses the actor process."""
         self.silo_ids = np.asarray(silo_ids, dtype=np.int64)
         self.seed = int(seed)
-        fed = dataset.load(seed, trial).select(self.silo_ids)
+        fed = dataset.load(seed, trial, silo_ids=self.silo_ids)  # only this group's silos are built
         self._fed = fed
         self._train = SiloArrays(
             silo_ids=self.silo_ids,

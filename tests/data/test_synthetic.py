@@ -97,3 +97,11 @@ def test_bad_fields_are_named(field, value, message):
     with pytest.raises(ConfigError) as err:
         SyntheticLinear(**{field: value}).validate()
     assert str(err.value) == message
+
+
+def test_loading_some_silos_equals_selecting_them_from_the_whole_federation():
+    spec = SyntheticLinear(num_silos=150, samples_per_silo=7, test_samples_per_silo=3, dim=4, heterogeneity=1.0)
+    ids = np.array([149, 3, 64, 127, 128])                 # three blocks, out of order
+    part, whole = spec.load(5, 2, silo_ids=ids), spec.load(5, 2).select(ids)
+    for name in ("x_train", "y_train", "x_test", "y_test", "n_train", "n_test"):
+        np.testing.assert_array_equal(getattr(part, name), getattr(whole, name))
