@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 import time
 from pathlib import Path
 
@@ -72,6 +73,10 @@ class MlflowTracker:
         self.figure = bool(figure)
         self._pending: list[Metric] = []
         self._replicas = 1
+        # Round metrics are written by one background thread: the driver's rounds wait on the
+        # silo actors, so the SQLite writes overlap with their work instead of adding to it.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-writer")
+        self._written: list[Future] = []
 
     # -- writing -------------------------------------------------------------------------------
     def _batch(self, metrics=(), params=(), tags=()) -> None:
@@ -136,12 +141,20 @@ class MlflowTracker:
             self.flush()
 
     def flush(self) -> None:
+        """Queue the pending round metrics for the writer thread (in order)."""
         if self._pending:
-            self._batch(metrics=self._pending)
+            self._written.append(self._writer.submit(self._batch, metrics=self._pending))
             self._pending = []
 
-    def finish(self, plan, result, status: str = "FINISHED") -> None:
+    def wait(self) -> None:
+        """Block until every queued write is in the store; re-raise a failed write."""
         self.flush()
+        written, self._written = self._written, []
+        for future in written:
+            future.result()
+
+    def finish(self, plan, result, status: str = "FINISHED") -> None:
+        self.wait()
         stamp = int(time.time() * 1000)
         final = {f"final_{k}": v for k, v in result.final.items()}
         final["l2_clip"] = result.l2_clip
@@ -161,10 +174,14 @@ class MlflowTracker:
                 _figure(result, tmp / "loss_and_epsilon.png")
             self.client.log_artifacts(self.run_id, str(tmp))
         self.client.set_terminated(self.run_id, status)
+        self._writer.shutdown()
 
     def fail(self) -> None:
-        self.flush()
-        self.client.set_terminated(self.run_id, "FAILED")
+        try:
+            self.wait()
+        finally:
+            self._writer.shutdown()
+            self.client.set_terminated(self.run_id, "FAILED")
 
 
 def _round_table(history: list[dict], num_replicas: int, path: Path) -> None:
