@@ -34,10 +34,13 @@ from mlflow.tracking import MlflowClient
 from fedray import analysis
 
 PRIVATE = ("isrl_dp_mb_sgd", "isrl_dp_local_sgd")
+EXTRA = ("isrl_dp_accelerated",)   # curves beyond the paper's figure; no claim is checked on them
 BASELINES = ("mb_sgd", "local_sgd")
 LABELS = {"isrl_dp_mb_sgd": "ISRL-DP MB-SGD", "isrl_dp_local_sgd": "ISRL-DP Local SGD",
+          "isrl_dp_accelerated": "ISRL-DP accelerated MB-SGD (extra)",
           "mb_sgd": "MB-SGD (non-private)", "local_sgd": "Local SGD (non-private)"}
-COLORS = {"isrl_dp_mb_sgd": "tab:blue", "isrl_dp_local_sgd": "tab:orange", "mb_sgd": "tab:green",
+COLORS = {"isrl_dp_mb_sgd": "tab:blue", "isrl_dp_local_sgd": "tab:orange", "isrl_dp_accelerated": "tab:purple",
+          "mb_sgd": "tab:green",
           "local_sgd": "tab:red"}
 
 
@@ -171,7 +174,7 @@ def select(jobs: list[dict], cache: dict) -> pd.DataFrame:
         grid = np.unique(np.concatenate([j["step_sizes"] for j in group]))
         rows.append({
             "num_silos": num_silos, "silos_per_round": m, "algorithm": algorithm,
-            "private": algorithm in PRIVATE, "epsilon": eps, "trial": trial,
+            "private": algorithm in PRIVATE + EXTRA, "epsilon": eps, "trial": trial,
             "step_size": step, "step_at_grid_edge": bool(step in (grid.min(), grid.max())),
             "l2_clip": clip, "clips_tried": len(group), "repetitions": reps,
             "excess_loss": score, "test_metric": metric if math.isfinite(score) else math.nan,
@@ -234,11 +237,12 @@ def figure(results: pd.DataFrame, path: Path, metric_name: str, title: str) -> N
         part = results[(results["num_silos"] == n) & (results["silos_per_round"] == m)]
         eps_grid = np.sort(part.loc[part["private"], "epsilon"].unique())
         trials = part["trials"].min() if len(part) else 0
-        for algorithm in PRIVATE:
+        for algorithm in PRIVATE + EXTRA:
             rows = part[part["algorithm"] == algorithm].sort_values("epsilon")
             if rows.empty:
                 continue
-            ax.plot(rows["epsilon"], rows["metric_mean"], "o-", color=COLORS[algorithm], label=LABELS[algorithm])
+            style = "o-" if algorithm in PRIVATE else "s:"
+            ax.plot(rows["epsilon"], rows["metric_mean"], style, color=COLORS[algorithm], label=LABELS[algorithm])
             ax.fill_between(rows["epsilon"], rows["metric_p5"], rows["metric_p95"], color=COLORS[algorithm], alpha=0.2)
         for algorithm in BASELINES:
             rows = part[part["algorithm"] == algorithm]

@@ -97,3 +97,14 @@ def test_incomplete_trials_are_left_out_of_the_summary():
 
     assert sorted(kept["trial"].unique()) == [0, 1]
     assert dropped == [(7, 3, 2, 1)]
+
+
+def test_an_extra_private_curve_is_summarised_and_drawn_without_claims(tmp_path):
+    from fedray.report import figure
+
+    jobs = [_job(alg, eps, 0, [0.9, 0.6, 0.7, 1.2], [0.3, 0.1, 0.5, 0.1])
+            for alg in ("isrl_dp_mb_sgd", "isrl_dp_accelerated") for eps in (1.0, 3.0)]
+    results = summarise(select(jobs, _cache(jobs)))
+    assert results.loc[results["algorithm"] == "isrl_dp_accelerated", "private"].all()
+    figure(results, tmp_path / "f.png", "test error", "t")
+    assert (tmp_path / "f.png").stat().st_size > 0

@@ -1,6 +1,6 @@
 """Benchmark: the same job run by fedray, by one numpy process and by Flower's simulation engine.
 
-    python experiments/benchmark/run.py                 # the full benchmark (about 35 minutes, 15 of
+    python experiments/benchmark/run.py                 # the full benchmark (about 22 minutes, 10 of
                                                         # them Flower at N = 10,000)
     python experiments/benchmark/run.py --quick         # small N, few rounds, numpy vs fedray only
     python experiments/benchmark/run.py --jobs synthetic-N1000 mnist --no-flower
