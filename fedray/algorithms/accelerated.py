@@ -150,9 +150,11 @@ class AcceleratedMinibatchSGD:
     def silo_step(self, query: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
         if self.DISJOINT_BATCHES:
             idx = draws.epoch_slice(silos.sizes, self.batch_size)
-        else:
-            idx = draws.without_replacement(silos.sizes, self.batch_size)
-        return noisy_minibatch_mean(self.loss, query, silos, idx, self.l2_clip, self.noise, draws)
+            return noisy_minibatch_mean(self.loss, query, silos, idx, self.l2_clip, self.noise, draws)
+        # One minibatch per repetition, shared by its replicas (the same draws as per replica).
+        idx = draws.without_replacement(silos.sizes, self.batch_size, by_repetition=True)
+        return noisy_minibatch_mean(self.loss, query, silos, idx, self.l2_clip, self.noise, draws,
+                                    batch_of=draws.replica_to_rep)
 
     def server_step(self, state: AcceleratedState, messages: np.ndarray, mask: np.ndarray) -> AcceleratedState:
         alpha, eta = self.schedule(state)

@@ -169,7 +169,7 @@ def test_replicas_equal_separate_runs(cls):
     assert together.params.shape == together.prox_center.shape == (2, 5, 1)
     for p, step in enumerate([0.5, 2.0]):
         alone = cls(LOSS, np.array([step]), 10, 1.0, GaussianNoise(np.full((1, 6), 0.1)))
-        np.testing.assert_allclose(together.params[p], simulate(alone, SYNTH, 6).params[0], rtol=1e-12, atol=1e-15)
+        np.testing.assert_array_equal(together.params[p], simulate(alone, SYNTH, 6).params[0])
 
 
 def test_zero_noise_and_no_clipping_is_the_non_private_method():
@@ -221,3 +221,18 @@ def test_theory_prox_scales():
     # Regularized: lambda = 0.5, V = 1, Delta = 2, R = 10: sqrt(0.5 * 1320 / 6) = sqrt(110).
     assert regularized_prox_scale(1.0, 0.5, 1.0, 2.0, 10) == pytest.approx(np.sqrt(110.0))
     assert regularized_prox_scale(10.0, 0.5, 1.0, 2.0, 10) == 21.0
+
+
+def test_shared_minibatches_per_repetition_give_the_per_replica_messages_exactly():
+    """The accelerated silo step draws one minibatch per repetition; the result is the per-replica path's."""
+    from fedray.algorithms.minibatch_sgd import noisy_minibatch_mean
+
+    reps = np.array([0, 1, 0, 2, 1])
+    algorithm = AcceleratedMinibatchSGD(LOSS, np.linspace(0.1, 1.0, 5), 10, 1.0,
+                                        GaussianNoise(np.random.default_rng(1).uniform(0.1, 0.5, (5, 6))))
+    silos = SYNTH
+    query = np.random.default_rng(2).normal(size=(5, SYNTH.x.shape[2], 1))
+    draws = SiloDraws(3, reps, 4, silos.silo_ids)
+    per_replica = noisy_minibatch_mean(LOSS, query, silos, draws.without_replacement(silos.sizes, 10), 1.0,
+                                       algorithm.noise, draws)
+    np.testing.assert_array_equal(algorithm.silo_step(query, silos, SiloDraws(3, reps, 4, silos.silo_ids)), per_replica)
