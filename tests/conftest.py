@@ -16,12 +16,20 @@ def data_dir():
 
 
 @pytest.fixture(scope="session")
-def ray_local():
-    """One local Ray instance shared by every integration test."""
+def _ray_session():
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def ray_local(_ray_session):
+    """One local Ray instance shared by every integration test."""
+    yield _ray_session
+    from fedray.runtime.driver import POOL
+
+    POOL.drop_all()  # silo actors kept for a next job hold CPU shares that other tests' actors need
 
 
 def compose(*overrides: str):
