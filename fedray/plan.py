@@ -26,7 +26,9 @@ from fedray.privacy.budgets import calibrate, check_budget, per_silo
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise, PerExampleClip
 
 # Algorithm config keys the planner resolves itself; every other key is a constructor field.
-RESOLVED_KEYS = ("_target_", "name", "step_size", "batch_size")
+# ``trust_model`` (optional) pins the privacy group a preset is meant for: the non-private
+# baselines say none, so a baseline run with a private preset is refused, not mislabelled.
+RESOLVED_KEYS = ("_target_", "name", "step_size", "batch_size", "trust_model")
 
 
 @dataclass(frozen=True)
@@ -317,6 +319,10 @@ def make_plan(cfg: DictConfig) -> Plan:
 
     alg = cfg.algorithm
     algorithm_class = get_class(alg._target_)
+    pinned = alg.get("trust_model")
+    if pinned is not None and pinned != cfg.privacy.trust_model:
+        raise ConfigError("privacy.trust_model", cfg.privacy.trust_model,
+                          f"{pinned!r} for algorithm={alg.name} (privacy={'none' if pinned == 'none' else pinned})")
     base_steps = _step_sizes(alg.step_size)
     private = cfg.privacy.trust_model != "none"
     grid = epsilon_grid(cfg.privacy) if private else None   # budgets mean nothing without privacy, like epsilon

@@ -24,6 +24,8 @@ from tests.conftest import REPO, compose
         ("algorithm.step_size=-1", "algorithm.step_size must be a positive number; got -1"),
         ("privacy.calibration=magic", "privacy.calibration must be one of ('paper', 'theory', 'accountant') for isrl_dp_mb_sgd; got 'magic'"),
         ("runtime.num_actors=0", "runtime.num_actors must be a positive integer; got 0"),
+        ("algorithm=mb_sgd", "privacy.trust_model must be 'none' for algorithm=mb_sgd (privacy=none); got 'isrl_dp'"),
+        ("algorithm=local_sgd", "privacy.trust_model must be 'none' for algorithm=local_sgd (privacy=none); got 'isrl_dp'"),
     ],
 )
 def test_bad_values_name_the_key_and_the_allowed_range(override, message):
