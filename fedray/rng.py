@@ -90,6 +90,26 @@ class SiloDraws:
                 out[u, rows] = values
         return out if by_repetition else self.per_replica(out)
 
+    def blockwise(self, stream: Stream, values: np.ndarray, step) -> np.ndarray:
+        """(P, S, ...) = ``step(padded, generator)[rows]`` per replica and block of silos, for draws
+        that depend on the silos' own values (a randomizer run on each silo's input).
+
+        ``padded`` (BLOCK, ...) holds the block's rows of ``values[p]`` (P, S, ...) at their row
+        positions and zeros elsewhere, so a silo's draws never depend on which other silos of its
+        block share the call, even when ``step`` makes several draws in sequence.
+        """
+        out = None
+        for p, u in enumerate(self.replica_to_rep):
+            for block, rows, _ in self._members:
+                padded = np.zeros((BLOCK,) + values.shape[2:], dtype=values.dtype)
+                padded[self._row[rows]] = values[p, rows]
+                rng = generator(self.run_seed, stream, self.unique_reps[u], self.round_index, block)
+                result = step(padded, rng)[self._row[rows]]
+                if out is None:
+                    out = np.empty(values.shape[:2] + result.shape[1:], dtype=result.dtype)
+                out[p, rows] = result
+        return out
+
     def per_replica(self, values: np.ndarray) -> np.ndarray:
         """(P, ...) from a by-repetition draw (U, ...): replica p gets row ``replica_to_rep[p]``."""
         return values[self.replica_to_rep]

@@ -52,29 +52,7 @@ from fedray.privacy.vector_sum import (
     analyze_counts,
     vector_sum_parameters,
 )
-from fedray.rng import BLOCK, SiloDraws, Stream, generator
-
-
-def _randomize_by_block(draws: SiloDraws, values: np.ndarray, step) -> np.ndarray:
-    """(P, S, ...) = ``step(block, generator)`` per (replica, block of BLOCK silo ids) of ``values``.
-
-    The NOISE generators of ``SiloDraws`` (repetition, round, block): a silo's output depends on
-    its own values and its own row of the block's draws, never on which silos share the call, as
-    long as ``step`` draws whole-block shapes. So the block is padded to all BLOCK rows (a shorter
-    block would move where the second of P_vec's two draws starts in the stream).
-    """
-    block_of, row_of = np.divmod(draws.silo_ids, BLOCK)
-    out = None
-    for p, rep in enumerate(draws.unique_reps[draws.replica_to_rep]):
-        for block in np.unique(block_of):
-            rows = np.flatnonzero(block_of == block)
-            padded = np.zeros((BLOCK,) + values.shape[2:], dtype=values.dtype)
-            padded[row_of[rows]] = values[p, rows]
-            result = step(padded, generator(draws.run_seed, Stream.NOISE, rep, draws.round_index, block))[row_of[rows]]
-            if out is None:
-                out = np.empty(values.shape[:2] + result.shape[1:], dtype=result.dtype)
-            out[p, rows] = result
-    return out
+from fedray.rng import SiloDraws, Stream
 
 
 @dataclass(frozen=True)
@@ -86,7 +64,7 @@ class _ShuffledVectorSum:
     def randomize(self, vectors: np.ndarray, draws: SiloDraws) -> np.ndarray:
         """(P, S, K, D) record gradients -> (P, S, D) int64 counts of the silo's K users."""
         randomizer = VectorSumRandomizer(self.params)
-        counts = _randomize_by_block(draws, vectors, lambda block, rng: randomizer.apply(block, rng)[0])
+        counts = draws.blockwise(Stream.NOISE, vectors, lambda block, rng: randomizer.apply(block, rng)[0])
         # M2 is M1 written compactly: a user's 1-bit count per coordinate fixes its multiset of
         # (j, 1) and (j, 0) messages, and after shuffling the only information left is the count
         # of (j, 1) over all users (vector_sum's docstring). Summing over the K users here and over
