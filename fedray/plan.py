@@ -322,7 +322,7 @@ def make_plan(cfg: DictConfig) -> Plan:
     pinned = alg.get("trust_model")
     if pinned is not None and pinned != cfg.privacy.trust_model:
         raise ConfigError("privacy.trust_model", cfg.privacy.trust_model,
-                          f"{pinned!r} for algorithm={alg.name} (privacy={'none' if pinned == 'none' else pinned})")
+                          f"{pinned!r} for algorithm={alg.name} (privacy={pinned})")
     base_steps = _step_sizes(alg.step_size)
     private = cfg.privacy.trust_model != "none"
     grid = epsilon_grid(cfg.privacy) if private else None   # budgets mean nothing without privacy, like epsilon

@@ -84,13 +84,18 @@ def _ceil_count(value: float, low: int = 1, high: float = math.inf) -> int:
     return int(min(high, max(low, math.ceil(value - 1e-9 * max(1.0, abs(value))))))
 
 
-def _check_isrl_budget(p: Problem, theorem: str) -> None:
-    """eps_0 <= 2 ln(2/delta_0), delta_0 in (0, 1): the Gaussian/advanced-composition route of Thm 2.1."""
+def _check_budget(p: Problem, theorem: str, bound, bound_text: str) -> None:
+    """delta in (0, 1) and eps in (0, bound(delta)]: each theorem's privacy precondition."""
     if not 0.0 < p.delta < 1.0:
         raise ConfigError("privacy.delta", p.delta, f"in (0, 1) for {theorem}")
-    bound = 2.0 * math.log(2.0 / p.delta)
-    if not 0.0 < p.epsilon <= bound:
-        raise ConfigError("privacy.epsilon", p.epsilon, f"in (0, 2 ln(2/delta)] = (0, {bound:.6g}] for {theorem}")
+    limit = bound(p.delta)
+    if not 0.0 < p.epsilon <= limit:
+        raise ConfigError("privacy.epsilon", p.epsilon, f"in (0, {bound_text}] = (0, {limit:.6g}] for {theorem}")
+
+
+def _check_isrl_budget(p: Problem, theorem: str) -> None:
+    """eps_0 <= 2 ln(2/delta_0), delta_0 in (0, 1): the Gaussian/advanced-composition route of Thm 2.1."""
+    _check_budget(p, theorem, lambda delta: 2.0 * math.log(2.0 / delta), "2 ln(2/delta)")
 
 
 def _check_k_condition(p: Problem, num_rounds: int, batch_size: int, theorem: str) -> float:
@@ -182,11 +187,7 @@ def one_pass_convex(p: Problem) -> TheoryValues:
     Precondition: eps <= 8 ln(1/delta) (G2).
     """
     theorem = "Thm E.1"
-    if not 0.0 < p.delta < 1.0:
-        raise ConfigError("privacy.delta", p.delta, f"in (0, 1) for {theorem}")
-    bound = 8.0 * math.log(1.0 / p.delta)
-    if not 0.0 < p.epsilon <= bound:
-        raise ConfigError("privacy.epsilon", p.epsilon, f"in (0, 8 ln(1/delta)] = (0, {bound:.6g}] for {theorem}")
+    _check_budget(p, theorem, lambda delta: 8.0 * math.log(1.0 / delta), "8 ln(1/delta)")
     n, d, m, big_n = p.records_per_silo, p.dim, p.silos_per_round, p.num_silos
     lip = p.lipschitz
     batch = _ceil_count((lip / (p.smoothness * p.radius)) ** 0.4 * n**0.6 * (d * math.log(1.0 / p.delta)) ** 0.2
@@ -216,11 +217,7 @@ def shuffled_convex(p: Problem) -> TheoryValues:
     dh0 = n N delta / (18 R M^2), and the chain's eh0 <= 1.
     """
     theorem = "Thm G.1"
-    if not 0.0 < p.delta < 1.0:
-        raise ConfigError("privacy.delta", p.delta, f"in (0, 1) for {theorem}")
-    bound = math.log(2.0 / p.delta)
-    if not 0.0 < p.epsilon <= bound:
-        raise ConfigError("privacy.epsilon", p.epsilon, f"in (0, ln(2/delta)] = (0, {bound:.6g}] for {theorem}")
+    _check_budget(p, theorem, lambda delta: math.log(2.0 / delta), "ln(2/delta)")
     n, d, m, big_n = p.records_per_silo, p.dim, p.silos_per_round, p.num_silos
     eps, lip, beta, radius = p.epsilon, p.lipschitz, p.smoothness, p.radius
     rounds = _ceil_count(max(

@@ -136,9 +136,10 @@ class ActorPool:
 
     def take(self, layout: tuple) -> tuple | None:
         """(data key, actors) kept for ``layout``, or None (anything kept is then killed)."""
-        found = (self.data, self.actors) if layout == self.layout and self.actors is not None else None
-        if found is None:
+        if self.actors is None or layout != self.layout:
             self.drop_all()
+            return None
+        found = (self.data, self.actors)
         self.layout, self.data, self.actors = None, None, None
         return found
 
