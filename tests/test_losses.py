@@ -27,6 +27,13 @@ def _records(rng, n, d, kind):
     return x, y
 
 
+def _silos(rng, num_silos, n, d, kind):
+    """Stacked (x (S, n, d), y (S, n), ||x|| (S, n)) of ``num_silos`` silos of ``_records``."""
+    parts = [_records(rng, n, d, kind) for _ in range(num_silos)]
+    x, y = np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])
+    return x, y, np.linalg.norm(x, axis=2)
+
+
 @pytest.mark.parametrize("loss,c,kind", LOSSES)
 def test_per_example_gradients_match_finite_differences(loss, c, kind):
     rng = np.random.default_rng(0)
@@ -86,9 +93,7 @@ def test_logistic_margin_clip_keeps_loss_finite():
 def test_minibatch_means_equal_the_dense_path_and_ignore_the_layout(loss, c, kind):
     rng = np.random.default_rng(3)
     num_silos, n, d, k = 7, 15, 4, 5
-    parts = [_records(rng, n, d, kind) for _ in range(num_silos)]
-    x, y = np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])
-    norms = np.linalg.norm(x, axis=2)
+    x, y, norms = _silos(rng, num_silos, n, d, kind)
     params = rng.normal(size=(3, d, c))
     idx = np.stack([[rng.choice(n, k, replace=False) for _ in range(num_silos)] for _ in range(3)])
     means = clipped_minibatch_means(loss, params, x, y, norms, idx, 0.7)
@@ -108,9 +113,7 @@ def test_minibatch_means_are_bit_identical_whatever_replicas_share_the_call(loss
     monkeypatch.setattr(losses, "_CHUNK_VALUES", chunk_values)
     rng = np.random.default_rng(4)
     num_silos, n, d, k = 5, 15, 4, 6
-    parts = [_records(rng, n, d, kind) for _ in range(num_silos)]
-    x, y = np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])
-    norms = np.linalg.norm(x, axis=2)
+    x, y, norms = _silos(rng, num_silos, n, d, kind)
     params = rng.normal(size=(7, d, c))
     batch_of = np.array([0, 2, 1, 0, 2, 2, 0])     # three minibatches shared by seven replicas
     idx = np.stack([[rng.choice(n, k, replace=False) for _ in range(num_silos)] for _ in range(3)])

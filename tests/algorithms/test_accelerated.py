@@ -11,10 +11,10 @@ from fedray.algorithms.accelerated import (
     query_point,
     regularized_prox_scale,
 )
-from fedray.data import SyntheticLinear
 from fedray.losses import Logistic, Squared, clipped_weighted_gradients, margins
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise
 from fedray.rng import SiloDraws
+from tests.algorithms.silos import synthetic_silos
 
 
 def quadratic_silos(dim=40, num_silos=2):
@@ -53,8 +53,7 @@ def simulate(algorithm, silos, rounds, seed=0, replicas=1, participants=None, pa
 
 
 LOSS = Logistic()
-FED = SyntheticLinear(num_silos=6, samples_per_silo=120, dim=5, heterogeneity=0.3, noise=0.5, feature_norm=2.0).load(3)
-SYNTH = SiloArrays(np.arange(6), FED.x_train, FED.y_train, FED.n_train, np.linalg.norm(FED.x_train, axis=2))
+FED, SYNTH = synthetic_silos(6, 120, 3)
 
 
 def test_noiseless_error_falls_like_one_over_rounds_squared():

@@ -6,14 +6,13 @@ import pytest
 from scipy.optimize import minimize
 
 from fedray.algorithms import LocalSGD, MinibatchSGD, SiloArrays
-from fedray.data import SyntheticLinear
 from fedray.losses import Logistic, margins
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise
 from fedray.rng import SiloDraws
+from tests.algorithms.silos import synthetic_silos
 
 LOSS = Logistic()
-FED = SyntheticLinear(num_silos=6, samples_per_silo=120, dim=5, heterogeneity=0.3, noise=0.5, feature_norm=2.0).load(3)
-SILOS = SiloArrays(np.arange(6), FED.x_train, FED.y_train, FED.n_train, np.linalg.norm(FED.x_train, axis=2))
+FED, SILOS = synthetic_silos(6, 120, 3)
 
 
 def objective(params):

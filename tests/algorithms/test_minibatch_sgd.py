@@ -5,13 +5,12 @@ import numpy as np
 import pytest
 
 from fedray.algorithms import MinibatchSGD, SiloArrays
-from fedray.data import SyntheticLinear
 from fedray.losses import Logistic, Softmax, clip_per_example, per_example_gradients
 from fedray.privacy.mechanisms import GaussianNoise
 from fedray.rng import SiloDraws
+from tests.algorithms.silos import synthetic_silos
 
-FED = SyntheticLinear(num_silos=4, samples_per_silo=50, dim=5, heterogeneity=0.3, noise=0.5, feature_norm=2.0).load(1)
-SILOS = SiloArrays(np.arange(4), FED.x_train, FED.y_train, FED.n_train, np.linalg.norm(FED.x_train, axis=2))
+FED, SILOS = synthetic_silos(4, 50, 1)
 WIDTH = SILOS.x.shape[1]
 
 

@@ -12,7 +12,6 @@ from fedray.algorithms import (
     ShuffledOnePassAcceleratedSGD,
     SiloArrays,
 )
-from fedray.data import SyntheticLinear
 from fedray.errors import ConfigError
 from fedray.losses import (
     Logistic,
@@ -26,11 +25,11 @@ from fedray.privacy.vector_sum import analyze_counts
 from fedray.rng import SiloDraws
 from fedray.runtime.shuffler import Shuffler
 from fedray.runtime.silo_group import RoundPayload, SiloGroup
+from tests.algorithms.silos import synthetic_silos
 from tests.conftest import compose
 
 LOSS = Logistic()
-FED = SyntheticLinear(num_silos=6, samples_per_silo=120, dim=5, heterogeneity=0.3, noise=0.5, feature_norm=2.0).load(3)
-SILOS = SiloArrays(np.arange(6), FED.x_train, FED.y_train, FED.n_train, np.linalg.norm(FED.x_train, axis=2))
+FED, SILOS = synthetic_silos(6, 120, 3)
 K = 10
 
 SYNTHETIC = [

@@ -9,7 +9,6 @@ import pytest
 from scipy.optimize import minimize
 
 from fedray.algorithms import MinibatchSGD, ShuffledSGD, SiloArrays
-from fedray.data import SyntheticLinear
 from fedray.errors import ConfigError
 from fedray.losses import Logistic, clip_per_example, margins, per_example_gradients
 from fedray.privacy.audit import audit_epsilon
@@ -17,10 +16,10 @@ from fedray.privacy.mechanisms import GaussianNoise, NoNoise
 from fedray.privacy.shuffle_calibration import calibrate_shuffled_sgd, gaussian_noise_multiplier, round_privacy
 from fedray.rng import SiloDraws
 from fedray.runtime.shuffler import Shuffler
+from tests.algorithms.silos import synthetic_silos
 
 LOSS = Logistic()
-FED = SyntheticLinear(num_silos=6, samples_per_silo=120, dim=5, heterogeneity=0.3, noise=0.5, feature_norm=2.0).load(3)
-SILOS = SiloArrays(np.arange(6), FED.x_train, FED.y_train, FED.n_train, np.linalg.norm(FED.x_train, axis=2))
+FED, SILOS = synthetic_silos(6, 120, 3)
 
 
 def objective(params):
