@@ -4,6 +4,9 @@ import hydra
 from omegaconf import DictConfig
 
 from fedray.cli import run_job
+from fedray.resolvers import register
+
+register()  # before Hydra composes the config
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

@@ -193,31 +193,9 @@ def clipped_example_gradients(
     return xb[..., :, None] * coef[..., None, :]
 
 
-def per_example_gradients(loss, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Unclipped per-example gradients (n, d, C) of one model (d, C) on records x (n, d).
-
-    Materialises the gradients; meant for tests and audits, not for hot paths.
-    """
-    z = x @ params
-    return x[:, :, None] * loss_residual(loss, z, y, np.linalg.norm(x, axis=-1))[:, None, :]
-
-
 def loss_residual(loss, z: np.ndarray, y: np.ndarray, x_norms: np.ndarray) -> np.ndarray:
     """dl/dz of ``loss``; a loss whose value depends on ||x|| too (``needs_x_norms``, e.g. a
     Moreau envelope, see ``fedray.smoothing``) also receives the per-example norms."""
     if getattr(loss, "needs_x_norms", False):
         return loss.residual(z, y, x_norms)
     return loss.residual(z, y)
-
-
-def clip_per_example(gradients: np.ndarray, l2_clip: float) -> np.ndarray:
-    """Scale each example's gradient (leading axis) to l2 norm at most ``l2_clip``."""
-    if gradients.ndim < 2:
-        raise ValueError(
-            f"per-example clipping needs a leading example axis; got shape {gradients.shape}"
-        )
-    flat = gradients.reshape(gradients.shape[0], -1)
-    norms = np.linalg.norm(flat, axis=1)
-    with np.errstate(divide="ignore"):
-        factor = np.minimum(1.0, l2_clip / norms)
-    return gradients * factor.reshape((-1,) + (1,) * (gradients.ndim - 1))

@@ -6,44 +6,17 @@ sweep's overrides and directory, and exports its id in ``FEDRAY_PARENT_RUN_ID``;
 the sweep (in this process with Hydra's basic launcher, or a child process of it) reads the
 variable in ``fedray.cli`` and files its run under the parent, so the MLflow UI shows the sweep
 as one expandable row. On multirun end the parent is closed and the variable removed.
-
-The module also registers the OmegaConf resolver ``fedray_grid`` used by experiment configs
-for step-size grids: ``${fedray_grid:lo,hi,num}`` is ``exp(linspace(lo, hi, num))`` and
-``${fedray_grid:lo,hi,num,scale}`` multiplies it by ``scale`` (the MB-SGD grids are multiplied
-by M because fedray averages the silo messages where the authors' code sums them, seed-004 §5),
-and ``${fedray_authors_k:records,N,eps_max,R}`` the insurance code's batch size (``authors_batch_size``).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from typing import Any
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 PARENT_ENV = "FEDRAY_PARENT_RUN_ID"
-
-
-def step_grid(lo: float, hi: float, num: int, scale: float = 1.0) -> list[float]:
-    """exp(linspace(lo, hi, num)) * scale, rounded to 6 significant digits for readable params."""
-    values = np.exp(np.linspace(float(lo), float(hi), int(num))) * float(scale)
-    return [float(f"{v:.6g}") for v in values]
-
-
-def authors_batch_size(num_records: int, num_silos: int, epsilon_max: float, num_rounds: int) -> int:
-    """The insurance code's K = int(n sqrt(eps_max / (4R))) with n = ceil(records / N) before the
-    train/test split (seed-004 §5 E2, §7 T1: 65, 39, 19, 13 for N = 3, 5, 10, 15)."""
-    n = math.ceil(int(num_records) / int(num_silos))
-    return max(1, int(n * math.sqrt(float(epsilon_max) / (4.0 * int(num_rounds)))))
-
-
-if not OmegaConf.has_resolver("fedray_grid"):
-    OmegaConf.register_new_resolver("fedray_grid", step_grid)
-if not OmegaConf.has_resolver("fedray_authors_k"):
-    OmegaConf.register_new_resolver("fedray_authors_k", authors_batch_size)
 
 
 def parent_run_id() -> str | None:

@@ -101,17 +101,16 @@ class MlflowTracker:
     def log_plan(self, plan) -> None:
         self._replicas = plan.num_replicas
         params = flatten(plan.config)
-        resolved = {
-            "resolved.batch_size": plan.batch_size,
+        resolved = {f"resolved.{key}": value for key, value in plan.protocol.resolved.items()}
+        resolved.update({
             "resolved.num_silos": plan.shape.num_silos,
             "resolved.n_train_min": plan.shape.min_train_size,
             "resolved.dim": plan.shape.dim,
             "resolved.num_replicas": plan.num_replicas,
             "resolved.delta_min": float(np.min(plan.privacy.delta)),
-            "resolved.noise_multiplier": float(np.mean(plan.privacy.noise_multiplier)),
             "resolved.step_sizes": json.dumps([float(v) for v in plan.step_sizes]),      # replica p's step
             "resolved.repetitions": json.dumps([int(v) for v in plan.repetitions]),      # replica p's repetition
-        }
+        })
         if plan.epsilon_levels is not None:                                              # replica p's budget
             resolved["resolved.replica_epsilons"] = json.dumps([float(v) for v in plan.epsilon_levels])
         if plan.privacy.planned_epsilon is not None:
@@ -126,6 +125,7 @@ class MlflowTracker:
             "dataset": plan.dataset_name,
             "calibration": plan.privacy.calibration,
             "accountant": plan.privacy.accountant,
+            "privacy_statement": plan.privacy.statement(),
         }
         self._batch(
             params=[Param(k, v[:MAX_PARAM_LENGTH]) for k, v in params.items()],
@@ -157,13 +157,14 @@ class MlflowTracker:
         self.wait()
         stamp = int(time.time() * 1000)
         final = {f"final_{k}": v for k, v in result.final.items()}
-        final["l2_clip"] = result.l2_clip
-        final["final_noise_std"] = result.noise_std
+        final.update(result.constants)
         final["wall_time_s"] = result.wall_time
         if result.epsilon_spent is not None:
             final["epsilon_spent_max"] = result.epsilon_spent.max(axis=1)
             final["epsilon_spent_mean"] = result.epsilon_spent.mean(axis=1)
-        self._batch(metrics=list(self._metric_items(final, plan.num_rounds, stamp)))
+        # Which metrics read the units' data (diagnostics a deployment's server would not see).
+        self._batch(metrics=list(self._metric_items(final, plan.num_rounds, stamp)),
+                    tags=[RunTag("diagnostic_metrics", ",".join(sorted(result.diagnostics)))])
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             (tmp / "config.json").write_text(json.dumps(plan.config, indent=2, default=str))

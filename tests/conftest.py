@@ -37,5 +37,9 @@ def compose(*overrides: str):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    from fedray.resolvers import register
+
+    register()
+
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return hydra_compose("config", overrides=list(overrides))

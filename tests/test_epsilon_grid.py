@@ -7,7 +7,7 @@ import pytest
 
 from fedray.errors import ConfigError
 from fedray.plan import make_plan
-from fedray.report import _split_by_budget
+from experiments.report import split_by_budget
 from fedray.runtime.driver import run
 from tests.conftest import compose
 
@@ -24,6 +24,10 @@ def test_grid_replicas_are_budget_blocks_of_repetitions_of_steps():
     np.testing.assert_array_equal(plan.privacy.target_epsilon[:, 0], plan.epsilon_levels)
 
 
+def _participants(plan, r):
+    return plan.sampler.sample(plan.seed, plan.repetitions, r, plan.shape.num_silos)
+
+
 @pytest.mark.parametrize("calibration", ["paper", "accountant"])
 def test_each_budget_block_gets_the_noise_and_spend_of_a_plan_with_that_epsilon(calibration):
     grid = make_plan(compose(*SMALL, f"privacy.calibration={calibration}", "privacy.epsilon_grid=[0.5,4]"))
@@ -32,7 +36,8 @@ def test_each_budget_block_gets_the_noise_and_spend_of_a_plan_with_that_epsilon(
         rows = grid.epsilon_levels == level
         np.testing.assert_array_equal(grid.privacy.noise_multiplier[rows], alone.privacy.noise_multiplier)
         np.testing.assert_array_equal(grid.privacy.planned_epsilon[rows], alone.privacy.planned_epsilon)
-        np.testing.assert_array_equal(grid.schedule[:, rows], alone.schedule)
+        for r in range(grid.num_rounds):
+            np.testing.assert_array_equal(_participants(grid, r)[rows], _participants(alone, r))
 
 
 def test_a_budget_block_of_a_run_equals_a_run_with_that_epsilon():
@@ -46,7 +51,7 @@ def test_a_budget_block_of_a_run_equals_a_run_with_that_epsilon():
 def test_the_batch_size_formula_uses_the_largest_budget_of_the_grid():
     grid = make_plan(compose(*SMALL, "algorithm.batch_size=null", "privacy.epsilon_grid=[0.5,4]"))
     top = make_plan(compose(*SMALL, "algorithm.batch_size=null", "privacy.epsilon=4"))
-    assert grid.batch_size == top.batch_size
+    assert grid.protocol.batch_size == top.protocol.batch_size
 
 
 def test_the_budget_guard_names_the_replica_budget_that_overspends():
@@ -74,7 +79,7 @@ def test_the_report_reads_one_job_per_budget_of_a_grid_run():
            "step_sizes": np.array([0.1, 1.0, 0.1, 1.0]), "repetitions": np.array([0, 0, 0, 0]),
            "train_loss": np.array([1.0, 2.0, 3.0, 4.0]), "test_error": np.array([0.1, 0.2, 0.3, 0.4]),
            "epsilon_spent": np.array([0.4, 0.5, 3.0, 3.5])}
-    parts = _split_by_budget(job, {"resolved.replica_epsilons": "[0.5, 0.5, 4.0, 4.0]"})
+    parts = split_by_budget(job, {"resolved.replica_epsilons": "[0.5, 0.5, 4.0, 4.0]"})
     assert [p["epsilon"] for p in parts] == [0.5, 4.0]
     np.testing.assert_array_equal(parts[1]["train_loss"], [3.0, 4.0])
     assert [p["epsilon_accountant"] for p in parts] == [0.5, 3.5]

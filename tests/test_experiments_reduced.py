@@ -1,5 +1,5 @@
 """E1-E3 end to end at toy size: a Hydra multirun through `python -m fedray -m` writes one MLflow
-parent run with a child per job, and `python -m fedray.report` turns the store into the figure,
+parent run with a child per job, and `python -m experiments.report` turns the store into the figure,
 the CSVs and the claims table. The three sweeps run concurrently to keep the file short."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_reduced_sweeps_and_reports(tmp_path, data_dir):
         assert all(c.data.params["resolved.step_sizes"] == steps for c in children)
 
         out = tmp_path / f"{name}-report"
-        proc = subprocess.run([sys.executable, "-m", "fedray.report", name, "--uri", uri, "--out", str(out),
+        proc = subprocess.run([sys.executable, "-m", "experiments.report", name, "--uri", uri, "--out", str(out),
                                "--cache", str(store / "cache.json")],
                               cwd=REPO, env=_env(data_dir), capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]

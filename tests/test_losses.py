@@ -2,15 +2,8 @@ import numpy as np
 import pytest
 
 from fedray import losses
-from fedray.losses import (
-    Logistic,
-    Softmax,
-    Squared,
-    clip_per_example,
-    clipped_minibatch_means,
-    clipped_weighted_gradients,
-    per_example_gradients,
-)
+from fedray.losses import Logistic, Softmax, Squared, clipped_minibatch_means, clipped_weighted_gradients
+from tests.loss_reference import clip_per_example, per_example_gradients
 
 LOSSES = [(Logistic(), 1, "binary"), (Squared(), 1, "regression"), (Softmax(num_outputs=3), 3, "multiclass")]
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedray.report import claims_obesity, claims_table, complete_trials, evaluation_metric, select, summarise
+from experiments.report import claims_obesity, claims_table, complete_trials, evaluation_metric, select, summarise
 
 CACHE_KEY_FIELDS = {"spec": {"_target_": "x"}, "loss": {"_target_": "y"}}
 
@@ -100,7 +100,7 @@ def test_incomplete_trials_are_left_out_of_the_summary():
 
 
 def test_an_extra_private_curve_is_summarised_and_drawn_without_claims(tmp_path):
-    from fedray.report import figure
+    from experiments.report import figure
 
     jobs = [_job(alg, eps, 0, [0.9, 0.6, 0.7, 1.2], [0.3, 0.1, 0.5, 0.1])
             for alg in ("isrl_dp_mb_sgd", "isrl_dp_accelerated") for eps in (1.0, 3.0)]

@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from fedray.algorithms import MinibatchSGD, SiloArrays
+from fedray.protocols.isrl_dp import MinibatchSGD
+from fedray.data import SiloArrays
 from fedray.data import SyntheticLinear
-from fedray.losses import clipped_weighted_gradients, margins, per_example_gradients
+from fedray.losses import clipped_weighted_gradients, margins
+from tests.loss_reference import per_example_gradients
 from fedray.privacy.mechanisms import NoNoise
 from fedray.rng import SiloDraws
 from fedray.smoothing import Absolute, Hinge, MoreauEnvelope
@@ -144,7 +146,8 @@ def test_smoothed_hinge_training_lowers_the_hinge_loss():
 
 
 def test_local_sgd_runs_on_a_smoothed_loss():
-    from fedray.algorithms import LocalSGD, SiloArrays
+    from fedray.protocols.isrl_dp import LocalSGD
+    from fedray.data import SiloArrays
     from fedray.privacy import NoNoise
     from fedray.rng import SiloDraws
     from fedray.smoothing import Hinge, MoreauEnvelope

@@ -26,6 +26,10 @@ def compose(overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    from fedray.resolvers import register
+
+    register()
+
     import fedray
 
     conf = Path(fedray.__file__).resolve().parents[1] / "conf"
@@ -69,8 +73,8 @@ def main(spec_path: str, out_path: str) -> None:
         "train_loss": [float(np.mean(h["train_loss"])) for h in result.history],
         "final_train_loss": float(result.final["train_loss"][0]),
         "final_test_error": float(result.final["test_error"][0]),
-        "noise_std": float(result.noise_std),
-        "l2_clip": float(result.l2_clip),
+        "noise_std": float(result.constants["final_noise_std"]),
+        "l2_clip": float(result.constants["l2_clip"]),
         "epsilon_spent_max": None if result.epsilon_spent is None else float(result.epsilon_spent.max()),
         "driver_time_to_first_round": float(result.time_to_first_round),
         "driver_wall_time": float(result.wall_time),

@@ -81,7 +81,7 @@ def synthetic_job(num_silos: int, samples: int = 500, test_samples: int = 100, d
     data = {"num_silos": num_silos, "samples_per_silo": samples, "test_samples_per_silo": test_samples,
             "dim": dim}
     # eps at which the paper's formula gives exactly noise_std (delta = 1/n^2, L = 2 l2_clip):
-    # noise_std = 2 l2_clip sqrt(8 R ln(n^2)) / (n eps)  (fedray.privacy.calibration, seed-004 §5)
+    # noise_std = 2 l2_clip sqrt(8 R ln(n^2)) / (n eps)  (fedray.protocols.isrl_dp.calibration, seed-004 §5)
     epsilon = 2.0 * l2_clip * math.sqrt(8.0 * rounds * math.log(samples ** 2)) / (samples * noise_std)
     common = [
         "data=synthetic",
@@ -122,12 +122,12 @@ def mnist_job() -> dict:
     epsilon = float(np.max(plan.privacy.target_epsilon))
     return {
         "name": "mnist",
-        "label": f"E1 MNIST (N={plan.shape.num_silos}, M={plan.participation.silos_per_round}, "
-                 f"K={plan.batch_size}, R={plan.num_rounds}, eps={epsilon:g})",
+        "label": f"E1 MNIST (N={plan.shape.num_silos}, M={plan.sampler.silos_per_round}, "
+                 f"K={plan.protocol.batch_size}, R={plan.num_rounds}, eps={epsilon:g})",
         "kind": "mnist", "data": spec, "seed": plan.seed, "trial": plan.trial,
         "num_silos": plan.shape.num_silos, "dim": plan.shape.dim,
-        "silos_per_round": plan.participation.silos_per_round, "batch_size": plan.batch_size,
-        "num_rounds": plan.num_rounds, "step_size": float(plan.step_sizes[0]), "l2_clip": plan.l2_clip,
+        "silos_per_round": plan.sampler.silos_per_round, "batch_size": plan.protocol.batch_size,
+        "num_rounds": plan.num_rounds, "step_size": float(plan.step_sizes[0]), "l2_clip": plan.protocol.l2_clip,
         "noise_std": None, "noise_multiplier": float(np.asarray(plan.privacy.noise_multiplier).flat[0]),
         "margin_clip": float(plan.config["data"]["loss"]["margin_clip"]),
         "fedray_variants": {f"fedray, paper (eps={epsilon:g})": overrides},
@@ -162,7 +162,7 @@ def check_job(job: dict) -> None:
         plan = make_plan(_compose(overrides))
         want = job.get("check_noise_std")
         if want is not None and plan.privacy.private:
-            got = float(np.mean(plan.privacy.noise_multiplier)) * 2.0 * plan.l2_clip / plan.privacy.sample_size
+            got = float(np.mean(plan.privacy.noise_multiplier)) * 2.0 * plan.protocol.l2_clip / plan.protocol.privacy_sample_size
             if abs(got - want) > 1e-9 * want:
                 raise SystemExit(f"{job['name']} / {label}: the plan's noise std is {got}, not {want}")
 

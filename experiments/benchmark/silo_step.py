@@ -70,7 +70,8 @@ import time
 
 import numpy as np
 
-from fedray.algorithms import LocalSGD, MinibatchSGD, SiloArrays
+from fedray.protocols.isrl_dp import LocalSGD, MinibatchSGD
+from fedray.data import SiloArrays
 from fedray.losses import Logistic, clip_factors, clipped_weighted_gradients, loss_residual
 from fedray.privacy.mechanisms import GaussianNoise
 from fedray.rng import BLOCK, SiloDraws, Stream, generator

@@ -19,4 +19,4 @@ if [ -z "${NO_EXTRA:-}" ]; then
         algorithm=isrl_dp_accelerated
     echo "E1 extra sweep: $((SECONDS - extra)) s"
 fi
-python -m fedray.report e1_mnist
+python -m experiments.report e1_mnist

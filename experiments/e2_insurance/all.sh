@@ -10,4 +10,4 @@ for setting in "10 5" "3 3" "5 5" "15 15"; do
     N=$1 M=$2 NO_REPORT=1 ./run.sh
 done
 echo "E2 all settings: $((SECONDS - start)) s"
-cd ../.. && python -m fedray.report e2_insurance
+cd ../.. && python -m experiments.report e2_insurance

@@ -13,4 +13,4 @@ python -m fedray -m experiment=e2_insurance "trial=range(0,$TRIALS)" data.spec.n
 python -m fedray -m experiment=e2_insurance "trial=range(0,$TRIALS)" data.spec.num_silos=$N \
     participation.silos_per_round=$M algorithm=mb_sgd,local_sgd privacy=none privacy.l2_clip=$CLIPS
 echo "E2 sweeps N=$N M=$M: $((SECONDS - start)) s"
-if [ -z "${NO_REPORT:-}" ]; then python -m fedray.report e2_insurance; fi
+if [ -z "${NO_REPORT:-}" ]; then python -m experiments.report e2_insurance; fi

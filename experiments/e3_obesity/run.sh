@@ -7,4 +7,4 @@ start=$SECONDS
 python -m fedray -m experiment=e3_obesity "trial=range(0,3)" algorithm=isrl_dp_mb_sgd,isrl_dp_local_sgd
 python -m fedray -m experiment=e3_obesity "trial=range(0,3)" algorithm=mb_sgd,local_sgd privacy=none
 echo "E3 sweeps: $((SECONDS - start)) s"
-python -m fedray.report e3_obesity
+python -m experiments.report e3_obesity

@@ -14,7 +14,7 @@ Data folders resolve as explained in ``fedray.data.download`` (``FEDRAY_DATA_DIR
 """
 
 from fedray.data.download import ChecksumError, DownloadError, fetch, resolve_directory
-from fedray.data.federation import Federation, FederationShape, stack_silos
+from fedray.data.federation import Federation, FederationShape, SiloArrays, stack_silos
 from fedray.data.insurance import InsuranceSorted
 from fedray.data.mnist import IdxFormatError, MnistPairs, read_idx, write_idx
 from fedray.data.obesity import ObesityByClass
@@ -29,6 +29,7 @@ __all__ = [
     "InsuranceSorted",
     "MnistPairs",
     "ObesityByClass",
+    "SiloArrays",
     "SyntheticLinear",
     "fetch",
     "read_idx",

@@ -24,6 +24,30 @@ TASKS = ("binary", "regression", "multiclass")
 
 
 @dataclass(frozen=True)
+class SiloArrays:
+    """The training records of the S silos a client step works on (padded; see Federation)."""
+
+    silo_ids: np.ndarray  # (S,) global silo ids, used to pick per-silo noise levels
+    x: np.ndarray         # (S, n_max, d)
+    y: np.ndarray         # (S, n_max)
+    sizes: np.ndarray     # (S,)
+    x_norms: np.ndarray   # (S, n_max), cached ||x|| for per-example clipping
+
+    @classmethod
+    def of(cls, fed: "Federation", silo_ids: np.ndarray) -> "SiloArrays":
+        """The training view of ``fed``, whose silos have the global ids ``silo_ids``."""
+        return cls(np.asarray(silo_ids, dtype=np.int64), fed.x_train, fed.y_train, fed.n_train,
+                   np.linalg.norm(fed.x_train, axis=2))
+
+    def select(self, positions: np.ndarray) -> "SiloArrays":
+        """The silos at ``positions`` (a copy of their records; all of them: no copy)."""
+        if positions.size == self.silo_ids.size:
+            return self
+        return SiloArrays(self.silo_ids[positions], self.x[positions], self.y[positions], self.sizes[positions],
+                          self.x_norms[positions])
+
+
+@dataclass(frozen=True)
 class FederationShape:
     """What the planner may know about a federation before any record is loaded."""
 

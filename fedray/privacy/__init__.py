@@ -1,4 +1,4 @@
-"""Privacy: calibration formulas, mechanisms as values, dp-accounting ledgers."""
+"""Privacy: mechanisms as values, dp-accounting ledgers, amplification by shuffling, audits."""
 
 from fedray.privacy.amplification import (
     closed_form_shuffled_epsilon,
@@ -7,7 +7,6 @@ from fedray.privacy.amplification import (
 )
 from fedray.privacy.audit import AuditResult, audit_epsilon, gaussian_mechanism_sampler
 from fedray.privacy.accounting import (
-    SiloLedger,
     calibrate_noise_multiplier,
     epsilon_of,
     make_accountant,
@@ -15,22 +14,13 @@ from fedray.privacy.accounting import (
     participation_event,
     release_event,
 )
-from fedray.privacy.calibration import (
-    default_delta,
-    paper_batch_size,
-    paper_local_sgd_noise_multiplier,
-    paper_minibatch_noise_multiplier,
-    theory_minibatch_noise_multiplier,
-)
-from fedray.privacy.shuffle_calibration import ShuffleCalibration, calibrate_shuffled_sgd
+from fedray.privacy.ledger import Ledger, RoundsAccountant, SampledGaussianAccountant, check_budget, silo_ledger
 from fedray.privacy.vector_sum import VectorSumParameters, VectorSumRandomizer, vector_sum_parameters
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise, PerExampleClip
 
 __all__ = [
-    "ShuffleCalibration",
     "VectorSumParameters",
     "VectorSumRandomizer",
-    "calibrate_shuffled_sgd",
     "vector_sum_parameters",
     "AuditResult",
     "audit_epsilon",
@@ -40,17 +30,16 @@ __all__ = [
     "shuffled_epsilon_delta",
     "GaussianNoise",
     "NoNoise",
-    "SiloLedger",
-    "default_delta",
+    "Ledger",
+    "RoundsAccountant",
+    "SampledGaussianAccountant",
+    "check_budget",
+    "silo_ledger",
     "epsilon_of",
     "make_accountant",
-    "paper_batch_size",
-    "paper_local_sgd_noise_multiplier",
-    "paper_minibatch_noise_multiplier",
     "PerExampleClip",
     "calibrate_noise_multiplier",
     "participation_epsilon",
     "participation_event",
     "release_event",
-    "theory_minibatch_noise_multiplier",
 ]

@@ -118,10 +118,6 @@ class VectorSumParameters:
         """p b n = 90 g^2 ln(2/delta_hat) / eps_hat^2, computed without b (seed-000 §2.1)."""
         return 90.0 * self.scale**2 * math.log(2.0 / self.delta_hat) / self.eps_hat**2
 
-    def noise_mean_for(self, num_users) -> np.ndarray:
-        """p b n_u for ``num_users`` users (n_u may differ from n after drop-outs, seed-000 A8)."""
-        return self.noise_mean * np.asarray(num_users, dtype=np.float64) / self.num_users
-
     def exact_mse(self, x: np.ndarray) -> float:
         """E||o - sum_i x_i||^2 for inputs ``x`` (n, d), seed-000 §2.2:
 

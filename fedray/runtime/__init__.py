@@ -1,7 +1,6 @@
-"""Ray runtime: silo-group actors, participation sampling, the driver loop."""
+"""Ray runtime: silo-group actors, the shuffler, the driver loop, checkpoints. Names no paper."""
 
 from fedray.runtime.driver import RunResult, run
-from fedray.runtime.participation import PoissonParticipation, UniformParticipation
 from fedray.runtime.silo_group import SiloGroup, SiloGroupActor
 
-__all__ = ["PoissonParticipation", "RunResult", "SiloGroup", "SiloGroupActor", "UniformParticipation", "run"]
+__all__ = ["RunResult", "SiloGroup", "SiloGroupActor", "run"]

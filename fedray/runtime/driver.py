@@ -1,41 +1,52 @@
 """The driver loop: start silo-group actors, run rounds, account privacy, report metrics.
 
-Per round: sample participants (P, N) in the driver, put (round, broadcast, model to evaluate,
-participation) in the object store ONCE, call every silo-group actor once, gather privatized
-messages, apply the server step, charge the participants' ledgers, hand metrics to the tracker.
-Silos are assigned to actors in contiguous blocks, so messages arrive in silo-id order whatever
-the actor count and the server's sums are bit-identical for 1 actor or 8.
+Per round: ``protocol.configure`` says who takes part and what to broadcast; the driver puts
+(spec, model to evaluate) in the object store ONCE, calls every silo-group actor once, gathers
+the client messages (through the shuffler when the protocol's routing says so), runs
+``protocol.aggregate``, charges the ledger with the round's charge and hands metrics to the
+tracker, until ``protocol.done`` holds for every replica. Units are assigned to actors in
+contiguous blocks, so messages arrive in unit order whatever the actor count and the server's
+sums are bit-identical for 1 actor or 8. The runtime knows no paper: everything protocol-specific
+is behind ``fedray.core.protocol.RoundProtocol``.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from dataclasses import dataclass, field, replace
+from functools import reduce
+from operator import add
+from pathlib import Path
 
 import numpy as np
 import ray
 
-from fedray.algorithms.base import tail_average
+from fedray.core.evaluation import split
+from fedray.core.protocol import Messages, RoundKeys, Routing
 from fedray.plan import Plan
 from fedray.runtime import checkpoint
 from fedray.runtime.shuffler import Shuffler, ShufflerActor
 from fedray.runtime.silo_group import RoundPayload, SiloGroup, SiloGroupActor
 
+SHUFFLER_OUTPUT = {Routing.SHUFFLE: "permutation", Routing.SHUFFLE_SUM: "sum"}
+
 
 @dataclass
 class RunResult:
-    """What a run produced: final models, per-round history, privacy spend, timings."""
+    """What a run produced: released models, per-round history, privacy spend, timings."""
 
-    last_iterate: np.ndarray                  # (P, d, C)
-    tail_average: np.ndarray                  # (P, d, C)
-    history: list[dict] = field(default_factory=list)   # one dict of (P,) arrays per evaluated round
-    final: dict = field(default_factory=dict)           # metrics of last iterate and tail average
-    epsilon_spent: np.ndarray | None = None   # (P, N)
-    l2_clip: float = float("nan")
-    noise_std: float = 0.0
+    outputs: dict                                       # name -> (P, ...) released models, "last" first
+    history: list[dict] = field(default_factory=list)   # one dict of (P,) arrays per round
+    final: dict = field(default_factory=dict)           # evaluation of every output
+    diagnostics: set = field(default_factory=set)       # metric names computed from the units' data
+    constants: dict = field(default_factory=dict)       # the protocol's fixed values (clip, noise std)
+    epsilon_spent: np.ndarray | None = None             # (P, N)
     wall_time: float = 0.0
     time_to_first_round: float = 0.0
+
+    @property
+    def last_iterate(self) -> np.ndarray:
+        return self.outputs["last"]
 
 
 def _connect(runtime: dict) -> None:
@@ -54,11 +65,11 @@ def _num_actors(runtime: dict, num_silos: int) -> int:
     return max(1, min(int(requested), num_silos))
 
 
-def _gather(replies: list) -> tuple[np.ndarray, np.ndarray, list]:
-    """Messages and masks in silo-id order (blocks are contiguous), and the evaluation parts."""
+def _gather(replies: list) -> tuple[Messages, list]:
+    """Messages and masks in unit order (blocks are contiguous), and the evaluation parts."""
     messages = np.concatenate([reply.messages for reply in replies], axis=1)
     mask = np.concatenate([reply.mask for reply in replies], axis=1)
-    return messages, mask, [reply.evaluation for reply in replies]
+    return Messages(messages, mask), [reply.evaluation for reply in replies]
 
 
 def _layout_key(plan: Plan, num_actors: int) -> tuple:
@@ -71,9 +82,10 @@ def _data_key(plan: Plan) -> tuple:
     return (repr(plan.dataset), plan.seed, plan.trial)
 
 
-def _shuffler_args(plan: Plan) -> tuple:
-    """The shuffler's seed, replicas and output form (an algorithm may ask for the sum only)."""
-    return plan.seed, plan.repetitions, getattr(plan.algorithm_class, "SHUFFLE_OUTPUT", "permutation")
+def _shuffler_args(plan: Plan) -> tuple | None:
+    """The shuffler's seed, replicas and output form, or None when messages go straight to the server."""
+    routing = plan.protocol.routing
+    return None if routing is Routing.DIRECT else (plan.seed, plan.repetitions, SHUFFLER_OUTPUT[routing])
 
 
 class RayGroups:
@@ -88,7 +100,7 @@ class RayGroups:
             share = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / num_actors)
             self.actors = [
                 SiloGroupActor.options(num_cpus=share, scheduling_strategy="SPREAD").remote(
-                    plan.dataset, plan.seed, plan.trial, block, plan.loss, plan.repetitions
+                    plan.dataset, plan.seed, plan.trial, block, plan.repetitions
                 )
                 for block in blocks
             ]
@@ -96,17 +108,23 @@ class RayGroups:
             data_key, self.actors = pooled
             if data_key != _data_key(plan):  # same processes, new records: skips start-up and imports
                 ray.get([a.load.remote(plan.dataset, plan.seed, plan.trial, b) for a, b in zip(self.actors, blocks)])
-            ray.get([actor.configure.remote(plan.loss, plan.repetitions) for actor in self.actors])
-        self.shuffler = ShufflerActor.remote(*_shuffler_args(plan)) if plan.shuffled else None
+            ray.get([actor.configure.remote(plan.repetitions) for actor in self.actors])
+        shuffler = _shuffler_args(plan)
+        self.shuffler = None if shuffler is None else ShufflerActor.remote(*shuffler)
 
-    def put(self, value):
-        return ray.put(value)
-
-    def map(self, method: str, *args) -> list:
+    def call(self, method: str, *args) -> list:
+        """One call of ``method`` per actor, gathered with one ray.get."""
         return ray.get([getattr(actor, method).remote(*args) for actor in self.actors])
 
-    def exchange(self, payload: RoundPayload) -> tuple[np.ndarray, np.ndarray, list]:
-        """One round's messages as the server may see them, and the silos' evaluation parts."""
+    def map(self, fn, *args) -> list:
+        """The oracle (``fedray.core.oracle``): ``fn(federation, *args)`` in every actor."""
+        return self.call("apply", fn, *args)
+
+    def sum(self, fn, *args):
+        return reduce(add, self.map(fn, *args))
+
+    def exchange(self, payload: RoundPayload) -> tuple[Messages, list]:
+        """One round's messages as the server may see them, and the units' evaluation parts."""
         ref = ray.put(payload)
         if self.shuffler is None:
             return _gather(ray.get([actor.round.remote(ref) for actor in self.actors]))
@@ -114,8 +132,8 @@ class RayGroups:
         # the driver never holds un-shuffled messages. Evaluation travels in its own call.
         evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors if payload.evaluate is not None]
         bare = ray.put(replace(payload, evaluate=None))
-        shuffled = ray.get(self.shuffler.shuffle.remote(payload.round, *[a.round.remote(bare) for a in self.actors]))
-        return shuffled.messages, shuffled.mask, ray.get(evaluations)
+        shuffled = ray.get(self.shuffler.shuffle.remote(payload.spec.round, *[a.round.remote(bare) for a in self.actors]))
+        return Messages(shuffled.messages, shuffled.mask), ray.get(evaluations)
 
     def close(self, keep_silos: bool = False) -> None:
         for actor in ([] if keep_silos else self.actors) + ([self.shuffler] if self.shuffler is not None else []):
@@ -163,33 +181,29 @@ class InlineGroups:
 
     def __init__(self, plan: Plan, num_groups: int = 1):
         blocks = np.array_split(np.arange(plan.shape.num_silos), num_groups)
-        self.groups = [SiloGroup(plan.dataset, plan.seed, plan.trial, b, plan.loss, plan.repetitions) for b in blocks]
+        self.groups = [SiloGroup(plan.dataset, plan.seed, plan.trial, b, plan.repetitions) for b in blocks]
+        shuffler = _shuffler_args(plan)
+        self.shuffler = None if shuffler is None else Shuffler(*shuffler)
 
-        self.shuffler = Shuffler(*_shuffler_args(plan)) if plan.shuffled else None
-
-    def put(self, value):
-        return value
-
-    def map(self, method: str, *args) -> list:
+    def call(self, method: str, *args) -> list:
         return [getattr(group, method)(*args) for group in self.groups]
 
-    def exchange(self, payload: RoundPayload) -> tuple[np.ndarray, np.ndarray, list]:
+    def map(self, fn, *args) -> list:
+        return self.call("apply", fn, *args)
+
+    def sum(self, fn, *args):
+        return reduce(add, self.map(fn, *args))
+
+    def exchange(self, payload: RoundPayload) -> tuple[Messages, list]:
         if self.shuffler is None:
             return _gather([group.round(payload) for group in self.groups])
         evaluations = [group.evaluate(payload.evaluate) for group in self.groups if payload.evaluate is not None]
         bare = replace(payload, evaluate=None)
-        shuffled = self.shuffler.shuffle(payload.round, *[group.round(bare) for group in self.groups])
-        return shuffled.messages, shuffled.mask, evaluations
+        shuffled = self.shuffler.shuffle(payload.spec.round, *[group.round(bare) for group in self.groups])
+        return Messages(shuffled.messages, shuffled.mask), evaluations
 
     def close(self) -> None:
         self.groups = []
-
-
-def _combine_evaluation(parts: list[dict], num_silos: int) -> dict:
-    train = np.concatenate([p["train_loss_mean"] for p in parts], axis=1)      # (P, N)
-    errors = np.concatenate([p["test_error_sum"] for p in parts], axis=1)
-    counts = np.concatenate([p["test_count"] for p in parts])
-    return {"train_loss": train.sum(axis=1) / num_silos, "test_error": errors.sum(axis=1) / counts.sum()}
 
 
 def start(plan: Plan) -> RayGroups:
@@ -227,20 +241,12 @@ def run(plan: Plan, tracker=None, progress=None, inline: bool = False, groups: R
 
 
 def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
-    l2_clip = plan.l2_clip
-    if l2_clip is None:
-        l2_clip = max(groups.map("max_feature_norm"))
-    algorithm = plan.build_algorithm(l2_clip)
-    groups.map("set_algorithm", algorithm)
-
-    num_silos = plan.shape.num_silos
-    params0 = np.zeros((plan.num_replicas, plan.shape.dim, plan.loss.num_outputs))
-    state = algorithm.init(params0)
-    ledger = plan.privacy.ledger()
-    result = RunResult(state.params, state.params, l2_clip=float(l2_clip))
-    if plan.privacy.private:
-        noise_std = np.asarray(algorithm.noise.noise_std).mean(axis=1)
-        result.noise_std = float(noise_std.mean())
+    protocol = plan.protocol.build(groups)    # the groups are the oracle for data-dependent constants
+    groups.call("set_protocol", protocol)
+    state = protocol.init()
+    private = plan.privacy.private
+    ledger = plan.privacy.ledger.fresh() if private else None
+    result = RunResult(protocol.output(state), constants=dict(protocol.constants))
     first_round_at = None
     start_round = 0
     ckpt_path, ckpt_every = plan.runtime.get("checkpoint_path"), plan.runtime.get("checkpoint_every") or 0
@@ -248,27 +254,32 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     if ckpt_path and plan.runtime.get("resume") and Path(ckpt_path).exists():
         restored = checkpoint.load(ckpt_path, fingerprint)
         state, start_round, result.history = restored.state, restored.next_round, restored.history
-        ledger.restore(restored.ledger)
+        if ledger is not None:
+            ledger.restore(restored.ledger)
         for r, metrics in enumerate(result.history):
             if tracker is not None:
                 tracker.log_round(r, metrics)
             if progress is not None:
                 progress(r, metrics)
 
-    for r in range(start_round, plan.num_rounds):
-        participation = plan.schedule[r]
+    r = start_round
+    while not np.all(protocol.done(state)):
+        keys = RoundKeys(plan.seed, plan.repetitions, r)
+        spec = protocol.configure(state, keys)
         evaluate = r % plan.evaluate_every == 0 or r == plan.num_rounds - 1
-        payload = RoundPayload(r, algorithm.broadcast(state), state.params if evaluate else None, participation)
-        messages, mask, evaluation = groups.exchange(payload)
-        state = algorithm.server_step(state, messages, mask)
-        ledger.record(participation)
-        metrics = _combine_evaluation(evaluation, num_silos) if evaluate else {}
-        metrics["participants"] = participation.sum(axis=1).astype(np.float64)
-        if plan.privacy.private:
+        model = next(iter(protocol.output(state).values())) if evaluate else None
+        messages, evaluation = groups.exchange(RoundPayload(spec, model))
+        state, charge, metrics = protocol.aggregate(state, spec, messages, keys)
+        if evaluate:
+            values, diagnostics = split(protocol.combine(evaluation))
+            metrics = {**values, **metrics}
+            result.diagnostics |= diagnostics
+        if ledger is not None:
+            ledger.record(charge)
             eps = ledger.epsilons()
             metrics["epsilon_max"] = eps.max(axis=1)
             metrics["epsilon_mean"] = eps.mean(axis=1)
-            metrics["noise_std"] = noise_std
+        metrics.update(protocol.round_constants)
         result.history.append(metrics)
         if tracker is not None:
             tracker.log_round(r, metrics)
@@ -276,21 +287,21 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             progress(r, metrics)
         if first_round_at is None:
             first_round_at = time.perf_counter()
-        if ckpt_path and ckpt_every and (r + 1) % ckpt_every == 0:
-            checkpoint.save(ckpt_path, checkpoint.Checkpoint(r + 1, state, ledger.state(), result.history, fingerprint))
+        r += 1
+        if ckpt_path and ckpt_every and r % ckpt_every == 0:
+            checkpoint.save(ckpt_path, checkpoint.Checkpoint(r, state, ledger.state() if ledger else {},
+                                                             result.history, fingerprint))
 
-    last, avg = state.params, tail_average(state)
-    finals = groups.map("evaluate", np.concatenate([last, avg]))
-    both = _combine_evaluation(finals, num_silos)
+    # Every output in one evaluation call per actor, stacked along the replica axis.
+    outputs = protocol.output(state)
     p = plan.num_replicas
-    result.final = {
-        "train_loss": both["train_loss"][:p],
-        "test_error": both["test_error"][:p],
-        "train_loss_avg": both["train_loss"][p:],
-        "test_error_avg": both["test_error"][p:],
-    }
-    result.last_iterate, result.tail_average = last, avg
-    result.epsilon_spent = ledger.epsilons() if plan.privacy.private else None
+    parts = groups.call("evaluate", np.concatenate(list(outputs.values())))
+    values, diagnostics = split(protocol.combine(parts))
+    for i, name in enumerate(outputs):
+        suffix = "" if i == 0 else f"_{name}"
+        result.final.update({f"{key}{suffix}": value[i * p:(i + 1) * p] for key, value in values.items()})
+    result.outputs, result.diagnostics = outputs, result.diagnostics | diagnostics
+    result.epsilon_spent = ledger.epsilons() if ledger is not None else None
     result.wall_time = time.perf_counter() - started
     result.time_to_first_round = (first_round_at or time.perf_counter()) - started
     return result

@@ -13,12 +13,12 @@ Wiring (Ray): the driver passes the silo-group actors' ObjectRefs directly,
     shuffler = ShufflerActor.remote(plan.seed, plan.repetitions)
     refs = [actor.round.remote(payload_ref) for actor in actors]   # RoundReply refs, never ray.get
     shuffled = ray.get(shuffler.shuffle.remote(round_index, *refs))
-    state = algorithm.server_step(state, shuffled.messages, shuffled.mask)
+    state, charge, metrics = protocol.aggregate(state, spec, Messages(shuffled.messages, shuffled.mask), keys)
 
 Ray resolves top-level ObjectRef arguments inside the shuffler actor, so un-shuffled messages move
 from the silo actors to the shuffler through the object store and never into the driver's heap.
 A block is anything with ``messages`` (P, S_g, ...) and ``mask`` (P, S_g) attributes (a
-``RoundReply`` or a ``MessageBlock``) or a ``(messages, mask)`` pair; other attributes (silo ids,
+``RoundReply``) or a ``(messages, mask)`` pair; other attributes (silo ids,
 evaluation metrics) are ignored and not returned, so per-silo evaluation must travel separately.
 
 Multi-message randomizers (P_vec, ``fedray.privacy.vector_sum``): pass
@@ -50,15 +50,7 @@ import ray
 from fedray.errors import ConfigError
 from fedray.rng import Stream, generator
 
-__all__ = ["MessageBlock", "ShuffledMessages", "Shuffler", "ShufflerActor"]
-
-
-@dataclass(frozen=True)
-class MessageBlock:
-    """One silo group's privatized messages of a round: (P, S_g, ...) plus who took part (P, S_g)."""
-
-    messages: np.ndarray
-    mask: np.ndarray
+__all__ = ["ShuffledMessages", "Shuffler", "ShufflerActor"]
 
 
 @dataclass(frozen=True)
@@ -103,7 +95,7 @@ class Shuffler:
         stream (run_seed, SHUFFLE, repetitions[p], round).
     output : {"permutation", "sum"}
         What the server receives: the permuted messages, or only their sum (see the module
-        docstring; an algorithm asks for it with ``SHUFFLE_OUTPUT = "sum"``).
+        docstring; a protocol asks for it with ``Routing.SHUFFLE_SUM``).
     """
 
     OUTPUTS = ("permutation", "sum")

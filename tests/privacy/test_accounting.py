@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from dp_accounting import pld, rdp
 
+from fedray.privacy.ledger import silo_ledger
 from fedray.privacy.accounting import (
-    SiloLedger,
     calibrate_noise_multiplier,
     epsilon_of,
     participation_epsilon,
@@ -32,7 +32,7 @@ def _direct_pld(z, k, n, steps, delta):
 @pytest.mark.parametrize("z,k,n,steps", [(3.0946, 182, 1238, 35), (1.0, 10, 100, 5), (0.8, 1, 500, 200)])
 def test_rdp_ledger_matches_dp_accounting(z, k, n, steps):
     delta = 1 / n**2
-    ledger = SiloLedger(np.array([[z, z]]), k, np.array([n, n]), 1, np.array([delta, delta]))
+    ledger = silo_ledger(np.array([[z, z]]), k, np.array([n, n]), 1, np.array([delta, delta]))
     for _ in range(steps):
         ledger.record(np.array([[True, False]]))
     eps = ledger.epsilons()
@@ -42,7 +42,7 @@ def test_rdp_ledger_matches_dp_accounting(z, k, n, steps):
 
 def test_pld_ledger_is_the_dominating_pair_pld():
     z, k, n, steps, delta = 3.0946, 182, 1238, 35, 1 / 1238**2
-    ledger = SiloLedger(np.array([[z]]), k, np.array([n]), 1, np.array([delta]), accountant="pld")
+    ledger = silo_ledger(np.array([[z]]), k, np.array([n]), 1, np.array([delta]), accountant="pld")
     ledger.counts[:] = steps
     assert ledger.epsilons()[0, 0] == pytest.approx(_direct_pld(z, k, n, steps, delta), rel=1e-6)
 
@@ -66,14 +66,14 @@ def test_r_single_compositions_equal_one_r_fold_composition():
 
 def test_local_sgd_participation_is_k_single_record_releases():
     z, k, n, delta = 1.5, 30, 400, 1 / 400**2
-    ledger = SiloLedger(np.array([[z]]), 1, np.array([n]), k, np.array([delta]))
+    ledger = silo_ledger(np.array([[z]]), 1, np.array([n]), k, np.array([delta]))
     ledger.record(np.array([[True]]))
     ledger.record(np.array([[True]]))
     assert ledger.epsilons()[0, 0] == pytest.approx(_direct_rdp(z, 1, n, 2 * k, delta), rel=1e-9)
 
 
 def test_identical_silos_have_identical_ledgers_and_more_rounds_cost_more():
-    ledger = SiloLedger(np.full((1, 3), 2.0), 20, np.full(3, 200), 1, np.full(3, 1e-5))
+    ledger = silo_ledger(np.full((1, 3), 2.0), 20, np.full(3, 200), 1, np.full(3, 1e-5))
     ledger.record(np.array([[True, True, False]]))
     eps = ledger.epsilons()
     assert eps[0, 0] == eps[0, 1] > 0 == eps[0, 2]
@@ -82,7 +82,7 @@ def test_identical_silos_have_identical_ledgers_and_more_rounds_cost_more():
 
 
 def test_parallel_composition_charges_one_unsampled_release():
-    ledger = SiloLedger(np.full((1, 1), 2.0), 20, np.array([200]), 1, np.array([1e-5]), parallel_composition=True)
+    ledger = silo_ledger(np.full((1, 1), 2.0), 20, np.array([200]), 1, np.array([1e-5]), parallel_composition=True)
     ledger.counts[:] = 9
     assert ledger.epsilons()[0, 0] == pytest.approx(participation_epsilon(2.0, 200, 200, 1, 1, 1e-5, "rdp"))
 
@@ -98,7 +98,7 @@ def test_full_batch_is_the_plain_gaussian_in_both_accountants():
 
 
 def test_no_noise_means_infinite_epsilon():
-    ledger = SiloLedger(np.zeros((1, 1)), 10, np.array([100]), 1, np.array([1e-4]))
+    ledger = silo_ledger(np.zeros((1, 1)), 10, np.array([100]), 1, np.array([1e-4]))
     ledger.record(np.array([[True]]))
     assert np.isinf(ledger.epsilons()[0, 0])
 

@@ -11,9 +11,10 @@ half the noise it accounts for.
 import numpy as np
 import pytest
 
-from fedray.algorithms import MinibatchSGD, SiloArrays
+from fedray.protocols.isrl_dp import MinibatchSGD
+from fedray.data import SiloArrays
 from fedray.losses import Logistic
-from fedray.privacy import GaussianNoise, PerExampleClip, SiloLedger, audit_epsilon
+from fedray.privacy import GaussianNoise, PerExampleClip, audit_epsilon, silo_ledger
 from fedray.rng import SiloDraws
 
 pytestmark = pytest.mark.slow
@@ -53,7 +54,7 @@ def silo_sampler(n, k, noise_multiplier, rounds):
 
 
 def claimed_epsilon(noise_multiplier, k, n, rounds, accountant):
-    ledger = SiloLedger(np.array([[noise_multiplier]]), k, np.array([n]), 1, np.array([DELTA]), accountant)
+    ledger = silo_ledger(np.array([[noise_multiplier]]), k, np.array([n]), 1, np.array([DELTA]), accountant)
     ledger.counts[:] = rounds
     return float(ledger.epsilons()[0, 0])
 

@@ -16,11 +16,11 @@ def test_paper_mode_reproduces_the_formula_and_reports_both_epsilons():
     plan = make_plan(compose(*E1))
     priv = plan.privacy
     # K = ceil(1238 sqrt(3/140)) = 182; multiplier = K sqrt(8 R ln(1/delta)) / (n eps)
-    assert plan.batch_size == 182
+    assert plan.protocol.batch_size == 182
     expected = 182 * np.sqrt(8 * 35 * np.log(1238**2)) / (1238 * 3)
     np.testing.assert_allclose(priv.noise_multiplier, expected)
     np.testing.assert_allclose(priv.nominal_epsilon, 3.0)
-    counts = plan.schedule.sum(axis=0)[0]
+    counts = plan.sampler.counts(plan.seed, plan.repetitions, plan.num_rounds, plan.shape.num_silos)[0]
     assert priv.planned_epsilon[0].max() == pytest.approx(
         participation_epsilon(expected, 182, 1238, 1, int(counts.max()), 1 / 1238**2, "rdp"))
     assert priv.planned_epsilon.max() <= 3.0

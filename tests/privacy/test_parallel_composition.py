@@ -6,13 +6,14 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from fedray.algorithms import OnePassAcceleratedSGD
-from fedray.privacy.accounting import SiloLedger, epsilon_of
-from fedray.privacy.calibration import one_pass_noise_multiplier, one_pass_num_rounds
+from fedray.protocols.isrl_dp import OnePassAcceleratedSGD
+from fedray.privacy.accounting import epsilon_of
+from fedray.privacy.ledger import Ledger, silo_ledger
+from fedray.protocols.isrl_dp.calibration import one_pass_noise_multiplier, one_pass_num_rounds
 
 
-def ledger(parallel: bool, multiplier=3.0, sample_size=10, n=100, accountant="rdp") -> SiloLedger:
-    return SiloLedger(
+def ledger(parallel: bool, multiplier=3.0, sample_size=10, n=100, accountant="rdp") -> Ledger:
+    return silo_ledger(
         noise_multiplier=np.full((1, 2), multiplier),
         sample_size=sample_size,
         dataset_size=np.full(2, n),
@@ -83,7 +84,7 @@ def test_g2_noise_meets_the_target_under_parallel_composition():
     # Round trip: the G2 multiplier for (eps, delta) spends at most eps over a whole one-pass run.
     eps, delta, n, k = 1.0, 1e-5, 1000, 20
     z = float(one_pass_noise_multiplier(n, eps, delta, one_pass_num_rounds(n, k), k))
-    one_pass = SiloLedger(noise_multiplier=np.array([[z]]), sample_size=k, dataset_size=np.array([n]), releases=1,
+    one_pass = silo_ledger(noise_multiplier=np.array([[z]]), sample_size=k, dataset_size=np.array([n]), releases=1,
                           delta=np.array([delta]), accountant="rdp", parallel_composition=True)
     spent = one_pass.epsilons(np.array([[50]]))
     assert spent[0, 0] <= eps
@@ -92,5 +93,5 @@ def test_g2_noise_meets_the_target_under_parallel_composition():
 
 
 def test_one_pass_algorithm_uses_the_g2_calibration():
-    assert OnePassAcceleratedSGD.CALIBRATIONS["paper"] is one_pass_noise_multiplier
-    assert OnePassAcceleratedSGD.DISJOINT_BATCHES is True
+    assert OnePassAcceleratedSGD.recipe.calibrations["paper"] is one_pass_noise_multiplier
+    assert OnePassAcceleratedSGD.recipe.one_pass is True

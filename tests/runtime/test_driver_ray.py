@@ -5,10 +5,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fedray.algorithms import SiloArrays
+from fedray.data import SiloArrays
 from fedray.privacy.mechanisms import NoNoise
 from fedray.rng import SiloDraws
 
+from fedray.core.protocol import RoundSpec, Routing
 from fedray.data import SyntheticLinear
 from fedray.plan import make_plan
 from fedray.runtime.driver import RayGroups, run
@@ -68,11 +69,11 @@ def test_the_driver_never_receives_records_or_clean_gradients(ray_local):
     records = np.concatenate([fed.x_train.reshape(-1, 6), fed.x_test.reshape(-1, 6)])
     groups = RayGroups(plan, 3)
     try:
-        algorithm = plan.build_algorithm(fed.max_feature_norm())
-        groups.map("set_algorithm", algorithm)
+        protocol = replace(plan.protocol, l2_clip=fed.max_feature_norm()).build(groups)
+        algorithm = protocol.algorithm
+        groups.call("set_protocol", protocol)
         params = np.zeros((1, 6, 1))
-        payload = groups.put(RoundPayload(0, params, params, np.ones((1, 9), dtype=bool)))
-        replies = groups.map("round", payload)
+        replies = groups.call("round", RoundPayload(RoundSpec(0, np.ones((1, 9), dtype=bool), params), params))
         for array in (a for reply in replies for a in _walk_arrays(reply)):
             flat = np.asarray(array, dtype=float).reshape(-1)
             # no record of any silo appears inside anything returned
@@ -99,9 +100,9 @@ def test_shuffled_sgd_runs_through_the_shuffler_actor_identically_to_inline(ray_
         "participation.silos_per_round=500", "algorithm=sdp_mb_sgd", "privacy=shuffle", "privacy.epsilon=2.0",
         "num_rounds=3", "algorithm.step_size=[0.1,0.5]", "progress=false", "runtime.num_actors=2",
     ))
-    assert plan.shuffled and plan.privacy.trust_model == "sdp"
+    assert plan.protocol.routing is Routing.SHUFFLE and plan.privacy.trust_model == "sdp"
     on_ray, inline = run(plan), run(plan, inline=True)
     assert np.array_equal(on_ray.last_iterate, inline.last_iterate)
     # one federation-wide spend, the chain's composed epsilon after 3 rounds, within the target
-    assert np.all(on_ray.epsilon_spent == plan.privacy.federation_calibration.epsilon_after(3))
+    assert np.all(on_ray.epsilon_spent == plan.privacy.ledger.accountant.epsilon_after(3))
     assert on_ray.epsilon_spent.max() <= 2.0

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedray.algorithms.base import masked_mean
+from fedray.protocols.isrl_dp.base import masked_mean
 from fedray.errors import ConfigError
-from fedray.runtime.shuffler import MessageBlock, ShuffledMessages, Shuffler
+from fedray.runtime.shuffler import ShuffledMessages, Shuffler
 from fedray.runtime.silo_group import RoundReply
 
 
@@ -83,9 +83,7 @@ def test_server_aggregate_is_invariant_to_order_and_layout():
     assert np.array_equal(shuffled_counts, counts)
     # One actor holding all silos instead of three: the same rows in the same silo order, so the
     # same permutation, bit for bit.
-    merged = MessageBlock(
-        np.concatenate([b.messages for b in blocks], axis=1), np.concatenate([b.mask for b in blocks], axis=1)
-    )
+    merged = (np.concatenate([b.messages for b in blocks], axis=1), np.concatenate([b.mask for b in blocks], axis=1))
     again = shuffler.shuffle(9, merged)
     assert np.array_equal(again.messages, out.messages)
 
@@ -162,30 +160,34 @@ def test_malformed_blocks_are_refused(blocks, key):
 def test_shuffler_actor_takes_object_refs_from_silo_group_actors(ray_local):
     """The driver's wiring: silo actors' RoundReply refs go straight into the shuffler actor."""
     ray = ray_local
-    from fedray.algorithms import ShuffledSGD
+    from fedray.protocols.isrl_dp import ShuffledSGD
     from fedray.data import SyntheticLinear
     from fedray.losses import Logistic
     from fedray.privacy.mechanisms import GaussianNoise
     from fedray.runtime.shuffler import ShufflerActor
+    from fedray.core.protocol import RoundSpec, Routing, SampledRounds
+    from fedray.data import SiloArrays
     from fedray.runtime.silo_group import RoundPayload, SiloGroup, SiloGroupActor
 
     dataset = SyntheticLinear(num_silos=6, samples_per_silo=30, dim=4)
     loss, reps = Logistic(), np.array([0, 1])
     algorithm = ShuffledSGD(loss, np.array([0.1, 0.1]), 1, 1.0, GaussianNoise(np.full((2, 6), 0.3)))
+    protocol = SampledRounds(algorithm, None, None, SiloArrays.of, np.zeros((2, 4, 1)), 3, 6, Routing.SHUFFLE)
     blocks = [np.arange(0, 3), np.arange(3, 6)]
-    actors = [SiloGroupActor.remote(dataset, 0, 0, b, loss, reps) for b in blocks]
-    ray.get([a.set_algorithm.remote(algorithm) for a in actors])
+    actors = [SiloGroupActor.remote(dataset, 0, 0, b, reps) for b in blocks]
+    ray.get([a.set_protocol.remote(protocol) for a in actors])
     participation = np.array([[True, False, True, True, False, True], [False, True, True, False, True, True]])
-    payload = ray.put(RoundPayload(2, np.zeros((2, 4, 1)), None, participation))
+    spec = RoundSpec(2, participation, np.zeros((2, 4, 1)))
+    payload = ray.put(RoundPayload(spec, None))
 
     shuffler = ShufflerActor.remote(0, reps)
     refs = [a.round.remote(payload) for a in actors]               # never ray.get by the "driver"
     shuffled = ray.get(shuffler.shuffle.remote(2, *refs))
 
-    local_groups = [SiloGroup(dataset, 0, 0, b, loss, reps) for b in blocks]
+    local_groups = [SiloGroup(dataset, 0, 0, b, reps) for b in blocks]
     for g in local_groups:
-        g.set_algorithm(algorithm)
-    local_replies = [g.round(RoundPayload(2, np.zeros((2, 4, 1)), None, participation)) for g in local_groups]
+        g.set_protocol(protocol)
+    local_replies = [g.round(RoundPayload(spec, None)) for g in local_groups]
     expected = Shuffler(0, reps).shuffle(2, *local_replies)
     assert isinstance(shuffled, ShuffledMessages)
     assert shuffled.counts.tolist() == [4, 4]

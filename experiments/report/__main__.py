@@ -1,0 +1,3 @@
+from experiments.report.report import main
+
+main()

@@ -1,0 +1,45 @@
+"""One family of config checks: each raises ``ConfigError`` naming the key, the value and what is
+allowed, so every bad value reads the same way, before any actor starts."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Iterable, Mapping
+
+from fedray.errors import ConfigError
+
+
+def _real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def positive(key: str, value, kind=float, allow_none: bool = False):
+    """``value`` as a positive ``kind`` (int or float); None passes with ``allow_none``."""
+    if value is None and allow_none:
+        return None
+    try:
+        ok = value is not None and not isinstance(value, bool) and kind(value) == value and 0 < value < math.inf
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ConfigError(key, value, f"a positive {'integer' if kind is int else 'number'}")
+    return kind(value)
+
+
+def number_in(key: str, value, low: float, high: float, allowed: str, closed_high: bool = False) -> float:
+    """A finite number in (low, high), or (low, high] with ``closed_high``."""
+    inside = _real(value) and low < value and (value <= high if closed_high else value < high) and math.isfinite(value)
+    if not inside:
+        raise ConfigError(key, value, allowed)
+    return float(value)
+
+
+def known_keys(section: str, given: Mapping, allowed: Iterable[str]) -> None:
+    """Refuse keys of ``section`` outside ``allowed``, listing the valid keys with a did-you-mean."""
+    allowed = sorted(set(allowed))
+    for key, value in given.items():
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" (did you mean {section}.{close[0]}?)" if close else ""
+            raise ConfigError(f"{section}.{key}", value, f"a known key of {section}{hint}: {', '.join(allowed)}")

@@ -1,0 +1,63 @@
+"""What the generic planner hands a protocol package, and what it expects back.
+
+The planner (``fedray.plan``) validates the keys every run has (seed, rounds, replicas, data,
+participation, runtime, tracking), then asks the algorithm class's ``recipe`` (a
+``ProtocolRecipe``) to resolve derived config values and to plan the protocol: its fields, its
+privacy plan with a ledger, and how to build the protocol once the actors are up. It then checks
+the ledger against the sampler's counts (the budget guard). Everything here is plain data:
+configs arrive as dicts, never as Hydra objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from fedray.core.oracle import Oracle
+from fedray.core.protocol import RoundProtocol
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """The runs one job carries, in order budget level (slowest), repetition, step size (fastest)."""
+
+    step_sizes: np.ndarray                 # (P,)
+    repetitions: np.ndarray                # (P,) the key of the random streams
+    epsilon_levels: np.ndarray | None      # (P,) privacy.epsilon_grid value of each replica, or None
+
+    @property
+    def count(self) -> int:
+        return int(self.step_sizes.shape[0])
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    seed: int
+    num_rounds: int
+    dataset: Any          # the data spec (describes and loads; records are loaded in the actors)
+    shape: Any            # its FederationShape
+    loss: Any
+    sampler: Any
+    replicas: Replicas
+
+
+@runtime_checkable
+class PlannedProtocol(Protocol):
+    """A protocol resolved against its data's shape: its privacy plan, values worth logging, and
+    ``build(oracle)``, which may ask the data for constants (named in the privacy statement)."""
+
+    privacy: Any
+    resolved: dict
+
+    def build(self, oracle: Oracle) -> RoundProtocol: ...
+
+
+@runtime_checkable
+class ProtocolRecipe(Protocol):
+    trust_models: tuple[str, ...]
+
+    def resolve(self, algorithm_class: type, config: dict, dataset: Any, shape: Any, loss: Any, sampler: Any) -> dict: ...
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PlannedProtocol: ...

@@ -1,0 +1,156 @@
+"""The round protocol contract, and a protocol built from parts (sampler, client and server halves).
+
+A protocol is pure numpy on plain state; the runtime moves its arrays. One round, as data flows::
+
+    spec = protocol.configure(state, keys)                 driver: who takes part, the broadcast
+    messages = protocol.client_step(broadcast, shard, draws)    every actor, for its units at once
+    [shuffler: permute and drop identity, or forward the sum (``routing``)]
+    state, charge, metrics = protocol.aggregate(state, spec, messages, keys)    driver
+    ledger.record(charge); until protocol.done(state).all(); then protocol.output(state)
+
+Axis 0 of client messages is the replica (P: step sizes x budgets x repetitions carried by one
+run), axis 1 the unit (silo or user). ``charge`` (P, N) marks the (replica, unit) cells this
+round's releases touched; the ledger's accountant says what one charge costs. ``done`` is per
+replica, so halting and random stopping need no special path in the driver.
+
+``keys`` (``RoundKeys``) carries the run seed, the replicas' repetitions and the round index, from
+which every server-side draw is keyed (``fedray.rng``): a round can be replayed exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+
+from fedray.rng import Stream, generator
+
+
+class Routing(str, Enum):
+    """How client messages reach the server."""
+
+    DIRECT = "direct"              # as sent, in unit order (the server knows who sent what)
+    SHUFFLE = "shuffle"            # a shuffler permutes them and drops sender identity
+    SHUFFLE_SUM = "shuffle_sum"    # the shuffler forwards only their sum
+
+
+@dataclass(frozen=True)
+class RoundKeys:
+    """The coordinates every draw of one round is keyed by."""
+
+    seed: int
+    repetitions: np.ndarray        # (P,) the repetition of each replica
+    round: int
+
+    def generator(self, stream: Stream, repetition: int) -> np.random.Generator:
+        """The server's generator of ``stream`` for one repetition in this round."""
+        return generator(self.seed, stream, int(repetition), self.round)
+
+
+@dataclass(frozen=True)
+class RoundSpec:
+    """What ``configure`` decides for a round: who takes part and what every actor receives."""
+
+    round: int
+    participation: np.ndarray      # (P, N) bool
+    broadcast: Any                 # arrays the client step starts from (one ray.put per round)
+
+
+@dataclass(frozen=True)
+class Messages:
+    """What the server receives: (P, S, ...) values and a (P, S) mask of the real rows.
+
+    Under ``Routing.DIRECT`` row s is unit s; behind a shuffler the mask is a prefix (how many
+    messages arrived, never who sent them).
+    """
+
+    values: np.ndarray
+    mask: np.ndarray
+
+
+class Aggregated(NamedTuple):
+    state: Any
+    charge: np.ndarray             # (P, N) bool or int: releases per (replica, unit) this round
+    metrics: dict                  # name -> (P,) values, all released (they derive from messages)
+
+
+@runtime_checkable
+class RoundProtocol(Protocol):
+    """What the driver runs. Implementations are frozen dataclasses; state lives in ``state``."""
+
+    routing: Routing
+    constants: dict          # fixed values of the run worth recording once (a clip, a mean noise std)
+    round_constants: dict    # name -> (P,) values recorded with every round's metrics
+
+    def init(self) -> Any: ...
+
+    def configure(self, state: Any, keys: RoundKeys) -> RoundSpec: ...
+
+    def shard(self, federation: Any, unit_ids: np.ndarray) -> Any: ...
+
+    def client_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray: ...
+
+    def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated: ...
+
+    def done(self, state: Any) -> np.ndarray: ...
+
+    def output(self, state: Any) -> dict[str, np.ndarray]: ...
+
+    def evaluate(self, models: np.ndarray, federation: Any) -> dict: ...
+
+    def combine(self, parts: list[dict]) -> dict: ...
+
+
+@dataclass(frozen=True)
+class SampledRounds:
+    """A round protocol from parts: ``sampler`` picks the units of each round, ``algorithm``
+    supplies the client and server halves, ``evaluation`` scores models on a shard, and the run
+    ends after ``num_rounds`` rounds.
+
+    ``algorithm`` has ``init(params0)``, ``broadcast(state)``, ``silo_step(broadcast, shard,
+    draws)``, ``server_step(state, values, mask)`` and ``output(state)``; its state has ``round``.
+    ``shard_view(federation, unit_ids)`` is what its client half reads.
+    """
+
+    algorithm: Any
+    sampler: Any
+    evaluation: Any
+    shard_view: Callable[[Any, np.ndarray], Any]
+    params0: np.ndarray
+    num_rounds: int
+    num_units: int
+    routing: Routing = Routing.DIRECT
+    constants: dict = field(default_factory=dict)
+    round_constants: dict = field(default_factory=dict)
+
+    def init(self) -> Any:
+        return self.algorithm.init(self.params0)
+
+    def configure(self, state: Any, keys: RoundKeys) -> RoundSpec:
+        participation = self.sampler.sample(keys.seed, keys.repetitions, keys.round, self.num_units)
+        return RoundSpec(keys.round, participation, self.algorithm.broadcast(state))
+
+    def shard(self, federation: Any, unit_ids: np.ndarray) -> Any:
+        return self.shard_view(federation, unit_ids)
+
+    def client_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray:
+        return self.algorithm.silo_step(broadcast, shard, draws)
+
+    def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
+        state = self.algorithm.server_step(state, messages.values, messages.mask)
+        participants = spec.participation.sum(axis=1).astype(np.float64)
+        return Aggregated(state, spec.participation, {"participants": participants})
+
+    def done(self, state: Any) -> np.ndarray:
+        return np.full(self.params0.shape[0], state.round >= self.num_rounds)
+
+    def output(self, state: Any) -> dict[str, np.ndarray]:
+        return self.algorithm.output(state)
+
+    def evaluate(self, models: np.ndarray, federation: Any) -> dict:
+        return self.evaluation.shard_parts(models, federation)
+
+    def combine(self, parts: list[dict]) -> dict:
+        return self.evaluation.combine(parts, self.num_units)

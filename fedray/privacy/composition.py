@@ -1,0 +1,361 @@
+"""Composition theorems dp-accounting lacks: pure-DP and (eps, delta)-per-round releases, a filter.
+
+Scope
+-----
+These are composition theorems, nothing more. They take guarantees that already hold and
+return the guarantee of running the mechanisms one after another (adaptively), on disjoint
+parts, or under a stopping rule. They assume no trust model. The unit (record, user, silo), the
+neighbouring relation and who sees the output all belong to the caller. Every input guarantee
+must hold under one relation, and the result holds under that same relation. A guarantee for
+one unit says nothing about a different unit.
+
+Symbols
+-------
+==========  ==================  =================================================================
+paper       code                meaning
+==========  ==================  =================================================================
+k, T        ``count``           number of releases composed (rounds, vertex draws)
+eps0, eps'  ``epsilon0``        per-release epsilon
+delta0      ``delta0``          per-release delta (0 for pure DP)
+delta'      ``delta_slack``     the slack advanced composition (or the filter) adds to delta
+delta''     ``delta_budget``    the filter's budget for the sum of per-step deltas
+eps_m       ``epsilon``         epsilon of step m of the filter, chosen adaptively
+==========  ==================  =================================================================
+
+Count accountants (``PureDpComposition``, ``ApproxDpComposition``, ``ParallelComposition``)
+share one interface for a per-unit ledger of integer release counts, for example of shape
+(P, N): ``epsilons(counts)`` and ``deltas(counts)`` give a valid (epsilon, delta) pair for every
+cell (epsilon 0 and delta 0 where the count is 0), and ``describe()`` gives plain values for
+logging. Delta is a method because it can depend on the count (k * delta0 + delta').
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+from fedray.errors import BudgetError, ConfigError
+
+ROUTES = ("basic", "advanced", "best")
+_RANGES = {
+    "> 0": lambda a: a > 0,
+    ">= 0": lambda a: a >= 0,
+    "in (0, 1)": lambda a: (a > 0) & (a < 1),
+    "in [0, 1)": lambda a: (a >= 0) & (a < 1),
+    "integers >= 0": lambda a: (a >= 0) & (a == np.floor(a)),
+    "an integer >= 1": lambda a: (a >= 1) & (a == np.floor(a)),
+}
+
+
+def _check(name: str, value, allowed: str) -> np.ndarray:
+    """``value`` as a float array, or a ConfigError naming the first element not ``allowed``."""
+    array = np.asarray(value, dtype=np.float64)
+    good = _RANGES[allowed](array) & np.isfinite(array)
+    if not np.all(good):
+        raise ConfigError(name, float(array[~good].flat[0]), allowed)
+    return array
+
+
+def _counts(counts) -> np.ndarray:
+    return _check("counts", counts, "integers >= 0").astype(np.int64)
+
+
+def _broadcasts_to(shape: tuple, target: tuple) -> bool:
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
+
+
+def _route(route: str) -> str:
+    if route not in ROUTES:
+        raise ConfigError("route", route, f"one of {ROUTES}")
+    return route
+
+
+def basic_composition(epsilons, deltas) -> tuple[float, float]:
+    """Basic composition: (sum eps_i, sum delta_i).
+
+    Dwork & Roth 2014, Thm 3.16 (adaptive choice allowed; Dwork, Rothblum, Vadhan 2010). Each
+    mechanism i is (eps_i, delta_i)-DP under the caller's neighbouring relation; the sequence is
+    (sum eps_i, sum delta_i)-DP under the same relation.
+    """
+    return float(np.sum(_check("epsilons", epsilons, ">= 0"))), float(np.sum(_check("deltas", deltas, ">= 0")))
+
+
+def parallel_composition(epsilons, deltas) -> tuple[float, float]:
+    """Parallel composition over disjoint parts: (max eps_i, max delta_i).
+
+    McSherry 2009 (PINQ), parallel composition; seed-000 §1 (c) and seed-001 §2.3 (Alg. 4).
+    Mechanism i reads only part i of the data, the parts are disjoint, and the caller's relation
+    changes one unit, so only one part differs between neighbours.
+    """
+    return float(np.max(_check("epsilons", epsilons, ">= 0"))), float(np.max(_check("deltas", deltas, ">= 0")))
+
+
+def advanced_composition(epsilon0, delta0, count, delta_slack):
+    """k-fold adaptive composition of (eps0, delta0)-DP mechanisms (advanced composition).
+
+    eps = sqrt(2 k ln(1/delta')) eps0 + k eps0 (e^eps0 - 1),   delta = k delta0 + delta'.
+
+    Dwork, Rothblum, Vadhan 2010, Thm III.3; Dwork & Roth 2014, Thm 3.20; seed-000 §3.5 (P_GD).
+    The relation is the caller's. Arrays broadcast; returns (eps, delta).
+    """
+    epsilon0, delta0 = _check("epsilon0", epsilon0, ">= 0"), _check("delta0", delta0, "in [0, 1)")
+    count, delta_slack = _counts(count), _check("delta_slack", delta_slack, "in (0, 1)")
+    epsilon = np.sqrt(2 * count * np.log(1 / delta_slack)) * epsilon0 + count * epsilon0 * np.expm1(epsilon0)
+    return epsilon, count * delta0 + delta_slack
+
+
+def pure_advanced_composition(epsilon0, count, delta_slack):
+    """k-fold adaptive composition of eps0-DP (pure) mechanisms: seed-001 §2.3, Corollary 3.6.
+
+    eps = sqrt(2 k ln(1/delta')) eps0 + k eps0^2 / 2,   delta = delta'.
+
+    The quantity behind Cor. 3.6; its per-step rule eps0 <= eps / (2 sqrt(2 k ln(1/delta))), with
+    eps <= 8 ln(1/delta), makes it <= eps. The same bound follows from zCDP (Bun & Steinke 2016):
+    eps0-DP is eps0^2/2-zCDP (Prop. 1.4), zCDP adds up, and rho-zCDP is (rho + 2 sqrt(rho
+    ln(1/delta)), delta)-DP (Prop. 1.3). It is below ``advanced_composition`` for every eps0 > 0
+    (eps0/2 < e^eps0 - 1). The relation is the caller's. Arrays broadcast; returns (eps, delta).
+    """
+    epsilon0, count = _check("epsilon0", epsilon0, ">= 0"), _counts(count)
+    delta_slack = _check("delta_slack", delta_slack, "in (0, 1)")
+    epsilon = np.sqrt(2 * count * np.log(1 / delta_slack)) * epsilon0 + count * epsilon0**2 / 2
+    return epsilon, delta_slack + np.zeros_like(epsilon)
+
+
+def pure_advanced_composition_budget(target_epsilon: float, count: int, delta_slack: float) -> float:
+    """Largest eps0 whose ``pure_advanced_composition`` over ``count`` releases is <= target_epsilon.
+
+    The positive root of (k/2) x^2 + a x - eps = 0 with a = sqrt(2 k ln(1/delta')), written
+    x = 2 eps / (a + sqrt(a^2 + 2 k eps)) to avoid cancellation; stepped down by ulps if
+    rounding puts it past the target (the result is always on the private side).
+    """
+    target = float(_check("target_epsilon", target_epsilon, "> 0"))
+    k = int(_check("count", count, "an integer >= 1"))
+    a = math.sqrt(2 * k * math.log(1 / float(_check("delta_slack", delta_slack, "in (0, 1)"))))
+    x = 2 * target / (a + math.sqrt(a * a + 2 * k * target))
+    while pure_advanced_composition(x, k, delta_slack)[0] > target:
+        x = math.nextafter(x, 0.0)
+    return x
+
+
+def advanced_composition_budget(target_epsilon: float, count: int, delta_slack: float,
+                                route: str = "advanced") -> float:
+    """Largest per-release eps0 whose composition over ``count`` releases is <= target_epsilon.
+
+    route="advanced": bisection on ``advanced_composition``, which increases in eps0, down to
+    adjacent floats; the returned eps0 meets the target. seed-000 §3.5 (P_GD) prescribes the
+    paper's eps0 = eps / (2 sqrt(2 T ln(1/delta))) and bisection only if that eps0 fails the
+    check; that rule is ``min(paper_eps0, advanced_composition_budget(eps, T, delta / (T + 1)))``,
+    and the paper's value was shrunk exactly when the budget is the smaller (log it).
+
+    route="best": the larger of that and basic composition's eps / k. Basic is larger exactly
+    when advanced composition of eps / k exceeds eps, always so for k <= 2 ln(1/delta'). The spec
+    does not ask for this; a stated delta of k delta0 + delta' stays valid (basic needs k delta0).
+    """
+    target = float(_check("target_epsilon", target_epsilon, "> 0"))
+    k, _ = int(_check("count", count, "an integer >= 1")), _check("delta_slack", delta_slack, "in (0, 1)")
+    total = lambda x: float(advanced_composition(x, 0.0, k, delta_slack)[0])  # noqa: E731
+    low, high = 0.0, min(target / math.sqrt(2 * k * math.log(1 / delta_slack)), math.sqrt(target / k))
+    if total(high) <= target:                  # f(x) >= max(a x, k x^2), so f(high) >= target
+        low = high
+    while math.nextafter(low, math.inf) < high:
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if total(middle) <= target else (low, middle)
+    if _route(route) == "best" and target / k > low:
+        low = target / k if k * (target / k) <= target else math.nextafter(target / k, 0.0)
+    return low
+
+
+class CompositionRule(Protocol):
+    """What a per-unit ledger of release counts needs from a composition rule."""
+
+    def epsilons(self, counts: np.ndarray) -> np.ndarray: ...
+
+    def deltas(self, counts: np.ndarray) -> np.ndarray: ...
+
+    def describe(self) -> dict: ...
+
+
+class _RoutedComposition:
+    """``epsilons``, ``deltas`` and ``describe`` from a subclass's basic and advanced (eps, delta) pairs."""
+
+    NAME = ""
+
+    def _pairs(self, counts):
+        counts = _counts(counts)
+        basic = self._basic(counts)
+        if self.route == "basic":
+            return basic
+        advanced = self._advanced(counts)
+        use_advanced = (advanced[0] < basic[0]) if self.route == "best" else (counts > 0)
+        return tuple(np.where(use_advanced, a, b) for a, b in zip(advanced, basic))
+
+    def epsilons(self, counts) -> np.ndarray:
+        return self._pairs(counts)[0]
+
+    def deltas(self, counts) -> np.ndarray:
+        return self._pairs(counts)[1]
+
+    def describe(self) -> dict:
+        return {"name": self.NAME, **{k: np.asarray(v).tolist() for k, v in asdict(self).items()}}
+
+
+@dataclass(frozen=True)
+class PureDpComposition(_RoutedComposition):
+    """Identical eps0-DP releases composed per cell of a count array.
+
+    route "basic": (k eps0, 0) (Dwork & Roth Thm 3.16); "advanced": ``pure_advanced_composition``
+    (seed-001 Cor. 3.6), (sqrt(2 k ln(1/delta')) eps0 + k eps0^2/2, delta'); "best": per cell the
+    pair with the smaller epsilon (both are valid). ``epsilon0`` and ``delta_slack`` may be arrays
+    that broadcast against the counts (one per replica, say). The relation is the caller's.
+    """
+
+    epsilon0: float | np.ndarray
+    delta_slack: float | np.ndarray
+    route: str = "best"
+    NAME = "pure_dp"
+
+    def __post_init__(self) -> None:
+        _check("epsilon0", self.epsilon0, "> 0")
+        if _route(self.route) != "basic":
+            _check("delta_slack", self.delta_slack, "in (0, 1)")
+
+    def _basic(self, counts):
+        epsilon = counts * np.asarray(self.epsilon0, dtype=np.float64)
+        return epsilon, np.zeros_like(epsilon)
+
+    def _advanced(self, counts):
+        return pure_advanced_composition(self.epsilon0, counts, self.delta_slack)
+
+
+@dataclass(frozen=True)
+class ApproxDpComposition(_RoutedComposition):
+    """Identical (eps0, delta0)-DP releases (one per round, say) composed per cell of a count array.
+
+    route "basic": (k eps0, k delta0) (Dwork & Roth Thm 3.16); "advanced": ``advanced_composition``
+    (DRV 2010; Dwork & Roth Thm 3.20; seed-000 §3.5), (sqrt(2 k ln(1/delta')) eps0 + k eps0
+    (e^eps0 - 1), k delta0 + delta'); "best": per cell the pair with the smaller epsilon. The
+    relation is the caller's. Parameters may be arrays that broadcast against the counts.
+    """
+
+    epsilon0: float | np.ndarray
+    delta0: float | np.ndarray
+    delta_slack: float | np.ndarray
+    route: str = "best"
+    NAME = "approx_dp"
+
+    def __post_init__(self) -> None:
+        _check("epsilon0", self.epsilon0, "> 0")
+        _check("delta0", self.delta0, "in [0, 1)")
+        if _route(self.route) != "basic":
+            _check("delta_slack", self.delta_slack, "in (0, 1)")
+
+    def _basic(self, counts):
+        epsilon = counts * np.asarray(self.epsilon0, dtype=np.float64)
+        return epsilon, counts * np.asarray(self.delta0, dtype=np.float64) + np.zeros_like(epsilon)
+
+    def _advanced(self, counts):
+        return advanced_composition(self.epsilon0, self.delta0, counts, self.delta_slack)
+
+
+@dataclass(frozen=True)
+class ParallelComposition:
+    """Releases on disjoint parts of a unit's data: charged as one release of ``inner``.
+
+    Parallel composition (McSherry 2009; seed-001 Alg. 4, seed-000 §3.1/§3.4): counts are
+    clipped to 1. Valid only if each release reads a part no other release of that unit reads
+    (single pass over disjoint batches); the caller asserts that.
+    """
+
+    inner: CompositionRule
+
+    def epsilons(self, counts) -> np.ndarray:
+        return self.inner.epsilons(np.minimum(_counts(counts), 1))
+
+    def deltas(self, counts) -> np.ndarray:
+        return self.inner.deltas(np.minimum(_counts(counts), 1))
+
+    def describe(self) -> dict:
+        return {"name": "parallel", "inner": self.inner.describe()}
+
+
+class FilterState(NamedTuple):
+    """Running sums of a privacy filter, one entry per unit (num_steps counts steps with eps_m > 0)."""
+
+    sum_squared_epsilon: np.ndarray
+    sum_epsilon: np.ndarray
+    sum_delta: np.ndarray
+    num_steps: np.ndarray
+
+
+class PrivacyFilter:
+    """Fully adaptive composition (privacy filter), seed-001 §2.3 Thm 3.5 [Whitehouse:2023].
+
+    Step m is (eps_m, delta_m)-DP with eps_m, delta_m chosen adaptively. A step is admitted only if
+    afterwards  sqrt(2 ln(1/delta') sum eps_m^2) + sum eps_m^2 / 2 <= target_epsilon  and
+    sum delta_m <= delta''. The stopped composition is (target_epsilon, delta' + delta'')-DP under
+    the caller's relation. seed-001 draws are pure (delta_m = 0): delta' = delta, delta'' = 0,
+    the defaults. Vectorised over units of the given ``shape``; a unit that does not take part in
+    a step passes epsilon 0 (always admitted).
+
+    Parameters
+    ----------
+    target_epsilon : eps of the guarantee, > 0.
+    delta_slack : delta' in (0, 1).
+    delta_budget : delta'' in [0, 1), the budget for sum delta_m.
+    shape : the unit axes, () for one unit.
+    """
+
+    def __init__(self, target_epsilon: float, delta_slack: float, delta_budget: float = 0.0, shape: tuple = ()):
+        self.target_epsilon = float(_check("target_epsilon", target_epsilon, "> 0"))
+        self.delta_slack = float(_check("delta_slack", delta_slack, "in (0, 1)"))
+        self.delta_budget = float(_check("delta_budget", delta_budget, "in [0, 1)"))
+        zeros = np.zeros(shape)
+        self._state = FilterState(zeros, zeros, zeros, np.zeros(shape, dtype=np.int64))
+
+    def _bound(self, sum_squared):
+        return np.sqrt(2 * math.log(1 / self.delta_slack) * sum_squared) + sum_squared / 2
+
+    def admits(self, epsilon, delta=0.0) -> np.ndarray:
+        """Whether each unit may take a step (epsilon, delta) without the bound passing the target."""
+        epsilon, delta = _check("epsilon", epsilon, ">= 0"), _check("delta", delta, "in [0, 1)")
+        state, shape = self._state, self._state.sum_delta.shape
+        for name, value in (("epsilon", epsilon), ("delta", delta)):
+            if not _broadcasts_to(value.shape, shape):
+                raise ConfigError(f"{name} shape", value.shape, f"broadcastable to the filter's unit shape {shape}")
+        return ((self._bound(state.sum_squared_epsilon + epsilon**2) <= self.target_epsilon)
+                & (state.sum_delta + delta <= self.delta_budget))
+
+    def spend(self, epsilon, delta=0.0) -> None:
+        """Record one step for every unit; BudgetError (nothing recorded) if any unit is not admitted."""
+        admitted = self.admits(epsilon, delta)
+        if not np.all(admitted):
+            refused = int(np.size(admitted) - np.sum(admitted))
+            raise BudgetError(f"privacy filter refuses the step (epsilon up to {np.max(epsilon)}): {refused} "
+                              f"unit(s) would pass target_epsilon = {self.target_epsilon} or delta_budget = "
+                              f"{self.delta_budget}")
+        epsilon, delta, state = np.asarray(epsilon, dtype=np.float64), np.asarray(delta, dtype=np.float64), self._state
+        self._state = FilterState(state.sum_squared_epsilon + epsilon**2, state.sum_epsilon + epsilon,
+                                  state.sum_delta + delta, state.num_steps + (epsilon > 0))
+
+    def spent(self) -> tuple[np.ndarray, np.ndarray]:
+        """The running bound and delta' + sum delta_m (0 for a unit with nothing spent), per unit.
+
+        For logging how much of the target is used. The certified guarantee is the target
+        (target_epsilon, delta' + delta''); with adaptive eps_m the running value is not an odometer.
+        """
+        state = self._state
+        used = state.sum_squared_epsilon > 0
+        return self._bound(state.sum_squared_epsilon), state.sum_delta + np.where(used, self.delta_slack, 0.0)
+
+    def state(self) -> dict:
+        """What a checkpoint needs to resume the filter (plain arrays)."""
+        return {k: np.array(v) for k, v in self._state._asdict().items()}
+
+    def restore(self, state: dict) -> None:
+        self._state = FilterState(**{k: np.array(state[k]) for k in FilterState._fields})

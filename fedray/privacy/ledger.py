@@ -1,0 +1,219 @@
+"""One privacy ledger per run, keyed by privacy unit, over a pluggable accountant.
+
+The ledger counts charges: ``counts[p, u]`` is how many releases replica p has charged to unit u
+(a silo, a user, or the whole federation). What one release costs, and how releases compose, is
+the accountant's business (``epsilons(counts) -> (P, N)``): the ledger itself knows no mechanism.
+Protocols emit a (P, N) charge every round (``fedray.core.protocol.Aggregated``); the planner
+builds the same ledger before the run and asks it for the spend of the sampler's counts, which is
+the budget guard. Accountants:
+
+- ``SampledGaussianAccountant``: each charge is ``releases`` Gaussian releases of a clipped mean of
+  ``sample_size`` records sampled without replacement from the unit's ``dataset_size`` (RDP or
+  PLD through dp-accounting, ``fedray.privacy.accounting``), or with ``parallel_composition`` one
+  un-subsampled release however many charges (disjoint batches).
+- ``RoundsAccountant``: a guarantee of the whole federation known as a function of the number of
+  rounds run (a solved shuffle chain, P_vec's parallel composition); a round charges every unit
+  when anybody took part.
+
+An accountant's ``advice(replica, unit, count, target)`` says what would fit when a plan overspends
+(``check_budget``), or nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, runtime_checkable
+
+import numpy as np
+
+from fedray.errors import BudgetError
+from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
+
+
+@runtime_checkable
+class CountAccountant(Protocol):
+    name: str
+
+    def epsilons(self, counts: np.ndarray) -> np.ndarray: ...
+
+    def charge(self, charge: np.ndarray) -> np.ndarray: ...
+
+    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray: ...
+
+    def advice(self, replica: int, unit: int, count: int, target: float) -> str: ...
+
+
+@dataclass
+class Ledger:
+    """Charges per (replica, unit) and the accountant that prices them."""
+
+    accountant: CountAccountant
+    shape: tuple[int, int]
+    unit: str = "silo"
+    counts: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.counts is None:
+            self.counts = np.zeros(self.shape, dtype=np.int64)
+
+    def record(self, charge: np.ndarray) -> None:
+        """Add one round's (P, N) charge (bool or counts)."""
+        self.counts += self.accountant.charge(np.asarray(charge)).astype(np.int64)
+
+    def epsilons(self, counts: np.ndarray | None = None) -> np.ndarray:
+        """(P, N) epsilon of every (replica, unit) for ``counts`` (default: what was charged so far)."""
+        return self.accountant.epsilons(self.counts if counts is None else np.asarray(counts))
+
+    def fresh(self) -> "Ledger":
+        return Ledger(self.accountant, self.shape, self.unit)
+
+    def state(self) -> dict:
+        """What a checkpoint needs to resume the ledger."""
+        return {"counts": self.counts.copy()}
+
+    def restore(self, state: dict) -> None:
+        self.counts = np.asarray(state["counts"], dtype=np.int64).copy()
+
+
+@dataclass
+class SampledGaussianAccountant:
+    """Gaussian releases of clipped means of records sampled without replacement (module docstring).
+
+    Parameters
+    ----------
+    noise_multiplier : (P, N) noise std over replace-one sensitivity, per replica and unit.
+    sample_size : records per noisy release (K for MB-SGD, 1 for a Local SGD step).
+    dataset_size : (N,) records per unit.
+    releases : noisy releases per charge (1 for MB-SGD, K for Local SGD).
+    delta : (N,) per-unit delta.
+    kind : "rdp" or "pld" (``fedray.privacy.accounting``).
+    parallel_composition : each record is used in one release only (disjoint batches).
+    """
+
+    noise_multiplier: np.ndarray
+    sample_size: int
+    dataset_size: np.ndarray
+    releases: int
+    delta: np.ndarray
+    kind: str = "rdp"
+    parallel_composition: bool = False
+    _groups: np.ndarray | None = field(default=None, repr=False)
+    _group_values: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.noise_multiplier = np.asarray(self.noise_multiplier, dtype=np.float64)
+        self.dataset_size = np.asarray(self.dataset_size, dtype=np.int64)
+        self.delta = np.asarray(self.delta, dtype=np.float64)
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    def charge(self, charge: np.ndarray) -> np.ndarray:
+        return charge
+
+    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
+        """The ledger counts of a run whose units participate ``counts`` times."""
+        return counts
+
+    def epsilons(self, counts: np.ndarray) -> np.ndarray:
+        sample_size = self.sample_size
+        if self.parallel_composition:
+            # Each record is in exactly one release for sure: one plain Gaussian, no sampling credit.
+            counts = np.minimum(counts, 1)
+            sample_size = np.iinfo(np.int64).max
+        # (multiplier, n, delta) never change: group them once, then key each call by (group, count).
+        if self._groups is None:
+            static = np.stack([self.noise_multiplier, np.broadcast_to(self.dataset_size, counts.shape),
+                               np.broadcast_to(self.delta, counts.shape)], axis=-1).reshape(-1, 3)
+            self._group_values, self._groups = np.unique(static, axis=0, return_inverse=True)
+        base = int(counts.max()) + 1
+        unique, inverse = np.unique(self._groups.reshape(-1).astype(np.int64) * base + counts.reshape(-1),
+                                    return_inverse=True)
+        values = np.array([
+            participation_epsilon(float(z), int(min(sample_size, n)), int(n), int(self.releases), int(c), float(d),
+                                  self.kind)
+            for (z, n, d), c in zip(self._group_values[unique // base], unique % base)
+        ])
+        return values[inverse.reshape(-1)].reshape(counts.shape)
+
+    def advice(self, replica: int, unit: int, count: int, target: float) -> str:
+        """The noise multiplier that would meet ``target`` and the participations that fit."""
+        fits = _largest_affordable_count(self, replica, unit, target, count)
+        n = int(self.dataset_size[unit])
+        needed = calibrate_noise_multiplier(target, float(self.delta[unit]),
+                                            n if self.parallel_composition else self.sample_size, n,
+                                            self.releases, 1 if self.parallel_composition else count, self.kind)
+        return (f"noise multiplier >= {needed:.4g} (planned {self.noise_multiplier[replica, unit]:.4g}) "
+                f"or at most {fits} participations would fit")
+
+
+def _largest_affordable_count(accountant, replica: int, unit: int, target: float, upper: int) -> int:
+    """Most charges one unit can afford (monotone in the count: bisection)."""
+    counts = np.zeros(accountant.noise_multiplier.shape, dtype=np.int64)
+
+    def eps(c: int) -> float:
+        counts[replica, unit] = c
+        return float(accountant.epsilons(counts)[replica, unit])
+
+    lo, hi = 0, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if eps(mid) <= target else (lo, mid - 1)
+    return lo
+
+
+@dataclass(frozen=True)
+class RoundsAccountant:
+    """A federation-wide guarantee known per number of rounds: ``epsilon_after(rounds)``.
+
+    A round in which anybody took part charges every unit of that replica once; every unit then
+    carries the federation's epsilon (the unit of the guarantee is a record anywhere in it).
+    """
+
+    epsilon_after: Callable[[int], float]
+    name: str
+
+    def charge(self, charge: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(charge.any(axis=1, keepdims=True), charge.shape)
+
+    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
+        # Every round may have a participant: charge all of them (a round with none costs nothing).
+        return np.full_like(counts, num_rounds)
+
+    def epsilons(self, counts: np.ndarray) -> np.ndarray:
+        unique, inverse = np.unique(counts, return_inverse=True)
+        values = np.array([self.epsilon_after(int(c)) for c in unique])
+        return values[inverse.reshape(-1)].reshape(counts.shape)
+
+    def advice(self, replica: int, unit: int, count: int, target: float) -> str:
+        return ""
+
+
+def check_budget(ledger: Ledger, counts: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """(P, N) planned epsilons for ``counts``; raises ``BudgetError`` if any exceeds its target.
+
+    ``target`` is (N,) per unit or (P, N) per replica and unit (a grid of budgets as replicas).
+    """
+    planned = ledger.epsilons(counts)
+    target = np.broadcast_to(target, planned.shape)
+    excess = planned - target
+    if np.all(excess <= 1e-9):
+        return planned
+    replica, unit = np.unravel_index(int(np.argmax(excess)), excess.shape)
+    count = int(counts[replica, unit])
+    hint = ledger.accountant.advice(int(replica), int(unit), count, float(target[replica, unit]))
+    hint = f"{hint} " if hint else ""
+    raise BudgetError(
+        f"planned epsilon {planned[replica, unit]:.4g} for {ledger.unit} {unit} ({count} participations, "
+        f"{ledger.accountant.name} accountant) exceeds privacy.epsilon = {target[replica, unit]:g}; "
+        f"{hint}(or privacy.calibration=accountant; privacy.enforce_budget=false runs it anyway)"
+    )
+
+
+def silo_ledger(noise_multiplier, sample_size, dataset_size, releases, delta, accountant: str = "rdp",
+                parallel_composition: bool = False) -> Ledger:
+    """A per-silo ledger of Gaussian releases (ISRL-DP: one ledger row per replica, a column per silo)."""
+    priced = SampledGaussianAccountant(noise_multiplier, sample_size, dataset_size, releases, delta, accountant,
+                                       parallel_composition)
+    return Ledger(priced, priced.noise_multiplier.shape)

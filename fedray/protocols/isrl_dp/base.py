@@ -1,0 +1,74 @@
+"""Shared pieces of the ISRL-DP algorithms: the server state, tail averaging, projection.
+
+An algorithm is a frozen dataclass of resolved hyperparameters with pure functions, the parts
+``fedray.core.protocol.SampledRounds`` runs::
+
+    init(params0) -> ServerState                      params0 (P, d, C)
+    broadcast(state) -> array sent to silos           (P, d, C)
+    silo_step(broadcast, silos, draws) -> messages    (P, S, ...), privatized inside the silo
+    server_step(state, messages, mask) -> ServerState mask (P, S): who took part, per replica
+    output(state) -> {"last": ..., "avg": ...}        the released models
+
+and one class attribute, ``recipe``: its privacy (``fedray.protocols.isrl_dp.planning``).
+
+No Ray, MLflow or Hydra here: the runtime moves arrays, the algorithm does the math.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class ServerState(NamedTuple):
+    """Round index, current iterate and a ring of the last iterates for tail averaging."""
+
+    round: int
+    params: np.ndarray       # (P, d, C)
+    tail: np.ndarray         # (W, P, d, C), W = iterates averaged for the output
+    tail_filled: int
+
+
+def initial_state(params0: np.ndarray, average_last: int) -> ServerState:
+    tail = np.zeros((max(1, average_last),) + params0.shape)
+    return ServerState(0, params0.copy(), tail, 0)
+
+
+def advance(state: ServerState, new_params: np.ndarray) -> ServerState:
+    """Next state with ``new_params`` appended to the tail ring."""
+    w = state.tail.shape[0]
+    tail = state.tail.copy()
+    tail[state.round % w] = new_params
+    return ServerState(state.round + 1, new_params, tail, min(state.tail_filled + 1, w))
+
+
+def tail_average(state: ServerState) -> np.ndarray:
+    """Average of the last min(W, rounds) iterates (seed-004 experiments average the last 8)."""
+    if state.tail_filled == 0:
+        return state.params
+    return state.tail[: state.tail_filled].mean(axis=0) if state.tail_filled < state.tail.shape[0] \
+        else state.tail.mean(axis=0)
+
+
+def outputs(state) -> dict[str, np.ndarray]:
+    """The released models: the last iterate and the average of the last iterates."""
+    return {"last": state.params, "avg": tail_average(state)}
+
+
+def masked_mean(messages: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean over the silo axis of the participating messages; also the participant counts (P,)."""
+    m = mask.astype(np.float64)
+    counts = m.sum(axis=1)
+    total = np.einsum("ps,ps...->p...", m, messages)
+    denom = np.maximum(counts, 1.0).reshape((-1,) + (1,) * (messages.ndim - 2))
+    return total / denom, counts
+
+
+def project_l2_ball(params: np.ndarray, radius: float | None) -> np.ndarray:
+    """Pi_W for W = {||w|| <= radius} per replica; W = R^d when radius is None."""
+    if radius is None:
+        return params
+    norms = np.linalg.norm(params.reshape(params.shape[0], -1), axis=1)
+    factor = np.minimum(1.0, radius / np.maximum(norms, 1e-300))
+    return params * factor[:, None, None]

@@ -1,0 +1,101 @@
+"""Local SGD / FedAvg and its ISRL-DP variant (seed-004 §3.9, App. I), the experiments' baselines.
+
+Symbols: K local steps per round (the same K as MB-SGD's batch), R rounds, L = 2 * l2_clip.
+
+Trust model: ISRL-DP with ``GaussianNoise`` (noise added to every local step inside the silo);
+non-private FedAvg with ``NoNoise``.
+Unit and neighbouring relation: record level, replace one record of one silo (REPLACE_ONE).
+Silo half: start from the broadcast model, take K steps w <- w - eta (clip(grad f(w, x_t)) + u_t),
+x_t drawn uniformly with replacement, u_t ~ N(0, noise_std^2 I); send the local model.
+Each step releases a single-record gradient (one draw with replacement is one draw without), so
+one participation is K compositions of the Gaussian subsampled at rate 1/n.
+Server half: average the local models (no projection, as in the paper).
+Calibration: paper mode sigma^2 = 8 L^2 ln(1/delta) R K / (n^2 eps^2) (seed-004 §3.9a); the paper
+notes the moments-accountant batch condition is not met at q = 1/n (§6 item 12): the ledger
+reports the accountant's epsilon of what actually ran.
+Randomness: MINIBATCH and NOISE streams keyed by (repetition, round, silo).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from fedray.data.federation import SiloArrays
+from fedray.protocols.isrl_dp.base import ServerState, advance, initial_state, masked_mean, outputs
+from fedray.protocols.isrl_dp.planning import SiloGaussian
+from fedray.losses import clip_factors, loss_residual
+from fedray.protocols.isrl_dp import calibration
+from fedray.rng import SiloDraws
+
+# Records of about this many values (steps x repetitions x silos x d) are gathered at a time.
+_CHUNK_VALUES = 1 << 20
+
+
+@dataclass(frozen=True)
+class LocalSGD:
+    """K local steps per participating silo, then model averaging."""
+
+    loss: object
+    step_size: np.ndarray
+    batch_size: int  # K local steps, one record each (the paper matches MB-SGD's K)
+    l2_clip: float
+    noise: object
+    average_last: int = 8
+
+    # ISRL-DP (noise in every local step) or no privacy; a participation is K one-record releases.
+    recipe: ClassVar[SiloGaussian] = SiloGaussian({"paper": calibration.paper_local_sgd_noise_multiplier},
+                                                  local_steps=True)
+
+    @staticmethod
+    def check_fields(fields: dict) -> None:
+        """Nothing beyond the planner's checks."""
+
+    def init(self, params0: np.ndarray) -> ServerState:
+        return initial_state(params0, self.average_last)
+
+    def output(self, state: ServerState) -> dict[str, np.ndarray]:
+        return outputs(state)
+
+    def broadcast(self, state: ServerState) -> np.ndarray:
+        return state.params
+
+    def silo_step(self, params: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
+        """The K noisy local steps of every (replica, silo) pair; returns the local models (P, S, d, C).
+
+        Each step is elementwise per pair, plus one einsum over d per pair, so a pair's result is
+        bit for bit the same whatever other silos or replicas share the call.
+        """
+        num_silos, width, dim = silos.x.shape
+        steps, shape = self.batch_size, (params.shape[0], num_silos) + params.shape[1:]
+        # Records and normals are drawn once per repetition (its replicas share them); each step
+        # copies its (U, S, ...) slice out to the P replicas. Records are gathered in chunks of steps.
+        idx = draws.with_replacement(silos.sizes, steps, by_repetition=True)          # (U, S, K)
+        rows = np.moveaxis(idx + (np.arange(num_silos) * width)[:, None], 2, 0)       # (K, U, S)
+        rep = draws.replica_to_rep
+        y_steps, norm_steps = np.take(silos.y, rows)[:, rep], np.take(silos.x_norms, rows)[:, rep]   # (K, P, S)
+        normals = draws.standard_normal((steps,) + params.shape[1:], by_repetition=True)  # (U, S, K, d, C)
+        noise = self.noise.select(silos.silo_ids)
+        eta = self.step_size[:, None, None, None]
+        local = np.broadcast_to(params[:, None], shape).copy()
+        x_t, normal_t, grad = np.empty(shape[:3]), np.empty(shape), np.empty(shape)
+        chunk = max(1, _CHUNK_VALUES // max(1, rows[0].size * dim))
+        for first in range(0, steps, chunk):
+            x_steps = np.take(silos.x.reshape(num_silos * width, dim), rows[first:first + chunk], axis=0)
+            for t in range(first, min(first + chunk, steps)):
+                # mode="clip" (the indices are valid) lets take write into ``out`` without a buffer.
+                np.take(x_steps[t - first], rep, axis=0, out=x_t, mode="clip")       # (P, S, d)
+                z = np.einsum("psd,psdc->psc", x_t, local)
+                r = loss_residual(self.loss, z, y_steps[t], norm_steps[t])           # (P, S, C)
+                r = r * clip_factors(norm_steps[t], r, self.l2_clip)[..., None]
+                np.multiply(x_t[..., None], r[:, :, None, :], out=grad)              # (P, S, d, C)
+                np.take(normals[:, :, t], rep, axis=0, out=normal_t, mode="clip")
+                noisy, _ = noise.apply(grad, normal_t)
+                local -= np.multiply(eta, noisy, out=noisy)
+        return local
+
+    def server_step(self, state: ServerState, messages: np.ndarray, mask: np.ndarray) -> ServerState:
+        mean, counts = masked_mean(messages, mask)
+        return advance(state, np.where((counts > 0)[:, None, None], mean, state.params))
