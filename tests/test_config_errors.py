@@ -34,6 +34,25 @@ def test_bad_values_name_the_key_and_the_allowed_range(override, message):
     assert str(err.value) == message
 
 
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["algorithm=isrl_dp_multistage", "algorithm.strong_convexity=0"],
+         "algorithm.strong_convexity must be > 0 for the multi-stage method; got 0"),
+        (["+algorithm.stepsize=0.3"],   # the misspelling Hydra's own hint ("use +...") leads a user to
+         "algorithm.stepsize must be a known key of algorithm (did you mean algorithm.step_size?): average_last, "
+         "batch_size, name, radius, step_size, trust_model; got 0.3"),
+        (["+runtime.num_actor=2"],
+         "runtime.num_actor must be a known key of runtime (did you mean runtime.num_actors?): address, "
+         "checkpoint_every, checkpoint_path, num_actors, num_cpus, resume; got 2"),
+    ],
+)
+def test_protocol_fields_and_unknown_keys_are_refused_at_planning(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose("experiment=isrl_dp_convex", *overrides))
+    assert str(err.value) == message
+
+
 def test_missing_data_directory_is_named(tmp_path):
     with pytest.raises(ConfigError, match=str(tmp_path / "nowhere")):
         make_plan(compose("experiment=isrl_dp_convex", f"data.spec.directory={tmp_path / 'nowhere'}", "data.spec.download=false"))

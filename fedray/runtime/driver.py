@@ -218,13 +218,15 @@ def start(plan: Plan) -> RayGroups:
     return groups
 
 
-def run(plan: Plan, tracker=None, progress=None, inline: bool = False, groups: RayGroups | None = None) -> RunResult:
+def run(plan: Plan, tracker=None, progress=None, inline: bool = False,
+        groups: RayGroups | InlineGroups | None = None) -> RunResult:
     """Run ``plan`` on Ray (local or the cluster at ``runtime.address``), or in-process if ``inline``.
 
-    ``groups`` from ``start(plan)`` if the caller started the actors already."""
+    ``groups``: from ``start(plan)`` if the caller started the actors already; inline, the
+    ``InlineGroups`` to use (default: one group holding every unit)."""
     if inline:
         started = time.perf_counter()
-        groups = InlineGroups(plan)
+        groups = groups if groups is not None else InlineGroups(plan)
         try:
             return _rounds(plan, groups, tracker, progress, started)
         finally:
