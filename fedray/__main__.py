@@ -4,14 +4,17 @@ import hydra
 from omegaconf import DictConfig
 
 from fedray.cli import run_job
+from fedray.runtime.driver import ActorPool
 from fedray.resolvers import register
 
 register()  # before Hydra composes the config
+# The jobs of a sweep run in this process; consecutive jobs on the same records reuse the actors.
+POOL = ActorPool()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    run_job(cfg)
+    run_job(cfg, POOL)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from rich.table import Table
 from fedray.data import ChecksumError, DownloadError
 from fedray.errors import BudgetError, ConfigError
 from fedray.plan import Plan, make_plan
-from fedray.runtime.driver import RunResult, run, start
+from fedray.runtime.driver import ActorPool, RunResult, run, start
 from fedray.sweep import parent_run_id
 from fedray.tracking import tracker_from_config
 
@@ -62,7 +62,8 @@ def summary_table(plan: Plan, result: RunResult) -> Table:
     return table
 
 
-def run_job(cfg: DictConfig) -> RunResult | None:
+def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
+    """One job: plan, start (or reuse ``pool``'s) actors while the MLflow run opens, rounds, summary."""
     try:
         plan = make_plan(cfg)
         prepare = getattr(plan.dataset, "prepare", None)  # fetch public files once, before actors start
@@ -79,9 +80,9 @@ def run_job(cfg: DictConfig) -> RunResult | None:
         return tracker
 
     # The MLflow store (schema creation on a fresh one) is set up while Ray and the silo actors start.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(open_tracker)
-        groups = start(plan)
+    with ThreadPoolExecutor(max_workers=1) as background:
+        pending = background.submit(open_tracker)
+        groups = start(plan, pool)
         tracker = pending.result()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[status]}"))
@@ -98,7 +99,7 @@ def run_job(cfg: DictConfig) -> RunResult | None:
 
         on_round.loss = float("nan")
         try:
-            result = run(plan, tracker=tracker, progress=on_round, groups=groups)
+            result = run(plan, tracker=tracker, progress=on_round, groups=groups, pool=pool)
         except BaseException:
             tracker.fail()
             raise

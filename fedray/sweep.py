@@ -50,9 +50,10 @@ class ParentRun(Callback):
         from fedray.tracking import MlflowTracker
 
         tracking = OmegaConf.to_container(config.tracking, resolve=True)
-        # The tracker creates the experiment if needed and a run; that run is the parent.
+        # The tracker creates the experiment if needed; the run it opens is the parent.
         tracker = MlflowTracker(uri=tracking["uri"], experiment_name=tracking["experiment_name"],
-                                artifact_location=tracking.get("artifact_location"), run_name=self.name)
+                                artifact_location=tracking.get("artifact_location"))
+        tracker.start_run(self.name)
         overrides = " ".join(config.hydra.overrides.task)
         tags = {"sweep": "parent", "sweep.name": self.name, "sweep.overrides": overrides[:5000],
                 "sweep.dir": str(config.hydra.sweep.dir), "sweep.command": " ".join(sys.argv)[:5000]}

@@ -50,9 +50,10 @@ def _store_uri(uri: str) -> str:
 
 
 class MlflowTracker:
+    """An MLflow store and experiment; ``start_run`` opens the run this tracker writes to."""
+
     def __init__(self, uri: str, experiment_name: str, artifact_location: str | None = None,
-                 log_every: int = 5, run_name: str | None = None, parent_run_id: str | None = None,
-                 replica_curves: int = 30, figure: bool = True):
+                 log_every: int = 5, replica_curves: int = 30, figure: bool = True):
         self.uri = _store_uri(uri)
         self.client = MlflowClient(tracking_uri=self.uri)
         experiment = self.client.get_experiment_by_name(experiment_name)
@@ -66,8 +67,7 @@ class MlflowTracker:
         else:
             experiment_id = experiment.experiment_id
         self.experiment_id = experiment_id
-        tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else {}
-        self.run_id = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+        self.run_id: str | None = None
         self.log_every = int(log_every)
         self.replica_curves = int(replica_curves)
         self.figure = bool(figure)
@@ -77,6 +77,12 @@ class MlflowTracker:
         # silo actors, so the SQLite writes overlap with their work instead of adding to it.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-writer")
         self._written: list[Future] = []
+
+    def start_run(self, run_name: str | None = None, parent_run_id: str | None = None) -> str:
+        """Open the run (a child of ``parent_run_id`` if given) and return its id."""
+        tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else {}
+        self.run_id = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags).info.run_id
+        return self.run_id
 
     # -- writing -------------------------------------------------------------------------------
     def _batch(self, metrics=(), params=(), tags=()) -> None:
@@ -218,14 +224,15 @@ def _figure(result, path: Path) -> None:
 
 
 def tracker_from_config(tracking: dict, run_name: str | None = None, parent_run_id: str | None = None) -> MlflowTracker:
-    return MlflowTracker(
+    """A tracker for the ``tracking`` config with its run opened."""
+    tracker = MlflowTracker(
         uri=tracking["uri"],
         experiment_name=tracking["experiment_name"],
         artifact_location=tracking.get("artifact_location"),
         log_every=tracking.get("log_every", 5),
         replica_curves=tracking.get("replica_curves", 30),
         figure=tracking.get("figure", True),
-        run_name=run_name,
-        parent_run_id=parent_run_id,
     )
+    tracker.start_run(run_name, parent_run_id)
+    return tracker
 

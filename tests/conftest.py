@@ -27,9 +27,6 @@ def _ray_session():
 def ray_local(_ray_session):
     """One local Ray instance shared by every integration test."""
     yield _ray_session
-    from fedray.runtime.driver import POOL
-
-    POOL.drop_all()  # silo actors kept for a next job hold CPU shares that other tests' actors need
 
 
 def compose(*overrides: str):

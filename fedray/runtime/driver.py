@@ -94,7 +94,6 @@ class RayGroups:
     def __init__(self, plan: Plan, num_actors: int, pooled: tuple | None = None):
         blocks = np.array_split(np.arange(plan.shape.num_silos), num_actors)
         if pooled is None:
-            POOL.drop_all()  # idle pooled actors hold CPU shares the new ones need
             # A fractional CPU share lets more actors than cores start (useful for tests), and SPREAD
             # places them across the nodes of a cluster.
             share = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / num_actors)
@@ -143,7 +142,8 @@ class RayGroups:
 class ActorPool:
     """The silo actors of the last finished job, kept for the next job with the same layout.
 
-    A Hydra sweep runs its jobs in one process. Jobs on the same records (algorithm, budgets or
+    The command line owns one per process (``fedray.__main__``); a Hydra sweep runs its jobs in
+    that process. Jobs on the same records (algorithm, budgets or
     step sizes differ) reuse the actors as they are; a new trial reloads its records into the
     same actor processes, skipping process start-up and imports. At most one set is kept (their
     CPU shares stay reserved); a failed job's actors are killed.
@@ -171,9 +171,6 @@ class ActorPool:
             for actor in self.actors:
                 ray.kill(actor)
         self.layout, self.data, self.actors = None, None, None
-
-
-POOL = ActorPool()
 
 
 class InlineGroups:
@@ -206,24 +203,26 @@ class InlineGroups:
         self.groups = []
 
 
-def start(plan: Plan) -> RayGroups:
-    """Connect to Ray and start (or take from the pool) the silo actors; returns without waiting
-    for new actors to load, so the caller can set up tracking meanwhile."""
+def start(plan: Plan, pool: ActorPool | None = None) -> RayGroups:
+    """Connect to Ray and start the silo actors, or take them from ``pool``; returns without
+    waiting for new actors to load, so the caller can set up tracking meanwhile."""
     started = time.perf_counter()
     _connect(plan.runtime)
     num_actors = _num_actors(plan.runtime, plan.shape.num_silos)
     layout = _layout_key(plan, num_actors)
-    groups = RayGroups(plan, num_actors, POOL.take(layout))
-    groups.layout, groups.started = layout, started
+    # take() drops idle actors of another layout: they hold CPU shares the new ones need.
+    groups = RayGroups(plan, num_actors, pool.take(layout) if pool is not None else None)
+    groups.layout, groups.started, groups.pool = layout, started, pool
     return groups
 
 
 def run(plan: Plan, tracker=None, progress=None, inline: bool = False,
-        groups: RayGroups | InlineGroups | None = None) -> RunResult:
+        groups: RayGroups | InlineGroups | None = None, pool: ActorPool | None = None) -> RunResult:
     """Run ``plan`` on Ray (local or the cluster at ``runtime.address``), or in-process if ``inline``.
 
-    ``groups``: from ``start(plan)`` if the caller started the actors already; inline, the
-    ``InlineGroups`` to use (default: one group holding every unit)."""
+    ``groups``: from ``start(plan, pool)`` if the caller started the actors already; inline, the
+    ``InlineGroups`` to use (default: one group holding every unit). With a ``pool`` the silo
+    actors are kept in it for the next job; without one they end with the run."""
     if inline:
         started = time.perf_counter()
         groups = groups if groups is not None else InlineGroups(plan)
@@ -231,14 +230,17 @@ def run(plan: Plan, tracker=None, progress=None, inline: bool = False,
             return _rounds(plan, groups, tracker, progress, started)
         finally:
             groups.close()
-    groups = groups if groups is not None else start(plan)
+    groups = groups if groups is not None else start(plan, pool)
     try:
         result = _rounds(plan, groups, tracker, progress, groups.started)
     except BaseException:
         groups.close()
         raise
-    groups.close(keep_silos=True)
-    POOL.give(groups.layout, _data_key(plan), groups.actors)
+    if groups.pool is None:
+        groups.close()
+    else:
+        groups.close(keep_silos=True)
+        groups.pool.give(groups.layout, _data_key(plan), groups.actors)
     return result
 
 
