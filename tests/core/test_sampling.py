@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from fedray.core.sampling import AllUnits, PoissonParticipation, SequentialBatches, UniformParticipation
 from fedray.errors import ConfigError
-from fedray.core.sampling import PoissonParticipation, UniformParticipation
 
 
 def test_uniform_picks_m_distinct_silos_with_uniform_frequencies():
@@ -39,3 +39,34 @@ def test_bad_participation_is_a_config_error():
         UniformParticipation(30).validate(25)
     with pytest.raises(ConfigError, match="participation.probability"):
         PoissonParticipation(1.5).validate(25)
+
+
+@pytest.mark.parametrize("sampler", [UniformParticipation(3), PoissonParticipation(0.3), AllUnits(),
+                                     SequentialBatches(2)])
+def test_counts_equal_the_rounds_drawn_one_by_one(sampler):
+    """The budget guard's counts are what the rounds will draw, without holding an (R, P, N) schedule."""
+    reps, rounds, units = np.array([0, 0, 1]), 4, 9
+    drawn = sum(sampler.sample(5, reps, r, units).astype(np.int64) for r in range(rounds))
+    np.testing.assert_array_equal(sampler.counts(5, reps, rounds, units), drawn)
+
+
+def test_sequential_batches_are_disjoint_and_bounded():
+    sampler = SequentialBatches(3)
+    masks = [sampler.sample(0, np.array([0]), r, 10)[0] for r in range(3)]
+    assert [np.flatnonzero(m).tolist() for m in masks] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert sampler.max_rounds(10) == 3
+    with pytest.raises(ValueError, match="at most 3 rounds"):
+        sampler.sample(0, np.array([0]), 3, 10)
+
+
+def test_all_units_take_part_every_round_and_count_in_closed_form():
+    counts = AllUnits().counts(0, np.array([0, 1]), 10**9, 4)   # no loop over a billion rounds
+    assert counts.shape == (2, 4) and np.all(counts == 10**9)
+
+
+@pytest.mark.parametrize("sampler,key", [(SequentialBatches(0), "participation.batch_size"),
+                                         (UniformParticipation(2.5), "participation.silos_per_round")])
+def test_bad_sampler_settings_name_their_key(sampler, key):
+    with pytest.raises(ConfigError) as err:
+        sampler.validate(10)
+    assert err.value.key == key

@@ -56,6 +56,25 @@ def outputs(state) -> dict[str, np.ndarray]:
     return {"last": state.params, "avg": tail_average(state)}
 
 
+class PlainIterate:
+    """The state-handling halves of an algorithm whose state is a ``ServerState`` (an iterate and
+    its tail): it starts at params0, broadcasts the iterate and releases it with its tail average.
+    Needs ``average_last`` on the algorithm."""
+
+    @staticmethod
+    def check_fields(fields: dict) -> None:
+        """Nothing beyond the planner's checks."""
+
+    def init(self, params0: np.ndarray) -> ServerState:
+        return initial_state(params0, self.average_last)
+
+    def broadcast(self, state: ServerState) -> np.ndarray:
+        return state.params
+
+    def output(self, state: ServerState) -> dict[str, np.ndarray]:
+        return outputs(state)
+
+
 def masked_mean(messages: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean over the silo axis of the participating messages; also the participant counts (P,)."""
     m = mask.astype(np.float64)

@@ -24,7 +24,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedray.data.federation import SiloArrays
-from fedray.protocols.isrl_dp.base import ServerState, advance, initial_state, masked_mean, outputs
+from fedray.protocols.isrl_dp.base import PlainIterate, ServerState, advance, masked_mean
 from fedray.protocols.isrl_dp.planning import SiloGaussian
 from fedray.losses import clip_factors, loss_residual
 from fedray.protocols.isrl_dp import calibration
@@ -35,7 +35,7 @@ _CHUNK_VALUES = 1 << 20
 
 
 @dataclass(frozen=True)
-class LocalSGD:
+class LocalSGD(PlainIterate):
     """K local steps per participating silo, then model averaging."""
 
     loss: object
@@ -48,19 +48,6 @@ class LocalSGD:
     # ISRL-DP (noise in every local step) or no privacy; a participation is K one-record releases.
     recipe: ClassVar[SiloGaussian] = SiloGaussian({"paper": calibration.paper_local_sgd_noise_multiplier},
                                                   local_steps=True)
-
-    @staticmethod
-    def check_fields(fields: dict) -> None:
-        """Nothing beyond the planner's checks."""
-
-    def init(self, params0: np.ndarray) -> ServerState:
-        return initial_state(params0, self.average_last)
-
-    def output(self, state: ServerState) -> dict[str, np.ndarray]:
-        return outputs(state)
-
-    def broadcast(self, state: ServerState) -> np.ndarray:
-        return state.params
 
     def silo_step(self, params: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
         """The K noisy local steps of every (replica, silo) pair; returns the local models (P, S, d, C).

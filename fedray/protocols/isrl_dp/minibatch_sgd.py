@@ -26,14 +26,14 @@ import numpy as np
 
 from fedray.data.federation import SiloArrays
 from fedray.losses import clipped_minibatch_means
-from fedray.protocols.isrl_dp.base import ServerState, advance, initial_state, masked_mean, outputs, project_l2_ball
+from fedray.protocols.isrl_dp.base import PlainIterate, ServerState, advance, masked_mean, project_l2_ball
 from fedray.protocols.isrl_dp.planning import SiloGaussian
 from fedray.protocols.isrl_dp import calibration
 from fedray.rng import SiloDraws
 
 
 @dataclass(frozen=True)
-class MinibatchSGD:
+class MinibatchSGD(PlainIterate):
     """Alg. 2 with per-replica step sizes ``step_size`` (P,) and per-(replica, silo) noise."""
 
     loss: object
@@ -49,19 +49,6 @@ class MinibatchSGD:
         "paper": calibration.paper_minibatch_noise_multiplier,
         "theory": calibration.theory_minibatch_noise_multiplier,
     })
-
-    @staticmethod
-    def check_fields(fields: dict) -> None:
-        """Nothing beyond the planner's checks."""
-
-    def init(self, params0: np.ndarray) -> ServerState:
-        return initial_state(params0, self.average_last)
-
-    def output(self, state: ServerState) -> dict[str, np.ndarray]:
-        return outputs(state)
-
-    def broadcast(self, state: ServerState) -> np.ndarray:
-        return state.params
 
     def silo_step(self, params: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
         idx = draws.without_replacement(silos.sizes, self.batch_size, by_repetition=True)   # (U, S, K)
