@@ -95,7 +95,7 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
             status = f"loss {on_round.loss:.4f}"
             if "epsilon_max" in metrics:
                 status += f"  eps {float(np.max(metrics['epsilon_max'])):.3f}"
-            bar.update(task, advance=1, status=status)
+            bar.update(task, completed=r + 1, status=status)   # r: the last step the round ran
 
         on_round.loss = float("nan")
         try:

@@ -122,6 +122,18 @@ def _algorithm_class(target) -> type:
     return found
 
 
+def _instantiate(key: str, node: dict):
+    """The object a config group describes; a field its class does not take is a config error."""
+    from hydra.errors import InstantiationException
+
+    try:
+        return instantiate(node)
+    except InstantiationException as err:
+        cause = err.__cause__ if err.__cause__ is not None else err
+        raise ConfigError(key, {k: v for k, v in node.items() if k != "_target_"},
+                          f"the fields of {node.get('_target_')} ({cause})") from err
+
+
 def _guard(privacy: PrivacyPlan, sampler, replicas: Replicas, seed: int, num_rounds: int, num_units: int,
            enforce: bool) -> PrivacyPlan:
     """The budget guard: charge the sampler's participations to the plan's ledger."""
@@ -140,11 +152,11 @@ def make_plan(cfg: DictConfig) -> Plan:
     """Validate ``cfg`` and resolve it into a ``Plan``; raises ``ConfigError`` on the first bad value
     and ``BudgetError`` if the participations would overspend a unit's budget."""
     config = OmegaConf.to_container(cfg, resolve=True)      # plain data from here on
-    dataset = instantiate(config["data"]["spec"])
+    dataset = _instantiate("data.spec", config["data"]["spec"])
     dataset.validate()
     shape = dataset.describe()
-    loss = instantiate(config["data"]["loss"])
-    sampler = instantiate(config["participation"])
+    loss = _instantiate("data.loss", config["data"]["loss"])
+    sampler = _instantiate("participation", config["participation"])
     sampler.validate(shape.num_silos)
     algorithm_class = _algorithm_class(config["algorithm"].get("_target_"))
     config = algorithm_class.recipe.resolve(algorithm_class, config, dataset, shape, loss, sampler)

@@ -9,6 +9,7 @@ and however many actors there are, the silo's minibatch and noise in a round are
 from __future__ import annotations
 
 from enum import IntEnum
+from functools import cached_property
 
 import numpy as np
 
@@ -62,19 +63,39 @@ class SiloDraws:
 
     def __init__(self, run_seed: int, repetitions: np.ndarray, round_index: int, silo_ids: np.ndarray,
                  width: int | None = None):
+        # Cheap to build: a step that draws nothing (a non-private step of a sequential protocol,
+        # 10^5 of them per run) pays for no index work; the first draw does it once.
         self.run_seed = int(run_seed)
-        self.unique_reps, self.replica_to_rep = np.unique(np.asarray(repetitions), return_inverse=True)
+        self._repetitions = repetitions
         self.round_index = int(round_index)
         self.silo_ids = np.asarray(silo_ids, dtype=np.int64)
         self.width = width
-        self._block, self._row = np.divmod(self.silo_ids, BLOCK)
-        order = np.argsort(self._block, kind="stable")
-        blocks, starts = np.unique(self._block[order], return_index=True)
-        # (block, positions in silo_ids, rows to draw) triples, found once: no per-block scan over
-        # all silos, and no draw beyond the block's last requested row.
-        self._members = [
-            (block, rows, int(self._row[rows].max()) + 1) for block, rows in zip(blocks, np.split(order, starts[1:]))
-        ]
+
+    @cached_property
+    def _replicas(self) -> tuple[np.ndarray, np.ndarray]:
+        unique, inverse = np.unique(np.asarray(self._repetitions), return_inverse=True)
+        return unique, inverse.reshape(-1)
+
+    @property
+    def unique_reps(self) -> np.ndarray:
+        return self._replicas[0]
+
+    @property
+    def replica_to_rep(self) -> np.ndarray:
+        return self._replicas[1]
+
+    @cached_property
+    def _row(self) -> np.ndarray:
+        return self.silo_ids % BLOCK
+
+    @cached_property
+    def _members(self) -> list:
+        """(block, positions in silo_ids, rows to draw) triples, found once: no per-block scan over
+        all silos, and no draw beyond the block's last requested row."""
+        block_of = self.silo_ids // BLOCK
+        order = np.argsort(block_of, kind="stable")
+        blocks, starts = np.unique(block_of[order], return_index=True)
+        return [(block, rows, int(self._row[rows].max()) + 1) for block, rows in zip(blocks, np.split(order, starts[1:]))]
 
     def _rows(self, stream: Stream, round_coord: int, draw, by_repetition: bool = False) -> np.ndarray:
         """(P, S, ...), or (U, S, ...) by repetition, from ``draw(generator, h) -> (h, ...)``.

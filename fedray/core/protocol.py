@@ -51,11 +51,18 @@ class RoundKeys:
 
 @dataclass(frozen=True)
 class RoundSpec:
-    """What ``configure`` decides for a round: who takes part and what every actor receives."""
+    """What ``configure`` decides for a round: who takes part and what every actor receives.
+
+    ``operation`` names the client operation: ``client_step`` (one step: every participating unit
+    sends a message) or ``client_block`` (``steps`` sequential steps, from step ``round``, run in
+    the one actor that holds their units; see ``SequentialSteps``).
+    """
 
     round: int
     participation: np.ndarray      # (P, N) bool
     broadcast: Any                 # arrays the client step starts from (one ray.put per round)
+    steps: int = 1
+    operation: str = "client_step"
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,108 @@ class SampledRounds:
         state = self.algorithm.server_step(state, messages.values, messages.mask)
         participants = spec.participation.sum(axis=1).astype(np.float64)
         return Aggregated(state, spec.participation, {"participants": participants})
+
+    def done(self, state: Any) -> np.ndarray:
+        return np.full(self.params0.shape[0], state.round >= self.num_rounds)
+
+    def output(self, state: Any) -> dict[str, np.ndarray]:
+        return self.algorithm.output(state)
+
+    def evaluate(self, models: np.ndarray, federation: Any) -> dict:
+        return self.evaluation.shard_parts(models, federation)
+
+    def combine(self, parts: list[dict]) -> dict:
+        return self.evaluation.combine(parts, self.num_units)
+
+
+def step_sum(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(P, ...) sum over the unit axis of the real rows: what a summing shuffler forwards, and all
+    a sum-based server needs of one step. The same expression everywhere keeps the bits equal."""
+    return (values * mask.reshape(mask.shape + (1,) * (values.ndim - 2))).sum(axis=1)
+
+
+@dataclass(frozen=True)
+class SequentialSteps:
+    """A protocol of many tiny sequential steps, run a block of steps per Ray call.
+
+    Step t takes the units of batch t (``sampler``: ``SequentialBatches``, each unit once), every
+    one of them computes its client message at the current iterate (the client-placed mechanisms
+    run there, as in any round), the server receives the SUM of the batch's messages (what a
+    summing shuffler forwards; under direct routing, a function of what it would receive) and
+    ``algorithm.server_step(state, summed)`` gives the next iterate. Step t + 1 needs that iterate,
+    so steps cannot run in parallel; one Ray round trip per step would cost more than the step.
+
+    Blocks: ``configure`` asks for up to ``block_steps`` steps; the driver shortens a block to the
+    steps whose units live in one actor. That actor runs, step by step, the client messages of the
+    step's units, their sum, and the server step on that sum (post-processing of what is released,
+    to know the next query point), and returns only the per-step sums (steps, P, ...). The driver
+    then re-runs the server steps on those sums (``aggregate``), so the server's state is computed
+    by the server from the released sums alone. A step whose units straddle two actors runs as an
+    ordinary one-step round (every holder sends its units' messages; the sum is formed at the
+    server or by the shuffler). Draws are keyed by the step index, so block sizes and actor layout
+    change nothing: results are bit-identical for any ``block_steps`` and any number of actors.
+    """
+
+    algorithm: Any
+    sampler: Any
+    evaluation: Any
+    shard_view: Callable[[Any, np.ndarray], Any]
+    params0: np.ndarray
+    num_rounds: int                # T steps
+    num_units: int
+    block_steps: int = 4096
+    routing: Routing = Routing.DIRECT
+    constants: dict = field(default_factory=dict)
+    round_constants: dict = field(default_factory=dict)
+
+    def init(self) -> Any:
+        return self.algorithm.init(self.params0)
+
+    def step_units(self, step: int) -> tuple[int, int]:
+        """The unit ids [lo, hi) of step ``step``."""
+        b = self.sampler.batch_size
+        return step * b, (step + 1) * b
+
+    def configure(self, state: Any, keys: RoundKeys) -> RoundSpec:
+        first = int(state.round)
+        steps = min(self.block_steps, self.num_rounds - first)
+        participation = np.zeros((self.params0.shape[0], self.num_units), dtype=bool)
+        participation[:, self.step_units(first)[0]:self.step_units(first + steps - 1)[1]] = True
+        return RoundSpec(first, participation, state, steps, "client_block")
+
+    def one_step(self, spec: RoundSpec) -> RoundSpec:
+        """The first step of a block as an ordinary round (for a step whose units straddle actors)."""
+        lo, hi = self.step_units(spec.round)
+        participation = np.zeros_like(spec.participation)
+        participation[:, lo:hi] = True
+        return RoundSpec(spec.round, participation, self.algorithm.broadcast(spec.broadcast))
+
+    def shard(self, federation: Any, unit_ids: np.ndarray) -> Any:
+        return self.shard_view(federation, unit_ids)
+
+    def client_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray:
+        return self.algorithm.silo_step(broadcast, shard, draws)
+
+    def client_block(self, spec: RoundSpec, shard: Any, unit_ids: np.ndarray, draws_for: Callable) -> np.ndarray:
+        """The per-step sums (steps, P, ...) of a block whose units all live in ``shard``."""
+        state, sums = spec.broadcast, []
+        first_unit = int(unit_ids[0])
+        for step in range(spec.round, spec.round + spec.steps):
+            lo, hi = self.step_units(step)
+            positions = slice(lo - first_unit, hi - first_unit)
+            values = self.algorithm.silo_step(self.algorithm.broadcast(state), shard.select(positions),
+                                              draws_for(step, unit_ids[positions]))
+            summed = step_sum(values, np.ones(values.shape[:2], dtype=bool))
+            state = self.algorithm.server_step(state, summed)
+            sums.append(summed)
+        return np.stack(sums)
+
+    def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
+        sums = messages.values if spec.operation == "client_block" else step_sum(messages.values, messages.mask)[None]
+        for summed in sums:
+            state = self.algorithm.server_step(state, summed)
+        b = self.sampler.batch_size
+        return Aggregated(state, spec.participation, {"participants": np.full(self.params0.shape[0], float(spec.steps * b))})
 
     def done(self, state: Any) -> np.ndarray:
         return np.full(self.params0.shape[0], state.round >= self.num_rounds)

@@ -39,9 +39,10 @@ class SiloArrays:
         return cls(np.asarray(silo_ids, dtype=np.int64), fed.x_train, fed.y_train, fed.n_train,
                    np.linalg.norm(fed.x_train, axis=2))
 
-    def select(self, positions: np.ndarray) -> "SiloArrays":
-        """The silos at ``positions`` (a copy of their records; all of them: no copy)."""
-        if positions.size == self.silo_ids.size:
+    def select(self, positions: np.ndarray | slice) -> "SiloArrays":
+        """The silos at ``positions``: sorted distinct indices (a copy of their records; all of them:
+        no copy) or a slice (views, no copy)."""
+        if not isinstance(positions, slice) and positions.size == self.silo_ids.size:
             return self
         return SiloArrays(self.silo_ids[positions], self.x[positions], self.y[positions], self.sizes[positions],
                           self.x_norms[positions])

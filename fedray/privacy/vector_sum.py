@@ -68,6 +68,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedray.rng import SiloDraws, Stream
+
 from fedray.errors import ConfigError
 
 __all__ = [
@@ -372,3 +374,38 @@ class OnePassVectorSums:
 
     def epsilon_after(self, rounds: int) -> float:
         return self.epsilon if rounds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class SplitVectorSum:
+    """P_vec split by placement: the randomizer (counts) where the users live, the analyzer at the
+    server; the shuffler between them forwards the sum of the counts (seed-000 §2, M2 form).
+    Used by seed 004 §3.8 (one user per record gradient) and seed 000 (one user per user)."""
+
+    params: VectorSumParameters
+
+    def randomize(self, vectors: np.ndarray, draws: SiloDraws) -> np.ndarray:
+        """(P, S, K, D) record gradients -> (P, S, D) int64 counts of each silo's K users (K = 1: one user)."""
+        randomizer = VectorSumRandomizer(self.params)
+        counts = draws.blockwise(Stream.NOISE, vectors, lambda block, rng: randomizer.apply(block, rng)[0])
+        # M2 is M1 written compactly: a user's 1-bit count per coordinate fixes its multiset of
+        # (j, 1) and (j, 0) messages, and after shuffling the only information left is the count
+        # of (j, 1) over all users (vector_sum's docstring). Summing over the K users here and over
+        # the silos in the shuffler yields that count from the very same draws, so the server's view
+        # is M1's. This partial sum reaches only the shuffler, which sees more (each message) in M1.
+        return counts.sum(axis=2)
+
+    def estimate(self, total: np.ndarray, users: np.ndarray) -> np.ndarray:
+        """Unbiased estimate (P, D) of the sum of the ``users`` (P,) record gradients."""
+        return analyze_counts(total, self.params, num_users=users)
+
+
+@dataclass(frozen=True)
+class ExactSum:
+    """The non-private step with the same interface (trust model none)."""
+
+    def randomize(self, vectors: np.ndarray, draws: SiloDraws) -> np.ndarray:
+        return vectors.sum(axis=2)
+
+    def estimate(self, total: np.ndarray, users: np.ndarray) -> np.ndarray:
+        return total

@@ -65,6 +65,29 @@ def _num_actors(runtime: dict, num_silos: int) -> int:
     return max(1, min(int(requested), num_silos))
 
 
+def _ranges(blocks: list) -> list[tuple[int, int]]:
+    """The [lo, hi) unit ids each actor holds (contiguous blocks)."""
+    return [(int(b[0]), int(b[-1]) + 1) if b.size else (0, 0) for b in blocks]
+
+
+def _fit_block(protocol, spec, ranges: list) -> tuple[object, int | None]:
+    """The block shortened to the steps whose units live in the actor holding its first step, and
+    that actor; or the first step as an ordinary round (no owner) when its units straddle two."""
+    lo, hi = protocol.step_units(spec.round)
+    owner = next(i for i, (a, b) in enumerate(ranges) if a <= lo < b)
+    end = ranges[owner][1]
+    if hi > end:
+        return protocol.one_step(spec), None
+    steps = 1
+    while steps < spec.steps and protocol.step_units(spec.round + steps)[1] <= end:
+        steps += 1
+    if steps < spec.steps:
+        participation = np.zeros_like(spec.participation)
+        participation[:, lo:protocol.step_units(spec.round + steps - 1)[1]] = True
+        spec = replace(spec, steps=steps, participation=participation)
+    return spec, owner
+
+
 def _gather(replies: list) -> tuple[Messages, list]:
     """Messages and masks in unit order (blocks are contiguous), and the evaluation parts."""
     messages = np.concatenate([reply.messages for reply in replies], axis=1)
@@ -110,6 +133,7 @@ class RayGroups:
             ray.get([actor.configure.remote(plan.repetitions) for actor in self.actors])
         shuffler = _shuffler_args(plan)
         self.shuffler = None if shuffler is None else ShufflerActor.remote(*shuffler)
+        self.ranges = _ranges(blocks)
 
     def call(self, method: str, *args) -> list:
         """One call of ``method`` per actor, gathered with one ray.get."""
@@ -133,6 +157,12 @@ class RayGroups:
         bare = ray.put(replace(payload, evaluate=None))
         shuffled = ray.get(self.shuffler.shuffle.remote(payload.spec.round, *[a.round.remote(bare) for a in self.actors]))
         return Messages(shuffled.messages, shuffled.mask), ray.get(evaluations)
+
+    def exchange_block(self, payload: RoundPayload, owner: int) -> tuple[Messages, list]:
+        """A block of sequential steps run by the one actor holding their units (``SequentialSteps``)."""
+        evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors if payload.evaluate is not None]
+        reply = ray.get(self.actors[owner].round.remote(replace(payload, evaluate=None)))
+        return Messages(reply.messages, reply.mask), ray.get(evaluations)
 
     def close(self, keep_silos: bool = False) -> None:
         for actor in ([] if keep_silos else self.actors) + ([self.shuffler] if self.shuffler is not None else []):
@@ -181,6 +211,7 @@ class InlineGroups:
         self.groups = [SiloGroup(plan.dataset, plan.seed, plan.trial, b, plan.repetitions) for b in blocks]
         shuffler = _shuffler_args(plan)
         self.shuffler = None if shuffler is None else Shuffler(*shuffler)
+        self.ranges = _ranges(blocks)
 
     def call(self, method: str, *args) -> list:
         return [getattr(group, method)(*args) for group in self.groups]
@@ -198,6 +229,11 @@ class InlineGroups:
         bare = replace(payload, evaluate=None)
         shuffled = self.shuffler.shuffle(payload.spec.round, *[group.round(bare) for group in self.groups])
         return Messages(shuffled.messages, shuffled.mask), evaluations
+
+    def exchange_block(self, payload: RoundPayload, owner: int) -> tuple[Messages, list]:
+        evaluations = [group.evaluate(payload.evaluate) for group in self.groups if payload.evaluate is not None]
+        reply = self.groups[owner].round(replace(payload, evaluate=None))
+        return Messages(reply.messages, reply.mask), evaluations
 
     def close(self) -> None:
         self.groups = []
@@ -269,10 +305,14 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     r = start_round
     while not np.all(protocol.done(state)):
         keys = RoundKeys(plan.seed, plan.repetitions, r)
-        spec = protocol.configure(state, keys)
-        evaluate = r % plan.evaluate_every == 0 or r == plan.num_rounds - 1
+        spec, owner = protocol.configure(state, keys), None
+        if spec.operation == "client_block":
+            spec, owner = _fit_block(protocol, spec, groups.ranges)
+        last = spec.round + spec.steps - 1      # the last step this round runs (= r for one-step rounds)
+        evaluate = r % plan.evaluate_every == 0 or last == plan.num_rounds - 1
         model = next(iter(protocol.output(state).values())) if evaluate else None
-        messages, evaluation = groups.exchange(RoundPayload(spec, model))
+        payload = RoundPayload(spec, model)
+        messages, evaluation = groups.exchange(payload) if owner is None else groups.exchange_block(payload, owner)
         state, charge, metrics = protocol.aggregate(state, spec, messages, keys)
         if evaluate:
             values, diagnostics = split(protocol.combine(evaluation))
@@ -286,9 +326,9 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
         metrics.update(protocol.round_constants)
         result.history.append(metrics)
         if tracker is not None:
-            tracker.log_round(r, metrics)
+            tracker.log_round(last, metrics)
         if progress is not None:
-            progress(r, metrics)
+            progress(last, metrics)
         if first_round_at is None:
             first_round_at = time.perf_counter()
         r += 1

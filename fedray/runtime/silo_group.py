@@ -67,6 +67,8 @@ class SiloGroup:
 
     def round(self, payload: RoundPayload) -> RoundReply:
         spec = payload.spec
+        if spec.operation == "client_block":
+            return self._block(payload)
         mask = spec.participation[:, self.silo_ids]
         active = np.flatnonzero(mask.any(axis=0))
         evaluation = None if payload.evaluate is None else self.evaluate(payload.evaluate)
@@ -81,6 +83,19 @@ class SiloGroup:
         # A replica that did not sample this unit receives nothing from it.
         messages = messages * sub_mask.reshape(sub_mask.shape + (1,) * (messages.ndim - 2))
         return RoundReply(units, messages, sub_mask, evaluation)
+
+
+    def _block(self, payload: RoundPayload) -> RoundReply:
+        """A block of sequential steps whose units all live here: only the per-step sums leave."""
+        spec = payload.spec
+        evaluation = None if payload.evaluate is None else self.evaluate(payload.evaluate)
+
+        def draws_for(step: int, units: np.ndarray) -> SiloDraws:
+            return SiloDraws(self.seed, self.repetitions, step, units, width=self._width)
+
+        sums = self.protocol.client_block(spec, self._shard, self.silo_ids, draws_for)
+        units = self.silo_ids[spec.participation[:, self.silo_ids].any(axis=0)]
+        return RoundReply(units, sums, np.ones(sums.shape[:2], dtype=bool), evaluation)
 
 
 SiloGroupActor = ray.remote(SiloGroup)

@@ -48,46 +48,8 @@ from fedray.protocols.isrl_dp.planning import ShuffledVectorSum
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.losses import clipped_example_gradients
-from fedray.privacy.vector_sum import (
-    VectorSumParameters,
-    VectorSumRandomizer,
-    analyze_counts,
-    vector_sum_parameters,
-)
-from fedray.rng import SiloDraws, Stream
-
-
-@dataclass(frozen=True)
-class _ShuffledVectorSum:
-    """P_vec split at the shuffler: counts in the silo, A_vec at the server."""
-
-    params: VectorSumParameters
-
-    def randomize(self, vectors: np.ndarray, draws: SiloDraws) -> np.ndarray:
-        """(P, S, K, D) record gradients -> (P, S, D) int64 counts of the silo's K users."""
-        randomizer = VectorSumRandomizer(self.params)
-        counts = draws.blockwise(Stream.NOISE, vectors, lambda block, rng: randomizer.apply(block, rng)[0])
-        # M2 is M1 written compactly: a user's 1-bit count per coordinate fixes its multiset of
-        # (j, 1) and (j, 0) messages, and after shuffling the only information left is the count
-        # of (j, 1) over all users (vector_sum's docstring). Summing over the K users here and over
-        # the silos in the shuffler yields that count from the very same draws, so the server's view
-        # is M1's. This partial sum reaches only the shuffler, which sees more (each message) in M1.
-        return counts.sum(axis=2)
-
-    def estimate(self, total: np.ndarray, users: np.ndarray) -> np.ndarray:
-        """Unbiased estimate (P, D) of the sum of the ``users`` (P,) record gradients."""
-        return analyze_counts(total, self.params, num_users=users)
-
-
-@dataclass(frozen=True)
-class _ExactSum:
-    """The non-private step with the same interface (trust model none)."""
-
-    def randomize(self, vectors: np.ndarray, draws: SiloDraws) -> np.ndarray:
-        return vectors.sum(axis=2)
-
-    def estimate(self, total: np.ndarray, users: np.ndarray) -> np.ndarray:
-        return total
+from fedray.privacy.vector_sum import ExactSum, SplitVectorSum, vector_sum_parameters
+from fedray.rng import SiloDraws
 
 
 @dataclass(frozen=True)
@@ -106,15 +68,15 @@ class ShuffledOnePassAcceleratedSGD(OnePassAcceleratedSGD):
     # Behind a summing shuffler (P_vec's M2 form); one P_vec invocation per record, parallel composition.
     recipe: ClassVar[ShuffledVectorSum] = ShuffledVectorSum()
 
-    def vector_sum(self, dim: int) -> _ShuffledVectorSum | _ExactSum:
+    def vector_sum(self, dim: int) -> SplitVectorSum | ExactSum:
         """The sum step for D = ``dim``; raises ``ConfigError`` naming a bad P_vec input."""
         if self.target_epsilon is None:
-            return _ExactSum()
+            return ExactSum()
         m = self.silos_per_round
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
             raise ConfigError("algorithm.silos_per_round", m,
                               "the fixed M >= 1 P_vec is calibrated for (participation=uniform)")
-        return _ShuffledVectorSum(vector_sum_parameters(
+        return SplitVectorSum(vector_sum_parameters(
             self.target_epsilon, self.target_delta, dim, int(m) * self.batch_size, self.l2_clip))
 
     def silo_step(self, query: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
