@@ -126,8 +126,8 @@ def test_only_the_protocols_messages_leave_a_group(algorithm):
     if spec.operation == "client_block":
         spec = protocol.one_step(spec)       # the per-unit messages of one step (blocks release only sums)
     for group, reply in zip(groups.groups, groups.call("round", RoundPayload(spec, None))):
-        assert {f.name for f in fields(reply)} == {"silo_ids", "messages", "mask", "evaluation"}
-        assert reply.evaluation is None
+        assert {f.name for f in fields(reply)} == {"silo_ids", "messages", "mask", "evaluation", "claim"}
+        assert reply.evaluation is None and reply.claim is None
         if reply.silo_ids.size == 0:
             assert reply.messages.shape[1] == 0
             continue

@@ -183,9 +183,10 @@ class SequentialSteps:
     Blocks: ``configure`` asks for up to ``block_steps`` steps; the driver shortens a block to the
     steps whose units live in one actor. That actor runs, step by step, the client messages of the
     step's units, their sum, and the server step on that sum (post-processing of what is released,
-    to know the next query point), and returns only the per-step sums (steps, P, ...). The driver
-    then re-runs the server steps on those sums (``aggregate``), so the server's state is computed
-    by the server from the released sums alone. A step whose units straddle two actors runs as an
+    to know the next query point), and returns only the per-step sums (steps, P, ...) and the state
+    they lead to. The driver configures the next block from that state at once and, while the next
+    block runs, re-runs the server steps on the sums (``aggregate``) and checks it reaches the same
+    state: the server's state is computed by the server from the released sums alone. A step whose units straddle two actors runs as an
     ordinary one-step round (every holder sends its units' messages; the sum is formed at the
     server or by the shuffler). Draws are keyed by the step index, so block sizes and actor layout
     change nothing: results are bit-identical for any ``block_steps`` and any number of actors.
@@ -231,8 +232,10 @@ class SequentialSteps:
     def client_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray:
         return self.algorithm.silo_step(broadcast, shard, draws)
 
-    def client_block(self, spec: RoundSpec, shard: Any, unit_ids: np.ndarray, draws_for: Callable) -> np.ndarray:
-        """The per-step sums (steps, P, ...) of a block whose units all live in ``shard``."""
+    def client_block(self, spec: RoundSpec, shard: Any, unit_ids: np.ndarray, draws_for: Callable) -> tuple:
+        """The per-step sums (steps, P, ...) of a block whose units all live in ``shard``, and the
+        state the server steps on them reach (the driver configures the next block from it while
+        it re-runs these steps, and checks that it reaches the same state)."""
         state, sums = spec.broadcast, []
         first_unit = int(unit_ids[0])
         for step in range(spec.round, spec.round + spec.steps):
@@ -240,10 +243,10 @@ class SequentialSteps:
             positions = slice(lo - first_unit, hi - first_unit)
             values = self.algorithm.silo_step(self.algorithm.broadcast(state), shard.select(positions),
                                               draws_for(step, unit_ids[positions]))
-            summed = step_sum(values, np.ones(values.shape[:2], dtype=bool))
+            summed = values.sum(axis=1)          # = step_sum with every unit present (x * 1.0 is x)
             state = self.algorithm.server_step(state, summed)
             sums.append(summed)
-        return np.stack(sums)
+        return np.stack(sums), state
 
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
         sums = messages.values if spec.operation == "client_block" else step_sum(messages.values, messages.mask)[None]

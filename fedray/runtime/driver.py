@@ -65,6 +65,22 @@ def _num_actors(runtime: dict, num_silos: int) -> int:
     return max(1, min(int(requested), num_silos))
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A started exchange; ``result()`` waits for it."""
+
+    result: object
+
+
+def _block_result(reply, evaluations: list) -> tuple[Messages, list, object]:
+    return Messages(reply.messages, reply.mask), evaluations, reply.claim
+
+
+def _same_state(a, b) -> bool:
+    """Bitwise equality of two protocol states (NamedTuples of arrays and numbers)."""
+    return all(np.array_equal(x, y) for x, y in zip(a, b)) and len(a) == len(b)
+
+
 def _ranges(blocks: list) -> list[tuple[int, int]]:
     """The [lo, hi) unit ids each actor holds (contiguous blocks)."""
     return [(int(b[0]), int(b[-1]) + 1) if b.size else (0, 0) for b in blocks]
@@ -158,11 +174,12 @@ class RayGroups:
         shuffled = ray.get(self.shuffler.shuffle.remote(payload.spec.round, *[a.round.remote(bare) for a in self.actors]))
         return Messages(shuffled.messages, shuffled.mask), ray.get(evaluations)
 
-    def exchange_block(self, payload: RoundPayload, owner: int) -> tuple[Messages, list]:
-        """A block of sequential steps run by the one actor holding their units (``SequentialSteps``)."""
+    def submit_block(self, payload: RoundPayload, owner: int):
+        """Start a block of sequential steps in the one actor holding their units (``SequentialSteps``);
+        ``result()`` of the returned handle gives (messages, evaluation parts, claimed end state)."""
         evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors if payload.evaluate is not None]
-        reply = ray.get(self.actors[owner].round.remote(replace(payload, evaluate=None)))
-        return Messages(reply.messages, reply.mask), ray.get(evaluations)
+        reply = self.actors[owner].round.remote(replace(payload, evaluate=None))
+        return _Pending(lambda: _block_result(ray.get(reply), ray.get(evaluations)))
 
     def close(self, keep_silos: bool = False) -> None:
         for actor in ([] if keep_silos else self.actors) + ([self.shuffler] if self.shuffler is not None else []):
@@ -230,10 +247,10 @@ class InlineGroups:
         shuffled = self.shuffler.shuffle(payload.spec.round, *[group.round(bare) for group in self.groups])
         return Messages(shuffled.messages, shuffled.mask), evaluations
 
-    def exchange_block(self, payload: RoundPayload, owner: int) -> tuple[Messages, list]:
+    def submit_block(self, payload: RoundPayload, owner: int):
         evaluations = [group.evaluate(payload.evaluate) for group in self.groups if payload.evaluate is not None]
-        reply = self.groups[owner].round(replace(payload, evaluate=None))
-        return Messages(reply.messages, reply.mask), evaluations
+        done = _block_result(self.groups[owner].round(replace(payload, evaluate=None)), evaluations)
+        return _Pending(lambda: done)
 
     def close(self) -> None:
         self.groups = []
@@ -302,17 +319,10 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             if progress is not None:
                 progress(r, metrics)
 
-    r = start_round
-    while not np.all(protocol.done(state)):
-        keys = RoundKeys(plan.seed, plan.repetitions, r)
-        spec, owner = protocol.configure(state, keys), None
-        if spec.operation == "client_block":
-            spec, owner = _fit_block(protocol, spec, groups.ranges)
-        last = spec.round + spec.steps - 1      # the last step this round runs (= r for one-step rounds)
-        evaluate = r % plan.evaluate_every == 0 or last == plan.num_rounds - 1
-        model = next(iter(protocol.output(state).values())) if evaluate else None
-        payload = RoundPayload(spec, model)
-        messages, evaluation = groups.exchange(payload) if owner is None else groups.exchange_block(payload, owner)
+    def settle(state, r: int, spec, keys, messages, evaluation, evaluate: bool):
+        """Aggregate one round on the server and record it (ledger, metrics, tracking, checkpoint)."""
+        nonlocal first_round_at
+        last = spec.round + spec.steps - 1      # the last step this round ran (= r for one-step rounds)
         state, charge, metrics = protocol.aggregate(state, spec, messages, keys)
         if evaluate:
             values, diagnostics = split(protocol.combine(evaluation))
@@ -331,10 +341,43 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             progress(last, metrics)
         if first_round_at is None:
             first_round_at = time.perf_counter()
-        r += 1
-        if ckpt_path and ckpt_every and r % ckpt_every == 0:
-            checkpoint.save(ckpt_path, checkpoint.Checkpoint(r, state, ledger.state() if ledger else {},
+        if ckpt_path and ckpt_every and (r + 1) % ckpt_every == 0:
+            checkpoint.save(ckpt_path, checkpoint.Checkpoint(r + 1, state, ledger.state() if ledger else {},
                                                              result.history, fingerprint))
+        return state
+
+    def confirm(state, pending):
+        """Re-run a block's server steps on its released sums; the actor must have reached the same state."""
+        *round_args, claim = pending
+        state = settle(state, *round_args)
+        if not _same_state(state, claim):
+            raise RuntimeError(f"round {round_args[0]}: the server steps re-run on the released sums do not "
+                               "reach the state the block's actor reported")
+        return state
+
+    r, pending, ahead = start_round, None, state     # ahead: what the next round is configured from
+    while not np.all(protocol.done(ahead)):
+        keys = RoundKeys(plan.seed, plan.repetitions, r)
+        spec, owner = protocol.configure(ahead, keys), None
+        if spec.operation == "client_block":
+            spec, owner = _fit_block(protocol, spec, groups.ranges)
+        evaluate = r % plan.evaluate_every == 0 or spec.round + spec.steps == plan.num_rounds
+        model = next(iter(protocol.output(ahead).values())) if evaluate else None
+        payload = RoundPayload(spec, model)
+        if owner is None:
+            if pending is not None:
+                state, pending = confirm(state, pending), None
+            messages, evaluation = groups.exchange(payload)
+            state = ahead = settle(state, r, spec, keys, messages, evaluation, evaluate)
+        else:
+            started_block = groups.submit_block(payload, owner)
+            if pending is not None:       # the previous block's server steps, while this one runs
+                state = confirm(state, pending)
+            messages, evaluation, claim = started_block.result()
+            pending, ahead = (r, spec, keys, messages, evaluation, evaluate, claim), claim
+        r += 1
+    if pending is not None:
+        state = confirm(state, pending)
 
     # Every output in one evaluation call per actor, stacked along the replica axis.
     outputs = protocol.output(state)

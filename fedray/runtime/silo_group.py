@@ -34,6 +34,7 @@ class RoundReply:
     messages: np.ndarray             # (P, U, ...) privatized; zero where a replica did not sample the unit
     mask: np.ndarray                 # (P, U)
     evaluation: dict | None          # per-unit evaluation parts (diagnostic), see the protocol's evaluate
+    claim: object = None             # a block's end state, as the actor's server steps reach it
 
 
 class SiloGroup:
@@ -93,9 +94,9 @@ class SiloGroup:
         def draws_for(step: int, units: np.ndarray) -> SiloDraws:
             return SiloDraws(self.seed, self.repetitions, step, units, width=self._width)
 
-        sums = self.protocol.client_block(spec, self._shard, self.silo_ids, draws_for)
+        sums, end = self.protocol.client_block(spec, self._shard, self.silo_ids, draws_for)
         units = self.silo_ids[spec.participation[:, self.silo_ids].any(axis=0)]
-        return RoundReply(units, sums, np.ones(sums.shape[:2], dtype=bool), evaluation)
+        return RoundReply(units, sums, np.ones(sums.shape[:2], dtype=bool), evaluation, end)
 
 
 SiloGroupActor = ray.remote(SiloGroup)
