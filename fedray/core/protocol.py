@@ -110,8 +110,35 @@ class RoundProtocol(Protocol):
     def combine(self, parts: list[dict]) -> dict: ...
 
 
+class _FromParts:
+    """What a protocol built from an algorithm's halves delegates to its parts: the algorithm
+    (``init``, ``silo_step``, ``output``), the shard view, the evaluation; it ends after
+    ``num_rounds`` rounds (steps). Needs the fields of ``SampledRounds``."""
+
+    def init(self) -> Any:
+        return self.algorithm.init(self.params0)
+
+    def shard(self, federation: Any, unit_ids: np.ndarray) -> Any:
+        return self.shard_view(federation, unit_ids)
+
+    def client_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray:
+        return self.algorithm.silo_step(broadcast, shard, draws)
+
+    def done(self, state: Any) -> np.ndarray:
+        return np.full(self.params0.shape[0], state.round >= self.num_rounds)
+
+    def output(self, state: Any) -> dict[str, np.ndarray]:
+        return self.algorithm.output(state)
+
+    def evaluate(self, models: np.ndarray, federation: Any) -> dict:
+        return self.evaluation.shard_parts(models, federation)
+
+    def combine(self, parts: list[dict]) -> dict:
+        return self.evaluation.combine(parts, self.num_units)
+
+
 @dataclass(frozen=True)
-class SampledRounds:
+class SampledRounds(_FromParts):
     """A round protocol from parts: ``sampler`` picks the units of each round, ``algorithm``
     supplies the client and server halves, ``evaluation`` scores models on a shard, and the run
     ends after ``num_rounds`` rounds.
@@ -132,35 +159,16 @@ class SampledRounds:
     constants: dict = field(default_factory=dict)
     round_constants: dict = field(default_factory=dict)
 
-    def init(self) -> Any:
-        return self.algorithm.init(self.params0)
 
     def configure(self, state: Any, keys: RoundKeys) -> RoundSpec:
         participation = self.sampler.sample(keys.seed, keys.repetitions, keys.round, self.num_units)
         return RoundSpec(keys.round, participation, self.algorithm.broadcast(state))
 
-    def shard(self, federation: Any, unit_ids: np.ndarray) -> Any:
-        return self.shard_view(federation, unit_ids)
-
-    def client_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray:
-        return self.algorithm.silo_step(broadcast, shard, draws)
 
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
         state = self.algorithm.server_step(state, messages.values, messages.mask)
         participants = spec.participation.sum(axis=1).astype(np.float64)
         return Aggregated(state, spec.participation, {"participants": participants})
-
-    def done(self, state: Any) -> np.ndarray:
-        return np.full(self.params0.shape[0], state.round >= self.num_rounds)
-
-    def output(self, state: Any) -> dict[str, np.ndarray]:
-        return self.algorithm.output(state)
-
-    def evaluate(self, models: np.ndarray, federation: Any) -> dict:
-        return self.evaluation.shard_parts(models, federation)
-
-    def combine(self, parts: list[dict]) -> dict:
-        return self.evaluation.combine(parts, self.num_units)
 
 
 def step_sum(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -170,7 +178,7 @@ def step_sum(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class SequentialSteps:
+class SequentialSteps(_FromParts):
     """A protocol of many tiny sequential steps, run a block of steps per Ray call.
 
     Step t takes the units of batch t (``sampler``: ``SequentialBatches``, each unit once), every
@@ -204,8 +212,6 @@ class SequentialSteps:
     constants: dict = field(default_factory=dict)
     round_constants: dict = field(default_factory=dict)
 
-    def init(self) -> Any:
-        return self.algorithm.init(self.params0)
 
     def step_units(self, step: int) -> tuple[int, int]:
         """The unit ids [lo, hi) of step ``step``."""
@@ -226,11 +232,6 @@ class SequentialSteps:
         participation[:, lo:hi] = True
         return RoundSpec(spec.round, participation, self.algorithm.broadcast(spec.broadcast))
 
-    def shard(self, federation: Any, unit_ids: np.ndarray) -> Any:
-        return self.shard_view(federation, unit_ids)
-
-    def client_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray:
-        return self.algorithm.silo_step(broadcast, shard, draws)
 
     def client_block(self, spec: RoundSpec, shard: Any, unit_ids: np.ndarray, draws_for: Callable) -> tuple:
         """The per-step sums (steps, P, ...) of a block whose units all live in ``shard``, and the
@@ -255,14 +256,3 @@ class SequentialSteps:
         b = self.sampler.batch_size
         return Aggregated(state, spec.participation, {"participants": np.full(self.params0.shape[0], float(spec.steps * b))})
 
-    def done(self, state: Any) -> np.ndarray:
-        return np.full(self.params0.shape[0], state.round >= self.num_rounds)
-
-    def output(self, state: Any) -> dict[str, np.ndarray]:
-        return self.algorithm.output(state)
-
-    def evaluate(self, models: np.ndarray, federation: Any) -> dict:
-        return self.evaluation.shard_parts(models, federation)
-
-    def combine(self, parts: list[dict]) -> dict:
-        return self.evaluation.combine(parts, self.num_units)
