@@ -26,6 +26,8 @@ from fedray.privacy.statement import PrivacyPlan
 
 RUNTIME_KEYS = ("address", "num_actors", "num_cpus", "checkpoint_path", "checkpoint_every", "resume")
 TRACKING_KEYS = ("uri", "artifact_location", "experiment_name", "log_every", "replica_curves", "figure")
+PRIVACY_KEYS = ("trust_model", "calibration", "accountant", "epsilon", "epsilon_grid", "delta", "l2_clip",
+                "enforce_budget")
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,7 @@ def make_plan(cfg: DictConfig) -> Plan:
         raise ConfigError("num_rounds", num_rounds, f"at most {max_rounds} with {type(sampler).__name__}")
     replicas = _replicas(config)
     runtime, tracking = config["runtime"], config["tracking"]
+    known_keys("privacy", config["privacy"], PRIVACY_KEYS + algorithm_class.recipe.privacy_keys)
     known_keys("runtime", runtime, RUNTIME_KEYS)
     known_keys("tracking", tracking, TRACKING_KEYS)
     for key in ("num_actors", "num_cpus", "checkpoint_every"):

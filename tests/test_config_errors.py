@@ -42,6 +42,9 @@ def test_bad_values_name_the_key_and_the_allowed_range(override, message):
         (["+algorithm.stepsize=0.3"],   # the misspelling Hydra's own hint ("use +...") leads a user to
          "algorithm.stepsize must be a known key of algorithm (did you mean algorithm.step_size?): average_last, "
          "batch_size, name, radius, step_size, trust_model; got 0.3"),
+        (["+privacy.epsilon_max=2"],
+         "privacy.epsilon_max must be a known key of privacy (did you mean privacy.epsilon?): accountant, "
+         "calibration, delta, enforce_budget, epsilon, epsilon_grid, l2_clip, silo_level, trust_model; got 2"),
         (["+runtime.num_actor=2"],
          "runtime.num_actor must be a known key of runtime (did you mean runtime.num_actors?): address, "
          "checkpoint_every, checkpoint_path, num_actors, num_cpus, resume; got 2"),

@@ -57,6 +57,7 @@ class PlannedProtocol(Protocol):
 @runtime_checkable
 class ProtocolRecipe(Protocol):
     trust_models: tuple[str, ...]
+    privacy_keys: tuple[str, ...]      # privacy config keys of its own, beyond the planner's
 
     def resolve(self, algorithm_class: type, config: dict, dataset: Any, shape: Any, loss: Any, sampler: Any) -> dict: ...
 

@@ -128,6 +128,7 @@ class SiloGaussian:
     one_pass: bool = False
     trust_models: tuple[str, ...] = ("isrl_dp", "none")
     routing: Routing = Routing.DIRECT
+    privacy_keys: tuple[str, ...] = ("silo_level",)     # the hybrid recipe's target (§3.10)
 
     def releases(self, batch_size: int) -> tuple[int, int]:
         """(records per noisy release, noisy releases per participation)."""

@@ -55,6 +55,7 @@ class PvecStepsPlan:
 @dataclass(frozen=True)
 class PvecSteps:
     trust_models: tuple[str, ...] = ("sdp", "none")
+    privacy_keys: tuple[str, ...] = ()
 
     def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
         return config
