@@ -39,7 +39,6 @@ import logging
 from functools import lru_cache
 
 import dp_accounting
-import numpy as np
 from dp_accounting import mechanism_calibration, pld, rdp
 
 ACCOUNTANTS = ("rdp", "pld")
