@@ -73,7 +73,7 @@ def main(spec_path: str, out_path: str) -> None:
         "train_loss": [float(np.mean(h["train_loss"])) for h in result.history],
         "final_train_loss": float(result.final["train_loss"][0]),
         "final_test_error": float(result.final["test_error"][0]),
-        "noise_std": float(result.constants["final_noise_std"]),
+        "noise_std": float(result.constants["final_noise_std_max"]),   # every silo adds the same here
         "l2_clip": float(result.constants["l2_clip"]),
         "epsilon_spent_max": None if result.epsilon_spent is None else float(result.epsilon_spent.max()),
         "driver_time_to_first_round": float(result.time_to_first_round),

@@ -79,3 +79,24 @@ def test_per_silo_lists_and_errors():
 def test_trust_model_must_be_one_the_algorithm_supports():
     with pytest.raises(ConfigError, match=r"privacy.trust_model must be one of \('isrl_dp', 'none'\)"):
         make_plan(compose(*E1, "privacy.trust_model=central"))
+
+
+def test_logged_noise_is_what_some_silo_added_under_per_silo_budgets():
+    """Silos at eps 0.75 and 3 add different noise: the run reports the smallest and the largest,
+    never their mean (a value no silo used)."""
+    from fedray.runtime.driver import run
+
+    plan = make_plan(compose("data=synthetic", "data.spec.num_silos=5", "data.spec.samples_per_silo=100",
+                             "data.spec.dim=3", "participation.silos_per_round=5", "num_rounds=3",
+                             "privacy.l2_clip=1.0", "privacy.enforce_budget=false", "progress=false",
+                             "privacy.epsilon={values: [0.75, 3.0], fractions: [0.4, 0.6]}"))
+    result = run(plan, inline=True)
+    multipliers = plan.privacy.noise_multiplier[0]
+    stds = multipliers * 2.0 * 1.0 / plan.protocol.batch_size          # multiplier x replace-one sensitivity 2 L / K
+    assert stds.min() < stds.max()
+    for metrics in result.history:
+        assert metrics["noise_std_min"][0] == pytest.approx(stds.min()) and metrics["noise_std_max"][0] == pytest.approx(stds.max())
+    assert result.constants["final_noise_std_min"] == pytest.approx(stds.min())
+    assert result.constants["final_noise_std_max"] == pytest.approx(stds.max())
+    resolved = plan.protocol.resolved
+    assert (resolved["noise_multiplier_min"], resolved["noise_multiplier_max"]) == (multipliers.min(), multipliers.max())

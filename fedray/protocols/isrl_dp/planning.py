@@ -90,10 +90,14 @@ class IsrlDpPlan:
         l2_clip = self.l2_clip if self.l2_clip is not None else max(oracle.map(_max_feature_norm))
         params0 = np.zeros((self.replicas.count, self.shape.dim, self.loss.num_outputs))
         algorithm = self.build_algorithm(l2_clip)
-        constants, per_round = {"l2_clip": float(l2_clip), "final_noise_std": 0.0}, {}
+        # The smallest and largest noise std some silo adds (per-silo budgets differ): a mean over
+        # silos would be a value no silo used.
+        constants = {"l2_clip": float(l2_clip), "final_noise_std_min": 0.0, "final_noise_std_max": 0.0}
+        per_round = {}
         if self.privacy.private:
-            noise_std = np.asarray(algorithm.noise.noise_std).mean(axis=1)      # (P,) mean over silos
-            constants["final_noise_std"], per_round["noise_std"] = float(noise_std.mean()), noise_std
+            noise_std = np.asarray(algorithm.noise.noise_std)                   # (P, N)
+            per_round = {"noise_std_min": noise_std.min(axis=1), "noise_std_max": noise_std.max(axis=1)}
+            constants.update(final_noise_std_min=float(noise_std.min()), final_noise_std_max=float(noise_std.max()))
         return SampledRounds(algorithm, self.sampler, LinearModelEvaluation(self.loss), SiloArrays.of, params0,
                              self.num_rounds, self.shape.num_silos, self.routing, constants, per_round)
 
@@ -336,7 +340,7 @@ def plan(algorithm_class: type, config: dict, context: PlanContext) -> IsrlDpPla
         recipe.releases(batch_size)
         privacy = _not_private(priv, context.shape, context.replicas.count)
         l2_clip = math.inf if l2_clip is None else l2_clip
-    resolved = {"batch_size": batch_size, "noise_multiplier": float(np.mean(privacy.noise_multiplier)),
-                **privacy.details}
+    resolved = {"batch_size": batch_size, "noise_multiplier_min": float(np.min(privacy.noise_multiplier)),
+                "noise_multiplier_max": float(np.max(privacy.noise_multiplier)), **privacy.details}
     return IsrlDpPlan(name, algorithm_class, fields, batch_size, l2_clip, context.loss, context.sampler,
                       context.num_rounds, context.shape, context.replicas, privacy, recipe.routing, resolved)

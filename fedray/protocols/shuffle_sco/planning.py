@@ -49,7 +49,7 @@ class PvecStepsPlan:
         params0 = np.zeros((self.replicas.count, self.shape.dim, self.loss.num_outputs))
         return SequentialSteps(self.algorithm, self.sampler, LinearModelEvaluation(self.loss), SiloArrays.of,
                                params0, self.num_rounds, self.shape.num_silos, self.block_steps, self.routing,
-                               {"l2_clip": float(self.algorithm.l2_clip), "final_noise_std": 0.0})
+                               {"l2_clip": float(self.algorithm.l2_clip)})
 
 
 @dataclass(frozen=True)
