@@ -105,6 +105,9 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
             raise
     tracker.finish(plan, result)
     console.print(summary_table(plan, result))
+    diagnostics = ", ".join(sorted(result.diagnostics)) or "none"
+    console.print(f"privacy: {plan.privacy.summary()}; diagnostic metrics (from the units' data): {diagnostics}",
+                  soft_wrap=True)
     console.print(
         f"MLflow run [bold]{tracker.run_id}[/] in [bold]{tracker.uri}[/]; "
         f"browse with: mlflow ui --backend-store-uri {tracker.uri}"

@@ -131,7 +131,7 @@ class MlflowTracker:
             "dataset": plan.dataset_name,
             "calibration": plan.privacy.calibration,
             "accountant": plan.privacy.accountant,
-            "privacy_statement": plan.privacy.statement(),
+            "privacy_statement": plan.privacy.summary(),
         }
         self._batch(
             params=[Param(k, v[:MAX_PARAM_LENGTH]) for k, v in params.items()],
@@ -176,6 +176,8 @@ class MlflowTracker:
             (tmp / "config.json").write_text(json.dumps(plan.config, indent=2, default=str))
             summary = {k: np.asarray(v).tolist() for k, v in final.items()}
             (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+            statement = plan.privacy.statement(result.epsilon_spent, result.diagnostics)
+            (tmp / "privacy_statement.json").write_text(json.dumps(statement, indent=2))
             _round_table(result.history, plan.num_replicas, tmp / "rounds.csv")
             if self.figure:
                 _figure(result, tmp / "loss_and_epsilon.png")

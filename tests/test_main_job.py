@@ -37,4 +37,7 @@ def test_main_job_writes_an_mlflow_run_with_round_metrics(tmp_path):
     assert all(a <= b for a, b in zip(eps, eps[1:])) and 0 < eps[-1] < 3.0
     assert 0 < run.data.metrics["final_test_error"] < 0.5
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"config.json", "summary.json", "loss_and_epsilon.png"} <= artifacts
+    assert {"config.json", "summary.json", "loss_and_epsilon.png", "privacy_statement.json"} <= artifacts
+    assert run.data.tags["diagnostic_metrics"] == "test_error,train_loss"
+    assert "outside the guarantee: privacy.l2_clip = null" in run.data.tags["privacy_statement"]
+    assert "privacy: isrl_dp: unit = record of one silo" in proc.stdout

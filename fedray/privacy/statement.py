@@ -24,14 +24,36 @@ class PrivacyPlan:
     planned_epsilon: np.ndarray | None = None   # (P, N) for the sampler's counts
     nominal_epsilon: np.ndarray | None = None   # (P, N) what the paper's formula claims for this noise
     details: dict = field(default_factory=dict)  # resolved values worth logging (chain parameters, ...)
+    non_private_inputs: tuple[str, ...] = ()     # what the run uses that no privacy step covers
 
     @property
     def private(self) -> bool:
         return self.trust_model != "none"
 
-    def statement(self) -> str:
-        """One line for the run record."""
+    def statement(self, epsilon_spent: np.ndarray | None = None, diagnostics=()) -> dict:
+        """What the run claims, for the run record: trust model, unit, neighbouring relation,
+        calibration, accountant, delta, epsilon per unit (planned, or spent after the run), and
+        every input or output outside the guarantee (non-private inputs, diagnostic metrics)."""
+        record = {"trust_model": self.trust_model, "unit": self.unit, "neighbouring_relation": self.relation,
+                  "calibration": self.calibration, "accountant": self.accountant}
+        if self.private:
+            epsilon = self.planned_epsilon if epsilon_spent is None else epsilon_spent
+            record["delta_max"] = float(np.max(self.delta))
+            if epsilon is not None:
+                record["epsilon_per_unit_max"] = float(np.max(epsilon))
+                record["epsilon_per_unit_mean"] = float(np.mean(epsilon))
+        else:
+            record["guarantee"] = "none: a non-private baseline"
+        record["non_private_inputs"] = list(self.non_private_inputs)
+        record["diagnostic_metrics"] = sorted(diagnostics)
+        return record
+
+    def summary(self) -> str:
+        """One line: the trust model, unit and relation, and the inputs outside the guarantee."""
         if not self.private:
             return "not private (a baseline): no unit is protected"
-        return (f"{self.trust_model}: unit = {self.unit}, neighbours {self.relation}, calibration "
+        line = (f"{self.trust_model}: unit = {self.unit}, neighbours {self.relation}, calibration "
                 f"{self.calibration}, accountant {self.accountant}")
+        if self.non_private_inputs:
+            line += "; outside the guarantee: " + "; ".join(self.non_private_inputs)
+        return line

@@ -336,6 +336,10 @@ def plan(algorithm_class: type, config: dict, context: PlanContext) -> IsrlDpPla
     if private:
         privacy = recipe.privacy(priv, name, context, batch_size)
         recipe.check_fields(fields, config)
+        if l2_clip is None:   # the paper's L = max ||x||, read off the silos' records (seed-004 §5)
+            privacy = dataclasses.replace(privacy, non_private_inputs=(
+                "privacy.l2_clip = null: the clip is the largest feature norm of the silos' records, sent to "
+                "the driver unprivatised",))
     else:
         recipe.releases(batch_size)
         privacy = _not_private(priv, context.shape, context.replicas.count)

@@ -1,0 +1,46 @@
+"""Every run states what it claims: trust model, unit, neighbouring relation, calibration,
+accountant, epsilon per unit, and whatever lies outside the guarantee."""
+
+import pytest
+
+from fedray.plan import make_plan
+from tests.conftest import compose
+
+SHUFFLED = ["data=synthetic", "data.spec.num_silos=500", "data.spec.samples_per_silo=20", "data.spec.dim=5",
+            "privacy.delta=1e-5", "participation.silos_per_round=500", "algorithm=sdp_mb_sgd", "privacy=shuffle",
+            "privacy.epsilon=2.0", "num_rounds=3"]
+
+
+def test_the_main_job_names_its_data_dependent_clip():
+    plan = make_plan(compose("experiment=isrl_dp_convex"))
+    record = plan.privacy.statement(diagnostics={"train_loss", "test_error"})
+    assert {k: record[k] for k in ("trust_model", "unit", "neighbouring_relation", "calibration", "accountant")} == {
+        "trust_model": "isrl_dp", "unit": "record of one silo", "neighbouring_relation": "replace_one",
+        "calibration": "paper", "accountant": "rdp"}
+    assert record["epsilon_per_unit_max"] == pytest.approx(float(plan.privacy.planned_epsilon.max()))
+    assert record["epsilon_per_unit_max"] <= 3.0 and record["delta_max"] == pytest.approx(1 / 1238**2)
+    assert len(record["non_private_inputs"]) == 1 and "largest feature norm" in record["non_private_inputs"][0]
+    assert record["diagnostic_metrics"] == ["test_error", "train_loss"]
+    assert "outside the guarantee" in plan.privacy.summary()
+
+
+def test_a_fixed_clip_leaves_nothing_outside_the_guarantee():
+    plan = make_plan(compose("experiment=isrl_dp_convex", "privacy.l2_clip=10.97"))
+    assert plan.privacy.statement()["non_private_inputs"] == []
+    assert "outside the guarantee" not in plan.privacy.summary()
+
+
+def test_shuffle_dp_states_a_federation_wide_unit():
+    plan = make_plan(compose(*SHUFFLED))
+    record = plan.privacy.statement()
+    assert (record["trust_model"], record["unit"], record["accountant"]) == (
+        "sdp", "record anywhere in the federation", "advanced")
+    assert record["epsilon_per_unit_max"] <= 2.0
+
+
+def test_a_baseline_claims_nothing():
+    plan = make_plan(compose("experiment=isrl_dp_convex", "algorithm=mb_sgd", "privacy=none"))
+    record = plan.privacy.statement(diagnostics={"train_loss"})
+    assert record["trust_model"] == "none" and record["guarantee"] == "none: a non-private baseline"
+    assert "epsilon_per_unit_max" not in record
+    assert plan.privacy.summary() == "not private (a baseline): no unit is protected"
