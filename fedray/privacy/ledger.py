@@ -165,19 +165,26 @@ def _largest_affordable_count(accountant, replica: int, unit: int, target: float
 
 @dataclass(frozen=True)
 class RoundsAccountant:
-    """A federation-wide guarantee known per number of rounds: ``epsilon_after(rounds)``.
+    """A guarantee known per number of rounds: ``epsilon_after(rounds)``.
 
-    A round in which anybody took part charges every unit of that replica once; every unit then
-    carries the federation's epsilon (the unit of the guarantee is a record anywhere in it).
+    Federation-wide (``per_unit=False``): a round in which anybody took part charges every unit of
+    that replica once, and every unit carries the federation's epsilon. Per unit (``per_unit=True``):
+    a round charges the units that took part, for guarantees whose exposure of a record is the
+    rounds its own silo joined (the server knows who took part, so no credit for sampling silos).
     """
 
     epsilon_after: Callable[[int], float]
     name: str
+    per_unit: bool = False
 
     def charge(self, charge: np.ndarray) -> np.ndarray:
+        if self.per_unit:
+            return charge
         return np.broadcast_to(charge.any(axis=1, keepdims=True), charge.shape)
 
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
+        if self.per_unit:
+            return counts
         # Every round may have a participant: charge all of them (a round with none costs nothing).
         return np.full_like(counts, num_rounds)
 

@@ -37,3 +37,13 @@ def test_budget_guard_names_the_unit_and_has_no_advice_for_a_federation_guarante
     assert str(err.value) == ("planned epsilon 2.5 for federation 0 (5 participations, advanced accountant) exceeds "
                               "privacy.epsilon = 2; (or privacy.calibration=accountant; privacy.enforce_budget=false "
                               "runs it anyway)")
+
+
+def test_per_unit_rounds_charge_only_the_silos_that_took_part():
+    """Shuffle DP without silo-sampling credit: a record's exposure is the rounds its silo joined."""
+    ledger = Ledger(RoundsAccountant(lambda rounds: 0.5 * rounds, "advanced", per_unit=True), (1, 3), "silo")
+    ledger.record(np.array([[True, False, True]]))
+    ledger.record(np.array([[True, False, False]]))
+    np.testing.assert_array_equal(ledger.epsilons(), [[1.0, 0.0, 0.5]])
+    counts = np.array([[4, 0, 2]])
+    np.testing.assert_array_equal(ledger.accountant.planned(counts, 7), counts)

@@ -235,11 +235,13 @@ class ShuffledGaussian(SiloGaussian):
         cells = (num_replicas, num_silos)
         return PrivacyPlan(trust_model=priv["trust_model"], calibration=priv["calibration"],
                            accountant=SHUFFLE_COMPOSITIONS[priv["calibration"]], unit=FEDERATION_RECORD,
+                           # calibrated for a silo in every round; the ledger charges each silo's rounds
                            relation="replace_one", delta=np.full(num_silos, float(delta)),
                            noise_multiplier=np.full(cells, solved.noise_multiplier),
                            target_epsilon=np.full(cells, float(eps)),
-                           ledger=Ledger(RoundsAccountant(solved.epsilon_after, priv["accountant"]), cells,
-                                         "federation"),
+                           # A record is exposed in the rounds its silo joined, which the server sees.
+                           ledger=Ledger(RoundsAccountant(solved.epsilon_after, priv["accountant"], per_unit=True),
+                                         cells, "silo"),
                            details={"randomizer_epsilon": solved.round.randomizer_epsilon,
                                     "randomizer_delta": solved.round.randomizer_delta})
 

@@ -12,12 +12,15 @@ unspecified constant C. fedray instantiates the proof's chain numerically ([OURS
    ``fedray.privacy.amplification.shuffled_epsilon_delta`` at the shuffle delta M dh0, the
    paper's choice d = N n d0 with n = 1): (eh, dh). Outside FMT's range the function returns
    (eh0, dh0), i.e. no amplification; ``RoundPrivacy.amplified`` says which happened.
-3. Subsampling (M of N silos, then 1 of n records): a record enters the round with probability
-   q = M / (n N). The exact step for replace-one, e_r = ln(1 + q (e^eh - 1)), d_r = q dh
-   (Balle, Barthe, Gaboardi 2018, Thm 9 / advanced joint convexity). It applies because every
-   silo runs the same randomizer, so the shuffled multiset depends only on the multiset of sampled
-   records, and a sample containing the record can be coupled to one without it by a single
-   substitution.
+3. Subsampling (1 of n records in a participating silo): a record enters the round with
+   probability q = 1/n. No credit is taken for sampling the M silos: the driver draws the
+   participants and sends them in every round's payload, so the server knows whether a record's
+   silo took part (q = M/(nN) would need the participants hidden from it, which an independent
+   audit showed the driver can undo: claimed eps 1 was eps 1.67 at N = 2000, M = 1000, n = 4,
+   R = 100). The exact step for replace-one, e_r = ln(1 + q (e^eh - 1)), d_r = q dh (Balle,
+   Barthe, Gaboardi 2018, Thm 9 / advanced joint convexity). It applies because every silo runs
+   the same randomizer, so the shuffled multiset depends only on the multiset of sampled records,
+   and a sample containing the record can be coupled to one without it by a single substitution.
 4. Composition over R rounds, two routes:
    * "advanced" (as the paper): Dwork-Roth Thm 3.20, eps = sqrt(2R ln(1/d')) e_r + R e_r (e^e_r - 1)
      at delta = R d_r + d'; fedray spends the whole remaining slack d' = delta - R d_r (>= delta/2
@@ -27,7 +30,8 @@ unspecified constant C. fedray instantiates the proof's chain numerically ([OURS
      delta. Always at most the advanced route up to discretization (the worst (e, d) pair composes
      exactly as the binomial of Kairouz-Oh-Viswanath; advanced composition bounds it).
 5. Calibration: bisection for the largest eh0 in (0, 1] whose composed epsilon is at most the
-   target, with dh0 = n N delta / (18 R M^2) (seed-004 §3.7), so that R d_r <= delta / 2.
+   target, with dh0 = n delta / (18 R M), so that R d_r <= delta / 2 at q = 1/n (seed-004 §3.7's
+   n N delta / (18 R M^2) is the same rule with the silo-sampling credit q = M/(nN); both agree at M = N).
 
 Trust model: the server is untrusted; silos trust themselves and a shuffler that only permutes and
 drops sender identity (seed-004 Definition 3). Unit and neighbouring relation: record level; one
@@ -86,7 +90,7 @@ class RoundPrivacy:
     randomizer_delta: float       # dh0
     shuffle_epsilon: float        # eh
     shuffle_delta: float          # dh
-    sampling_probability: float   # q = M / (n N)
+    sampling_probability: float   # q = 1/n (no credit for sampling silos: the driver knows who took part)
     epsilon: float                # e_r
     delta: float                  # d_r
     amplified: bool               # FMT's bound applied (False: eh = eh0, no amplification)
@@ -113,8 +117,9 @@ def gaussian_noise_multiplier(randomizer_epsilon: float, randomizer_delta: float
 def default_randomizer_delta(
     target_delta: float, *, num_silos: int, silos_per_round: int, records_per_silo: int, num_rounds: int
 ) -> float:
-    """dh0 = n N delta / (18 R M^2) (seed-004 §3.7), which keeps R d_r <= delta / 2."""
-    return records_per_silo * num_silos * target_delta / (18.0 * num_rounds * silos_per_round**2)
+    """dh0 = n delta / (18 R M), which keeps R d_r <= delta / 2 with q = 1/n (module docstring, step 5;
+    seed-004 §3.7's n N delta / (18 R M^2) at M = N). ``num_silos`` is kept for the callers' symmetry."""
+    return records_per_silo * target_delta / (18.0 * num_rounds * silos_per_round)
 
 
 def round_privacy(
@@ -160,7 +165,7 @@ def round_privacy(
         )
     shuffle_delta = min(m * dh0, 0.5)  # FMT's delta, d = N n d0 with n = 1 (seed-004 SH)
     eh, dh = shuffled_epsilon_delta(eh0, dh0, m, shuffle_delta)
-    q = m / (n * big_n)
+    q = 1.0 / n   # the record's silo is known to take part: no credit for sampling silos (step 3)
     return RoundPrivacy(
         randomizer_epsilon=eh0,
         randomizer_delta=dh0,

@@ -10,7 +10,8 @@ Unit and neighbouring relation: record level; one record anywhere in the federat
 (REPLACE_ONE over the union of the silos' records).
 Guarantee: (epsilon, delta)-SDP for the shuffled transcript of all R rounds, as computed by
 ``fedray.protocols.isrl_dp.shuffle_calibration`` (per-record Gaussian randomizer, FMT21 amplification by
-shuffling among the M reports, subsampling q = M/(nN), composition over R rounds). Each report is
+shuffling among the M reports, subsampling q = 1/n in the record's silo (no credit for sampling
+silos: the server knows who took part), composition over the rounds that silo joined). Each report is
 also (eh0, dh0)-DP on its own, so the run is ISRL-DP too, with the weaker per-silo spend.
 Silo half (Alg. 2 lines 6-7 with K = 1): draw one of the silo's n records uniformly, clip its
 gradient to L (replace-one sensitivity 2L), add N(0, noise_std^2 I) inside the silo, with

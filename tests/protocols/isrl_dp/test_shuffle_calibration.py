@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from fedray.core.sampling import UniformParticipation
 from fedray.errors import ConfigError
+from fedray.privacy.amplification import shuffled_epsilon_delta
 from fedray.protocols.isrl_dp.shuffle_calibration import (
     calibrate_shuffled_sgd,
     compose,
@@ -132,27 +134,59 @@ def test_pld_calibration_needs_less_noise_than_advanced():
     assert pld.noise_multiplier < advanced.noise_multiplier
 
 
-def test_round_epsilon_is_monotone_in_m_n_and_big_n():
+def test_round_epsilon_falls_with_m_and_n_and_takes_no_credit_for_sampling_silos():
     kwargs = dict(num_silos=10_000, records_per_silo=50)
     by_m = [round_privacy(0.8, 1e-9, silos_per_round=m, **kwargs).epsilon for m in (1000, 2000, 5000, 10_000)]
     assert all(round_privacy(0.8, 1e-9, silos_per_round=m, **kwargs).amplified for m in (1000, 10_000))
-    assert np.all(np.diff(by_m) > 0)
+    assert np.all(np.diff(by_m) < 0)          # more reports to hide among
     by_n = [round_privacy(0.8, 1e-9, num_silos=10_000, silos_per_round=1000, records_per_silo=n).epsilon
             for n in (10, 50, 200)]
     assert np.all(np.diff(by_n) < 0)
+    # The driver knows which silos took part, so N (how rarely a silo is picked) buys nothing.
     by_big_n = [round_privacy(0.8, 1e-9, num_silos=big_n, silos_per_round=1000, records_per_silo=50).epsilon
                 for big_n in (1000, 5000, 20_000)]
-    assert np.all(np.diff(by_big_n) < 0)
+    assert by_big_n[0] == by_big_n[1] == by_big_n[2]
+    assert round_privacy(0.8, 1e-9, silos_per_round=1000, **kwargs).sampling_probability == 1 / 50
 
 
-def test_calibrated_noise_is_monotone_in_m_n_and_big_n():
+def test_calibrated_noise_is_monotone_in_m_and_n_and_independent_of_big_n():
     def multiplier(m, n, big_n):
         return calibrate_shuffled_sgd(0.2, 1e-6, num_silos=big_n, records_per_silo=n, num_rounds=500,
                                       silos_per_round=m).noise_multiplier
 
-    assert multiplier(1000, 20, 10_000) < multiplier(3000, 20, 10_000) < multiplier(10_000, 20, 10_000)
+    assert multiplier(1000, 20, 10_000) > multiplier(3000, 20, 10_000) > multiplier(10_000, 20, 10_000)
     assert multiplier(1000, 10, 10_000) > multiplier(1000, 20, 10_000) > multiplier(1000, 80, 10_000)
-    assert multiplier(1000, 20, 5000) > multiplier(1000, 20, 10_000) > multiplier(1000, 20, 40_000)
+    assert multiplier(1000, 20, 5000) == multiplier(1000, 20, 10_000) == multiplier(1000, 20, 40_000)
+
+
+@pytest.mark.parametrize("m,audit", [(1000, 1.67), (500, 2.70)])
+def test_silo_sampling_credit_the_driver_can_undo_is_not_taken(m, audit):
+    """The audit's case: N = 2000 silos of n = 4 records, M per round, R = 100, target (1, 1e-5).
+    Noise calibrated with the credit q = M/(nN) (participants secret) spends the audit's 1.67
+    (M = 1000) and 2.70 (M = 500) for a record of the silo that took part most often (seed 0),
+    since the driver sees its silo take part (q = 1/n). fedray calibrates without the credit and
+    its ledger charges each silo's own rounds: the plan stays within the target. The chain is
+    rebuilt here from FMT's shuffle bound and the subsampling step, apart from round_privacy."""
+    big_n, n, rounds, target, delta = 2000, 4, 100, 1.0, 1e-5
+
+    def spent(eh0, dh0, q, count=rounds):
+        eh, dh = shuffled_epsilon_delta(eh0, dh0, m, min(m * dh0, 0.5))
+        return compose(math.log1p(q * math.expm1(eh)), q * dh, count, delta, "advanced")
+
+    # The old claim: the largest eh0 meeting the target with the credit, at the paper's dh0.
+    old_dh0 = n * big_n * delta / (18.0 * rounds * m**2)
+    lo, hi = 1e-6, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if spent(mid, old_dh0, m / (n * big_n)) <= target else (lo, mid)
+    busiest = int(UniformParticipation(m).counts(0, np.array([0]), rounds, big_n).max())   # 67 and 42 rounds
+    assert spent(lo, old_dh0, 1.0 / n, busiest) == pytest.approx(audit, abs=0.005)
+
+    cal = calibrate_shuffled_sgd(target, delta, num_silos=big_n, records_per_silo=n, num_rounds=rounds,
+                                 silos_per_round=m)
+    honest = spent(cal.round.randomizer_epsilon, cal.round.randomizer_delta, 1.0 / n)
+    assert honest <= target and honest == pytest.approx(cal.epsilon, rel=1e-9)
+    assert cal.noise_multiplier > gaussian_noise_multiplier(lo, old_dh0)      # it costs more noise
 
 
 def test_composed_epsilon_grows_with_rounds():
@@ -174,7 +208,7 @@ def test_no_amplification_outside_fmt_range():
     rp = round_privacy(0.5, 1e-8, num_silos=1000, silos_per_round=200, records_per_silo=10, check=False)
     assert not rp.amplified
     assert (rp.shuffle_epsilon, rp.shuffle_delta) == (0.5, 1e-8)
-    assert rp.epsilon == pytest.approx(math.log1p(0.02 * math.expm1(0.5)), rel=1e-12)
+    assert rp.epsilon == pytest.approx(math.log1p(0.1 * math.expm1(0.5)), rel=1e-12)   # q = 1/n
 
 
 @pytest.mark.parametrize(
