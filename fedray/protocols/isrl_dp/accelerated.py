@@ -38,7 +38,8 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from fedray.data.federation import SiloArrays
-from fedray.protocols.isrl_dp.base import ServerState, advance, initial_state, masked_mean, outputs, project_l2_ball
+from fedray.geometry import project_l2_ball
+from fedray.protocols.isrl_dp.base import ServerState, advance, initial_state, masked_mean, outputs
 from fedray.protocols.isrl_dp.planning import SiloGaussian
 from fedray.protocols.isrl_dp.minibatch_sgd import MinibatchSGD, noisy_minibatch_mean
 from fedray.protocols.isrl_dp import calibration

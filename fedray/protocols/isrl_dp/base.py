@@ -82,12 +82,3 @@ def masked_mean(messages: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.
     total = np.einsum("ps,ps...->p...", m, messages)
     denom = np.maximum(counts, 1.0).reshape((-1,) + (1,) * (messages.ndim - 2))
     return total / denom, counts
-
-
-def project_l2_ball(params: np.ndarray, radius: float | None) -> np.ndarray:
-    """Pi_W for W = {||w|| <= radius} per replica; W = R^d when radius is None."""
-    if radius is None:
-        return params
-    norms = np.linalg.norm(params.reshape(params.shape[0], -1), axis=1)
-    factor = np.minimum(1.0, radius / np.maximum(norms, 1e-300))
-    return params * factor[:, None, None]

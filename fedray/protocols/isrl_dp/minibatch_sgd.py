@@ -26,7 +26,8 @@ import numpy as np
 
 from fedray.data.federation import SiloArrays
 from fedray.losses import clipped_minibatch_means
-from fedray.protocols.isrl_dp.base import PlainIterate, ServerState, advance, masked_mean, project_l2_ball
+from fedray.geometry import project_l2_ball
+from fedray.protocols.isrl_dp.base import PlainIterate, ServerState, advance, masked_mean
 from fedray.protocols.isrl_dp.planning import SiloGaussian
 from fedray.protocols.isrl_dp import calibration
 from fedray.rng import SiloDraws

@@ -34,6 +34,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from fedray.data.federation import SiloArrays
+from fedray.geometry import project_l2_ball
 from fedray.losses import clip_factors, loss_residual
 from fedray.protocols.shuffle_sco.planning import PvecSteps
 from fedray.rng import SiloDraws
@@ -43,14 +44,6 @@ class PSGDState(NamedTuple):
     round: int                 # steps completed, t
     params: np.ndarray         # (P, d, C) theta_t
     iterate_sum: np.ndarray    # (P, d, C) sum_{s<t} theta_s, for theta_bar
-
-
-def project_l2_ball(params: np.ndarray, radius: float | None) -> np.ndarray:
-    """Pi_Theta per replica for Theta = {||theta|| <= radius}; R^d when radius is None."""
-    if radius is None:
-        return params
-    norms = np.linalg.norm(params.reshape(params.shape[0], -1), axis=1)
-    return params * np.minimum(1.0, radius / np.maximum(norms, 1e-300))[:, None, None]
 
 
 @dataclass(frozen=True)
