@@ -76,3 +76,17 @@ def test_reduced_sweeps_and_reports(tmp_path, data_dir):
     assert sorted(e1["epsilon"].unique()) == [1.0, 3.0]   # one result per budget of the grid
     e3 = pd.read_csv(tmp_path / "e3_obesity-report" / "results.csv")
     assert e3["trials"].tolist() == [2]
+
+
+def test_privacy_accounting_table_row_meets_its_target():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "experiments" / "privacy_accounting" / "table.py"
+    spec = importlib.util.spec_from_file_location("privacy_accounting_table", path)
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    row = table.row(3.0)
+    assert row["K"] == 182
+    assert row["eps_pld"] <= 3.0 < row["eps_paper_rdp"]
+    assert row["z_pld"] < row["z_rdp"] < row["z_paper"] * 1.01

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedray.privacy import calibrate_noise_multiplier, paper_batch_size, paper_minibatch_noise_multiplier
+from fedray.privacy import calibrate_noise_multiplier
+from fedray.protocols.isrl_dp.calibration import paper_batch_size, paper_minibatch_noise_multiplier
 from fedray.privacy.accounting import participation_epsilon
 
 N_TRAIN, ROUNDS = 1238, 35

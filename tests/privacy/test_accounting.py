@@ -3,9 +3,10 @@
 import dp_accounting
 import numpy as np
 import pytest
-from dp_accounting import pld, rdp
+from dp_accounting import rdp
 
 from fedray.privacy.ledger import silo_ledger
+from fedray.privacy.replace_one_pld import release_pld
 from fedray.privacy.accounting import (
     calibrate_noise_multiplier,
     epsilon_of,
@@ -14,18 +15,11 @@ from fedray.privacy.accounting import (
 )
 
 REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
-ADD_OR_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 
 
 def _direct_rdp(z, k, n, steps, delta):
     acc = rdp.RdpAccountant(neighboring_relation=REPLACE_ONE)
     acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(n, k, dp_accounting.GaussianDpEvent(z)), steps)
-    return acc.get_epsilon(delta)
-
-
-def _direct_pld(z, k, n, steps, delta):
-    acc = pld.PLDAccountant(neighboring_relation=ADD_OR_REMOVE)
-    acc.compose(dp_accounting.PoissonSampledDpEvent(k / n, dp_accounting.GaussianDpEvent(z)), steps)
     return acc.get_epsilon(delta)
 
 
@@ -40,11 +34,12 @@ def test_rdp_ledger_matches_dp_accounting(z, k, n, steps):
     assert eps[0, 1] == 0.0  # a silo that never took part has spent nothing
 
 
-def test_pld_ledger_is_the_dominating_pair_pld():
+def test_pld_ledger_composes_the_symmetrised_release():
     z, k, n, steps, delta = 3.0946, 182, 1238, 35, 1 / 1238**2
     ledger = silo_ledger(np.array([[z]]), k, np.array([n]), 1, np.array([delta]), accountant="pld")
     ledger.counts[:] = steps
-    assert ledger.epsilons()[0, 0] == pytest.approx(_direct_pld(z, k, n, steps, delta), rel=1e-6)
+    direct = release_pld(z, k / n).self_compose(steps).get_epsilon_for_delta(delta)
+    assert ledger.epsilons()[0, 0] == pytest.approx(direct, rel=1e-9)
 
 
 @pytest.mark.parametrize("z,k,n,steps", [(3.0946, 182, 1238, 35), (1.2, 20, 200, 10), (2.0, 50, 50, 3)])

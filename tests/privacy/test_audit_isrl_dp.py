@@ -72,7 +72,7 @@ def test_full_batch_message_audit_stays_below_the_claim_and_catches_half_noise(r
     assert broken.eps_lower > claim
 
 
-def test_subsampled_message_audit_stays_below_the_tight_pld_claim():
+def test_subsampled_message_audit_stays_below_the_pld_claim():
     # K of n without replacement: the PLD claim uses the dominating pair; the worst-case silo
     # attains that pair, so an error in the reduction would show up as a bound above the claim.
     n, k, z = 20, 10, 0.6

@@ -35,7 +35,7 @@ def test_budget_guard_refuses_an_overspending_schedule_and_says_what_fits():
     assert "noise multiplier >= 3.09" in message and "at most 34 participations would fit" in message
 
 
-def test_the_tight_accountant_accepts_the_same_schedule():
+def test_the_pld_accountant_accepts_the_same_schedule():
     plan = make_plan(compose(*E1, "participation.silos_per_round=25", "privacy.accountant=pld"))
     assert 1.3 < plan.privacy.planned_epsilon.max() < 1.5
 
