@@ -10,7 +10,9 @@ overspend is refused (``BudgetError``).
 
 from __future__ import annotations
 
+import json
 import math
+import zlib
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -23,9 +25,11 @@ from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
 from fedray.privacy.ledger import check_budget
 from fedray.privacy.statement import PrivacyPlan
+from fedray.rng import setting_words
 
-RUNTIME_KEYS = ("address", "num_actors", "num_cpus", "checkpoint_path", "checkpoint_every", "resume")
+RUNTIME_KEYS = ("address", "num_actors", "num_cpus", "checkpoint_path", "checkpoint_every", "resume", "faithful")
 TRACKING_KEYS = ("uri", "artifact_location", "experiment_name", "log_every", "replica_curves", "figure")
+REPLICAS_KEYS = ("common_random_numbers",)
 PRIVACY_KEYS = ("trust_model", "calibration", "accountant", "epsilon", "epsilon_grid", "delta", "l2_clip",
                 "enforce_budget")
 
@@ -109,7 +113,25 @@ def _replicas(config: dict) -> Replicas:
     step_sizes = np.tile(base_steps, repetitions * blocks)
     reps = np.tile(np.repeat(np.arange(repetitions), len(base_steps)), blocks)
     levels = None if grid is None else np.repeat(grid, repetitions * len(base_steps))
-    return Replicas(step_sizes, reps, levels)
+    options = config.get("replicas") or {}
+    known_keys("replicas", options, REPLICAS_KEYS)
+    common = options.get("common_random_numbers", False)
+    if not isinstance(common, bool):
+        raise ConfigError("replicas.common_random_numbers", common, "true or false")
+    if common:
+        streams = reps[:, None]
+    else:
+        budgets = levels if levels is not None else [_budget_key(config["privacy"].get("epsilon"))] * len(reps)
+        streams = np.array([[rep, *setting_words(step), *setting_words(budget)]
+                            for rep, step, budget in zip(reps, step_sizes, budgets)], dtype=np.int64)
+    return Replicas(step_sizes, reps, levels, streams, common)
+
+
+def _budget_key(epsilon) -> float:
+    """The budget a plain run's streams are keyed by: privacy.epsilon, or a digest of a per-silo spec."""
+    if isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool):
+        return float(epsilon)
+    return float(zlib.crc32(json.dumps(epsilon, sort_keys=True).encode()))
 
 
 def _algorithm_class(target) -> type:
@@ -181,6 +203,17 @@ def make_plan(cfg: DictConfig) -> Plan:
     planned = algorithm_class.recipe.plan(algorithm_class, config, context)
     enforce = bool(config["privacy"].get("enforce_budget", True))
     privacy = _guard(planned.privacy, sampler, replicas, context.seed, num_rounds, shape.num_silos, enforce)
+    if privacy.private and replicas.common_random_numbers and replicas.count > len(set(replicas.repetitions)):
+        privacy = replace(privacy, non_private_inputs=privacy.non_private_inputs + (
+            "common random numbers: replicas of one repetition share noise, so each replica's release is "
+            "private on its own but their joint release is not",))
+    faithful = runtime.get("faithful", False)
+    if not isinstance(faithful, bool):
+        raise ConfigError("runtime.faithful", faithful, "true or false")
+    if faithful and privacy.non_private_inputs:
+        raise ConfigError("runtime.faithful", True, "false for a plan that uses inputs outside its privacy "
+                          f"guarantee ({'; '.join(privacy.non_private_inputs)})")
+    privacy = replace(privacy, faithful=faithful)
     return Plan(
         seed=context.seed,
         trial=int(config["trial"]),

@@ -35,6 +35,12 @@ def generator(run_seed: int, stream: Stream, *coords: int) -> np.random.Generato
     return np.random.default_rng(np.random.SeedSequence([int(run_seed), int(stream), *map(int, coords)]))
 
 
+def setting_words(value: float) -> tuple[int, int]:
+    """A float setting as two 32-bit words, to key a stream by the exact value (a step size, a budget)."""
+    low, high = np.array([value], dtype=np.float64).view(np.uint32)
+    return int(high), int(low)
+
+
 def data_generator(seed: int, trial: int = 0) -> np.random.Generator:
     """The generator data loaders use for splits and sampling of trial ``trial``."""
     return generator(seed, Stream.DATA, trial)
@@ -52,28 +58,31 @@ BLOCK = 64
 class SiloDraws:
     """The random inputs of one round for some silos, shaped (P replicas, S silos, ...).
 
-    Replica p draws from the streams of its repetition ``repetitions[p]``: replicas that differ
-    only in a deterministic setting (a step size) share minibatches and noise, exactly as
-    separate runs with that repetition would. With ``by_repetition=True`` a draw is returned once
-    per distinct repetition, shaped (U, S, ...), and replica p uses row ``replica_to_rep[p]``
-    (the same numbers, without copying them P times). ``width`` is the padded record axis of the
-    silo arrays (the same in every actor); without it the largest of ``sizes`` is used, which is
-    only layout-independent for balanced silos.
+    Replica p draws from the streams keyed by its row ``streams[p]`` (``Replicas.streams``: its
+    repetition and, unless the run asks for common random numbers, its own settings), so a replica
+    draws exactly what a separate run with its settings would. Replicas with equal rows share
+    their draws: with ``by_repetition=True`` a draw is returned once per distinct row, shaped
+    (U, S, ...), and replica p uses row ``replica_to_rep[p]`` (the same numbers, without copying
+    them P times). ``width`` is the padded record axis of the silo arrays (the same in every
+    actor); without it the largest of ``sizes`` is used, which is only layout-independent for
+    balanced silos.
     """
 
-    def __init__(self, run_seed: int, repetitions: np.ndarray, round_index: int, silo_ids: np.ndarray,
+    def __init__(self, run_seed: int, streams: np.ndarray, round_index: int, silo_ids: np.ndarray,
                  width: int | None = None):
         # Cheap to build: a step that draws nothing (a non-private step of a sequential protocol,
         # 10^5 of them per run) pays for no index work; the first draw does it once.
         self.run_seed = int(run_seed)
-        self._repetitions = repetitions
+        self._streams = streams
         self.round_index = int(round_index)
         self.silo_ids = np.asarray(silo_ids, dtype=np.int64)
         self.width = width
 
     @cached_property
     def _replicas(self) -> tuple[np.ndarray, np.ndarray]:
-        unique, inverse = np.unique(np.asarray(self._repetitions), return_inverse=True)
+        rows = np.asarray(self._streams, dtype=np.int64)
+        rows = rows.reshape(rows.shape[0], -1)
+        unique, inverse = np.unique(rows, axis=0, return_inverse=True)
         return unique, inverse.reshape(-1)
 
     @property
@@ -103,11 +112,11 @@ class SiloDraws:
         ``draw`` must return the first h rows of what it would return for h = BLOCK.
         """
         out = None
-        for u, rep in enumerate(self.unique_reps):
+        for u, key in enumerate(self.unique_reps):
             for block, rows, height in self._members:
-                values = draw(generator(self.run_seed, stream, rep, round_coord, block), height)[self._row[rows]]
+                values = draw(generator(self.run_seed, stream, *key, round_coord, block), height)[self._row[rows]]
                 if out is None:
-                    out = np.empty((self.unique_reps.size, self.silo_ids.size) + values.shape[1:], dtype=values.dtype)
+                    out = np.empty((len(self.unique_reps), self.silo_ids.size) + values.shape[1:], dtype=values.dtype)
                 out[u, rows] = values
         return out if by_repetition else self.per_replica(out)
 
@@ -124,7 +133,7 @@ class SiloDraws:
             for block, rows, _ in self._members:
                 padded = np.zeros((BLOCK,) + values.shape[2:], dtype=values.dtype)
                 padded[self._row[rows]] = values[p, rows]
-                rng = generator(self.run_seed, stream, self.unique_reps[u], self.round_index, block)
+                rng = generator(self.run_seed, stream, *self.unique_reps[u], self.round_index, block)
                 result = step(padded, rng)[self._row[rows]]
                 if out is None:
                     out = np.empty(values.shape[:2] + result.shape[1:], dtype=result.dtype)

@@ -132,6 +132,7 @@ class MlflowTracker:
             "calibration": plan.privacy.calibration,
             "accountant": plan.privacy.accountant,
             "privacy_statement": plan.privacy.summary(),
+            "replicas.common_random_numbers": str(plan.replicas.common_random_numbers).lower(),
         }
         self._batch(
             params=[Param(k, v[:MAX_PARAM_LENGTH]) for k, v in params.items()],

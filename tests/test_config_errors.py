@@ -47,7 +47,11 @@ def test_bad_values_name_the_key_and_the_allowed_range(override, message):
          "calibration, delta, enforce_budget, epsilon, epsilon_grid, l2_clip, silo_level, trust_model; got 2"),
         (["+runtime.num_actor=2"],
          "runtime.num_actor must be a known key of runtime (did you mean runtime.num_actors?): address, "
-         "checkpoint_every, checkpoint_path, num_actors, num_cpus, resume; got 2"),
+         "checkpoint_every, checkpoint_path, faithful, num_actors, num_cpus, resume; got 2"),
+        (["replicas.common_random_numbers=yes"], "replicas.common_random_numbers must be true or false; got 'yes'"),
+        (["+replicas.common_random=true"],
+         "replicas.common_random must be a known key of replicas (did you mean replicas.common_random_numbers?): "
+         "common_random_numbers; got True"),
     ],
 )
 def test_protocol_fields_and_unknown_keys_are_refused_at_planning(overrides, message):

@@ -70,7 +70,7 @@ def test_by_repetition_draws_are_the_replica_draws_once_per_repetition():
     reps = np.array([1, 0, 1, 1, 3])
     draws = SiloDraws(7, reps, 4, np.array([3, 63, 64, 130]), width=30)
     sizes = SIZES[[3, 63, 64, 130]]
-    assert np.array_equal(draws.unique_reps[draws.replica_to_rep], reps)
+    assert np.array_equal(draws.unique_reps[draws.replica_to_rep][:, 0], reps)
     pairs = [
         (draws.standard_normal((4, 2), by_repetition=True), draws.standard_normal((4, 2))),
         (draws.without_replacement(sizes, 5, by_repetition=True), draws.without_replacement(sizes, 5)),

@@ -21,11 +21,22 @@ from fedray.core.protocol import RoundProtocol
 
 @dataclass(frozen=True)
 class Replicas:
-    """The runs one job carries, in order budget level (slowest), repetition, step size (fastest)."""
+    """The runs one job carries, in order budget level (slowest), repetition, step size (fastest).
+
+    Each replica is a simulated deployment of its own: its private draws (noise, minibatches,
+    shuffles, server-side randomness) come from streams keyed by its row of ``streams``, which is
+    its repetition followed by its settings (step size, budget), so replicas never share noise and
+    a replica draws exactly what a plain run with its settings and seed draws. With common random
+    numbers the row is the repetition alone: replicas of one repetition then share their draws
+    (paired comparisons across settings), and their joint release is not private: messages at two
+    settings cancel each other's noise. Participation is public and keyed by the repetition.
+    """
 
     step_sizes: np.ndarray                 # (P,)
-    repetitions: np.ndarray                # (P,) the key of the random streams
+    repetitions: np.ndarray                # (P,) keys the public draws (who takes part)
     epsilon_levels: np.ndarray | None      # (P,) privacy.epsilon_grid value of each replica, or None
+    streams: np.ndarray                    # (P, k) keys the private draws (class docstring)
+    common_random_numbers: bool = False
 
     @property
     def count(self) -> int:

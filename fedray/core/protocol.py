@@ -41,12 +41,13 @@ class RoundKeys:
     """The coordinates every draw of one round is keyed by."""
 
     seed: int
-    repetitions: np.ndarray        # (P,) the repetition of each replica
+    repetitions: np.ndarray        # (P,) the repetition of each replica: keys public draws (participation)
     round: int
+    streams: np.ndarray            # (P, k) each replica's own key (``Replicas.streams``): keys private draws
 
-    def generator(self, stream: Stream, repetition: int) -> np.random.Generator:
-        """The server's generator of ``stream`` for one repetition in this round."""
-        return generator(self.seed, stream, int(repetition), self.round)
+    def generator(self, stream: Stream, replica: int) -> np.random.Generator:
+        """The server's generator of ``stream`` for one replica in this round."""
+        return generator(self.seed, stream, *self.streams[replica], self.round)
 
 
 @dataclass(frozen=True)

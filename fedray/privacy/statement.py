@@ -9,6 +9,13 @@ import numpy as np
 
 from fedray.privacy.ledger import Ledger
 
+SIMULATOR_VIEW = ("simulation: the driver holds the run seed, from which the units' noise, minibatches and "
+                  "shuffles follow, and receives per-unit evaluation parts each evaluated round (diagnostic); "
+                  "the guarantee is what a deployment running this protocol would have")
+FAITHFUL_VIEW = ("faithful: the driver received only the protocol's messages; the units' noise, minibatches and "
+                 "the shuffles came from entropy drawn inside the actors (not reproducible); models were "
+                 "evaluated after the run (diagnostic)")
+
 
 @dataclass(frozen=True)
 class PrivacyPlan:
@@ -25,6 +32,7 @@ class PrivacyPlan:
     nominal_epsilon: np.ndarray | None = None   # (P, N) what the paper's formula claims for this noise
     details: dict = field(default_factory=dict)  # resolved values worth logging (chain parameters, ...)
     non_private_inputs: tuple[str, ...] = ()     # what the run uses that no privacy step covers
+    faithful: bool = False                       # runtime.faithful: the driver sees only the protocol's messages
 
     @property
     def private(self) -> bool:
@@ -44,6 +52,7 @@ class PrivacyPlan:
                 record["epsilon_per_unit_mean"] = float(np.mean(epsilon))
         else:
             record["guarantee"] = "none: a non-private baseline"
+        record["driver_view"] = FAITHFUL_VIEW if self.faithful else SIMULATOR_VIEW
         record["non_private_inputs"] = list(self.non_private_inputs)
         record["diagnostic_metrics"] = sorted(diagnostics)
         return record
@@ -56,4 +65,4 @@ class PrivacyPlan:
                 f"{self.calibration}, accountant {self.accountant}")
         if self.non_private_inputs:
             line += "; outside the guarantee: " + "; ".join(self.non_private_inputs)
-        return line
+        return line + ("; faithful run" if self.faithful else "; simulation (the driver holds the noise seed)")

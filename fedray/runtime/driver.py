@@ -121,10 +121,16 @@ def _data_key(plan: Plan) -> tuple:
     return (repr(plan.dataset), plan.seed, plan.trial)
 
 
+def _secret(plan: Plan) -> bool:
+    """Faithful runs: units and shuffler draw from entropy the driver never sees."""
+    return bool(plan.runtime.get("faithful"))
+
+
 def _shuffler_args(plan: Plan) -> tuple | None:
     """The shuffler's seed, replicas and output form, or None when messages go straight to the server."""
     routing = plan.protocol.routing
-    return None if routing is Routing.DIRECT else (plan.seed, plan.repetitions, SHUFFLER_OUTPUT[routing])
+    seed = None if _secret(plan) else plan.seed     # None: the shuffler's own entropy
+    return None if routing is Routing.DIRECT else (seed, plan.replicas.streams, SHUFFLER_OUTPUT[routing])
 
 
 class RayGroups:
@@ -138,7 +144,7 @@ class RayGroups:
             share = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / num_actors)
             self.actors = [
                 SiloGroupActor.options(num_cpus=share, scheduling_strategy="SPREAD").remote(
-                    plan.dataset, plan.seed, plan.trial, block, plan.repetitions
+                    plan.dataset, plan.seed, plan.trial, block, plan.replicas.streams, _secret(plan)
                 )
                 for block in blocks
             ]
@@ -146,7 +152,7 @@ class RayGroups:
             data_key, self.actors = pooled
             if data_key != _data_key(plan):  # same processes, new records: skips start-up and imports
                 ray.get([a.load.remote(plan.dataset, plan.seed, plan.trial, b) for a, b in zip(self.actors, blocks)])
-            ray.get([actor.configure.remote(plan.repetitions) for actor in self.actors])
+            ray.get([actor.configure.remote(plan.replicas.streams, _secret(plan)) for actor in self.actors])
         shuffler = _shuffler_args(plan)
         self.shuffler = None if shuffler is None else ShufflerActor.remote(*shuffler)
         self.ranges = _ranges(blocks)
@@ -225,7 +231,7 @@ class InlineGroups:
 
     def __init__(self, plan: Plan, num_groups: int = 1):
         blocks = np.array_split(np.arange(plan.shape.num_silos), num_groups)
-        self.groups = [SiloGroup(plan.dataset, plan.seed, plan.trial, b, plan.repetitions) for b in blocks]
+        self.groups = [SiloGroup(plan.dataset, plan.seed, plan.trial, b, plan.replicas.streams, _secret(plan)) for b in blocks]
         shuffler = _shuffler_args(plan)
         self.shuffler = None if shuffler is None else Shuffler(*shuffler)
         self.ranges = _ranges(blocks)
@@ -355,14 +361,21 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
                                "reach the state the block's actor reported")
         return state
 
+    faithful = bool(plan.runtime.get("faithful"))
+    deferred = []                                   # faithful runs: (history index, step, model) to evaluate after
     r, pending, ahead = start_round, None, state     # ahead: what the next round is configured from
     while not np.all(protocol.done(ahead)):
-        keys = RoundKeys(plan.seed, plan.repetitions, r)
+        keys = RoundKeys(plan.seed, plan.repetitions, r, plan.replicas.streams)
         spec, owner = protocol.configure(ahead, keys), None
         if spec.operation == "client_block":
             spec, owner = _fit_block(protocol, spec, groups.ranges)
         evaluate = r % plan.evaluate_every == 0 or spec.round + spec.steps == plan.num_rounds
         model = next(iter(protocol.output(ahead).values())) if evaluate else None
+        if faithful and model is not None:
+            # The driver sees no per-unit statistic while the protocol runs: the model is evaluated
+            # after the run, and what comes back is reported as diagnostic.
+            deferred.append((len(result.history), spec.round + spec.steps - 1, model))
+            model, evaluate = None, False
         payload = RoundPayload(spec, model)
         if owner is None:
             if pending is not None:
@@ -379,11 +392,19 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     if pending is not None:
         state = confirm(state, pending)
 
+    for index, step, model in deferred:
+        values, _ = split(protocol.combine(groups.call("evaluate", model)))
+        result.history[index].update(values)
+        result.diagnostics |= set(values)
+        if tracker is not None:
+            tracker.log_round(step, values)
+
     # Every output in one evaluation call per actor, stacked along the replica axis.
     outputs = protocol.output(state)
     p = plan.num_replicas
     parts = groups.call("evaluate", np.concatenate(list(outputs.values())))
     values, diagnostics = split(protocol.combine(parts))
+    diagnostics = set(values) if faithful else diagnostics
     for i, name in enumerate(outputs):
         suffix = "" if i == 0 else f"_{name}"
         result.final.update({f"{key}{suffix}": value[i * p:(i + 1) * p] for key, value in values.items()})

@@ -10,7 +10,7 @@ sees (the length of the shuffled list).
 
 Wiring (Ray): the driver passes the silo-group actors' ObjectRefs directly,
 
-    shuffler = ShufflerActor.remote(plan.seed, plan.repetitions)
+    shuffler = ShufflerActor.remote(plan.seed, plan.replicas.streams)
     refs = [actor.round.remote(payload_ref) for actor in actors]   # RoundReply refs, never ray.get
     shuffled = ray.get(shuffler.shuffle.remote(round_index, *refs))
     state, charge, metrics = protocol.aggregate(state, spec, Messages(shuffled.messages, shuffled.mask), keys)
@@ -35,12 +35,14 @@ count vectors instead would show each sender's counts to the server, which P_vec
 does not cover.
 
 Randomness: one generator per replica from ``fedray.rng.generator(run_seed, Stream.SHUFFLE,
-repetition, round)``. Replicas of one repetition receive the same permutation, like their shared
-minibatches and noise; the permutation depends neither on the actor layout nor on block order
+*stream_key, round)`` (``Replicas.streams``: each replica its own permutation, unless the run asks
+for common random numbers); the permutation depends neither on the actor layout nor on block order
 beyond the silo-id order the driver already guarantees, so runs with 1 or 8 actors agree bit for bit.
 """
 
 from __future__ import annotations
+
+import secrets
 
 from dataclasses import dataclass
 
@@ -88,11 +90,12 @@ class Shuffler:
 
     Parameters
     ----------
-    run_seed : int
-        The run seed (``plan.seed``).
-    repetitions : array of int, shape (P,)
-        The repetition of every replica (``plan.repetitions``); replica p shuffles with the
-        stream (run_seed, SHUFFLE, repetitions[p], round).
+    run_seed : int or None
+        The run seed (``plan.seed``); None (faithful runs) draws the shuffler's own seed from OS
+        entropy, which never leaves the shuffler.
+    streams : array of int, shape (P,) or (P, k)
+        The stream key of every replica (``plan.replicas.streams``); replica p shuffles with the
+        stream (run_seed, SHUFFLE, *streams[p], round).
     output : {"permutation", "sum"}
         What the server receives: the permuted messages, or only their sum (see the module
         docstring; a protocol asks for it with ``Routing.SHUFFLE_SUM``).
@@ -100,11 +103,12 @@ class Shuffler:
 
     OUTPUTS = ("permutation", "sum")
 
-    def __init__(self, run_seed: int, repetitions: np.ndarray, output: str = "permutation"):
-        self.run_seed = int(run_seed)
-        self.repetitions = np.asarray(repetitions, dtype=np.int64)
-        if self.repetitions.ndim != 1 or self.repetitions.size == 0:
-            raise ConfigError("repetitions", self.repetitions.shape, "a non-empty 1-D array, one entry per replica")
+    def __init__(self, run_seed: int | None, streams: np.ndarray, output: str = "permutation"):
+        self.run_seed = secrets.randbits(63) if run_seed is None else int(run_seed)
+        streams = np.asarray(streams, dtype=np.int64)
+        if streams.ndim not in (1, 2) or streams.size == 0:
+            raise ConfigError("streams", streams.shape, "a non-empty (P,) or (P, k) array, one row per replica")
+        self.streams = streams.reshape(streams.shape[0], -1)
         if output not in self.OUTPUTS:
             raise ConfigError("shuffler output", output, f"one of {self.OUTPUTS}")
         self.output = output
@@ -140,7 +144,7 @@ class Shuffler:
         if isinstance(k, bool) or int(k) != k or k < 1:
             raise ConfigError("messages_per_sender", messages_per_sender, "an integer >= 1")
         k = int(messages_per_sender)
-        num_replicas = self.repetitions.size
+        num_replicas = self.streams.shape[0]
         pairs = [_as_block(b, i) for i, b in enumerate(blocks)]
         message_shape = None
         flat_messages, flat_mask = [], []
@@ -169,7 +173,7 @@ class Shuffler:
             return ShuffledMessages(out, counts)
         for p in range(num_replicas):
             rows = np.flatnonzero(mask[p])
-            rng = generator(self.run_seed, Stream.SHUFFLE, int(self.repetitions[p]), int(round_index))
+            rng = generator(self.run_seed, Stream.SHUFFLE, *self.streams[p], int(round_index))
             perm = rng.permutation(rows.size)
             out[p, : rows.size] = messages[p, rows[perm]]
         return ShuffledMessages(out, counts)

@@ -11,6 +11,7 @@ uses such a value names it in its privacy statement). No record is ever returned
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,9 +39,14 @@ class RoundReply:
 
 
 class SiloGroup:
-    def __init__(self, dataset, seed: int, trial: int, silo_ids: np.ndarray, repetitions: np.ndarray):
+    """A group of units. With ``secret_draws`` (faithful runs) the units' noise and minibatches come
+    from a seed drawn here from OS entropy, which never leaves the actor: not even the run seed
+    the driver holds determines them (and the run cannot be reproduced)."""
+
+    def __init__(self, dataset, seed: int, trial: int, silo_ids: np.ndarray, streams: np.ndarray,
+                 secret_draws: bool = False):
         self.load(dataset, seed, trial, silo_ids)
-        self.configure(repetitions)
+        self.configure(streams, secret_draws)
 
     def load(self, dataset, seed: int, trial: int, silo_ids: np.ndarray) -> None:
         """(Re)load this group's units: a sweep's next trial reuses the actor process."""
@@ -50,9 +56,10 @@ class SiloGroup:
         self._width = self._fed.x_train.shape[1]
         self.protocol, self._shard = None, None
 
-    def configure(self, repetitions: np.ndarray) -> None:
+    def configure(self, streams: np.ndarray, secret_draws: bool = False) -> None:
         """A new job on the same records (a sweep reusing its actors): its replica streams."""
-        self.repetitions = np.asarray(repetitions)
+        self.streams = np.asarray(streams)
+        self._draw_seed = secrets.randbits(63) if secret_draws else self.seed
         self.protocol, self._shard = None, None
 
     def apply(self, fn, *args):
@@ -78,7 +85,7 @@ class SiloGroup:
             empty = np.zeros((mask.shape[0], 0) + shape[1:])
             return RoundReply(self.silo_ids[:0], empty, mask[:, :0], evaluation)
         units = self.silo_ids[active]
-        draws = SiloDraws(self.seed, self.repetitions, spec.round, units, width=self._width)
+        draws = SiloDraws(self._draw_seed, self.streams, spec.round, units, width=self._width)
         messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws)
         sub_mask = mask[:, active]
         # A replica that did not sample this unit receives nothing from it.
@@ -92,7 +99,7 @@ class SiloGroup:
         evaluation = None if payload.evaluate is None else self.evaluate(payload.evaluate)
 
         def draws_for(step: int, units: np.ndarray) -> SiloDraws:
-            return SiloDraws(self.seed, self.repetitions, step, units, width=self._width)
+            return SiloDraws(self._draw_seed, self.streams, step, units, width=self._width)
 
         sums, end = self.protocol.client_block(spec, self._shard, self.silo_ids, draws_for)
         units = self.silo_ids[spec.participation[:, self.silo_ids].any(axis=0)]

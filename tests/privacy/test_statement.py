@@ -11,8 +11,8 @@ SHUFFLED = ["data=synthetic", "data.spec.num_silos=500", "data.spec.samples_per_
             "privacy.epsilon=2.0", "num_rounds=3"]
 
 
-def test_the_main_job_names_its_data_dependent_clip():
-    plan = make_plan(compose("experiment=isrl_dp_convex"))
+def test_the_paper_clip_is_named_as_data_dependent():
+    plan = make_plan(compose("experiment=isrl_dp_convex", "privacy.l2_clip=null"))
     record = plan.privacy.statement(diagnostics={"train_loss", "test_error"})
     assert {k: record[k] for k in ("trust_model", "unit", "neighbouring_relation", "calibration", "accountant")} == {
         "trust_model": "isrl_dp", "unit": "record of one silo", "neighbouring_relation": "replace_one",
@@ -24,9 +24,11 @@ def test_the_main_job_names_its_data_dependent_clip():
     assert "outside the guarantee" in plan.privacy.summary()
 
 
-def test_a_fixed_clip_leaves_nothing_outside_the_guarantee():
-    plan = make_plan(compose("experiment=isrl_dp_convex", "privacy.l2_clip=10.97"))
-    assert plan.privacy.statement()["non_private_inputs"] == []
+def test_the_main_job_uses_a_fixed_clip_and_leaves_nothing_outside_the_guarantee():
+    plan = make_plan(compose("experiment=isrl_dp_convex"))
+    assert plan.config["privacy"]["l2_clip"] == 1.0
+    record = plan.privacy.statement()
+    assert record["non_private_inputs"] == [] and record["driver_view"].startswith("simulation")
     assert "outside the guarantee" not in plan.privacy.summary()
 
 
