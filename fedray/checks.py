@@ -36,10 +36,12 @@ def number_in(key: str, value, low: float, high: float, allowed: str, closed_hig
 
 
 def known_keys(section: str, given: Mapping, allowed: Iterable[str]) -> None:
-    """Refuse keys of ``section`` outside ``allowed``, listing the valid keys with a did-you-mean."""
+    """Refuse keys of ``section`` ("" for the top level) outside ``allowed``, listing the valid keys
+    with a did-you-mean."""
     allowed = sorted(set(allowed))
+    prefix, where = (f"{section}.", f"of {section}") if section else ("", "at the top level")
     for key, value in given.items():
         if key not in allowed:
             close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f" (did you mean {section}.{close[0]}?)" if close else ""
-            raise ConfigError(f"{section}.{key}", value, f"a known key of {section}{hint}: {', '.join(allowed)}")
+            hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+            raise ConfigError(f"{prefix}{key}", value, f"a known key {where}{hint}: {', '.join(allowed)}")

@@ -29,6 +29,9 @@ from fedray.rng import setting_words
 
 RUNTIME_KEYS = ("address", "num_actors", "num_cpus", "checkpoint_path", "checkpoint_every", "resume", "faithful")
 TRACKING_KEYS = ("uri", "artifact_location", "experiment_name", "log_every", "replica_curves", "figure")
+# "grids": values presets interpolate from (step-size grids per algorithm); read by nothing else.
+TOP_LEVEL_KEYS = ("data", "algorithm", "privacy", "participation", "runtime", "tracking", "seed", "trial",
+                  "num_rounds", "repetitions", "replicas", "progress", "evaluate_every", "grids")
 REPLICAS_KEYS = ("common_random_numbers",)
 PRIVACY_KEYS = ("trust_model", "calibration", "accountant", "epsilon", "epsilon_grid", "delta", "l2_clip",
                 "enforce_budget")
@@ -166,7 +169,7 @@ def _guard(privacy: PrivacyPlan, sampler, replicas: Replicas, seed: int, num_rou
     counts = sampler.counts(seed, replicas.repetitions, num_rounds, num_units)
     counts = privacy.ledger.accountant.planned(counts, num_rounds)
     if enforce:
-        planned = check_budget(privacy.ledger, counts, privacy.target_epsilon)
+        planned = check_budget(privacy.ledger, counts, privacy.target_epsilon, privacy.delta)
     else:
         planned = privacy.ledger.epsilons(counts)
     return replace(privacy, planned_epsilon=planned)
@@ -183,6 +186,7 @@ def make_plan(cfg: DictConfig) -> Plan:
     sampler = _instantiate("participation", config["participation"])
     sampler.validate(shape.num_silos)
     algorithm_class = _algorithm_class(config["algorithm"].get("_target_"))
+    known_keys("", config, TOP_LEVEL_KEYS + algorithm_class.recipe.config_keys)
     config = algorithm_class.recipe.resolve(algorithm_class, config, dataset, shape, loss, sampler)
 
     num_rounds = positive("num_rounds", config.get("num_rounds"), int)

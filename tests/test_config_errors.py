@@ -48,6 +48,10 @@ def test_bad_values_name_the_key_and_the_allowed_range(override, message):
         (["+runtime.num_actor=2"],
          "runtime.num_actor must be a known key of runtime (did you mean runtime.num_actors?): address, "
          "checkpoint_every, checkpoint_path, faithful, num_actors, num_cpus, resume; got 2"),
+        (["+num_round=10"],
+         "num_round must be a known key at the top level (did you mean num_rounds?): algorithm, data, "
+         "evaluate_every, grids, num_rounds, participation, privacy, progress, repetitions, replicas, runtime, "
+         "seed, theory, tracking, trial; got 10"),
         (["replicas.common_random_numbers=yes"], "replicas.common_random_numbers must be true or false; got 'yes'"),
         (["+replicas.common_random=true"],
          "replicas.common_random must be a known key of replicas (did you mean replicas.common_random_numbers?): "

@@ -69,6 +69,7 @@ class PlannedProtocol(Protocol):
 class ProtocolRecipe(Protocol):
     trust_models: tuple[str, ...]
     privacy_keys: tuple[str, ...]      # privacy config keys of its own, beyond the planner's
+    config_keys: tuple[str, ...]       # top-level config keys of its own (a theorem preset's inputs)
 
     def resolve(self, algorithm_class: type, config: dict, dataset: Any, shape: Any, loss: Any, sampler: Any) -> dict: ...
 

@@ -14,6 +14,11 @@ the budget guard. Accountants:
 - ``RoundsAccountant``: a guarantee of the whole federation known as a function of the number of
   rounds run (a solved shuffle chain, P_vec's parallel composition); a round charges every unit
   when anybody took part.
+- ``ComposedAccountant``: releases with a guarantee of their own (a pure-DP draw, an
+  (eps, delta) round) composed by a theorem of ``fedray.privacy.composition`` (basic, advanced,
+  parallel); its delta can grow with the count (k delta0 + delta'), so the guard checks delta too.
+
+Every accountant gives ``epsilons(counts)`` and ``deltas(counts)``, both (P, N).
 
 An accountant's ``advice(replica, unit, count, target)`` says what would fit when a plan overspends
 (``check_budget``), or nothing.
@@ -28,6 +33,7 @@ import numpy as np
 
 from fedray.errors import BudgetError
 from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
+from fedray.privacy.composition import ApproxDpComposition, ParallelComposition
 
 
 @runtime_checkable
@@ -36,11 +42,13 @@ class CountAccountant(Protocol):
 
     def epsilons(self, counts: np.ndarray) -> np.ndarray: ...
 
+    def deltas(self, counts: np.ndarray) -> np.ndarray: ...
+
     def charge(self, charge: np.ndarray) -> np.ndarray: ...
 
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray: ...
 
-    def advice(self, replica: int, unit: int, count: int, target: float) -> str: ...
+    def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str: ...
 
 
 @dataclass
@@ -63,6 +71,10 @@ class Ledger:
     def epsilons(self, counts: np.ndarray | None = None) -> np.ndarray:
         """(P, N) epsilon of every (replica, unit) for ``counts`` (default: what was charged so far)."""
         return self.accountant.epsilons(self.counts if counts is None else np.asarray(counts))
+
+    def deltas(self, counts: np.ndarray | None = None) -> np.ndarray:
+        """(P, N) delta of every (replica, unit) for ``counts`` (default: what was charged so far)."""
+        return self.accountant.deltas(self.counts if counts is None else np.asarray(counts))
 
     def fresh(self) -> "Ledger":
         return Ledger(self.accountant, self.shape, self.unit)
@@ -137,9 +149,12 @@ class SampledGaussianAccountant:
         ])
         return values[inverse.reshape(-1)].reshape(counts.shape)
 
-    def advice(self, replica: int, unit: int, count: int, target: float) -> str:
+    def deltas(self, counts: np.ndarray) -> np.ndarray:
+        return np.where(counts > 0, np.broadcast_to(self.delta, counts.shape), 0.0)
+
+    def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
         """The noise multiplier that would meet ``target`` and the participations that fit."""
-        fits = _largest_affordable_count(self, replica, unit, target, count)
+        fits = _largest_affordable_count(self, shape, replica, unit, target, count)
         n = int(self.dataset_size[unit])
         needed = calibrate_noise_multiplier(target, float(self.delta[unit]),
                                             n if self.parallel_composition else self.sample_size, n,
@@ -148,9 +163,9 @@ class SampledGaussianAccountant:
                 f"or at most {fits} participations would fit")
 
 
-def _largest_affordable_count(accountant, replica: int, unit: int, target: float, upper: int) -> int:
+def _largest_affordable_count(accountant, shape: tuple, replica: int, unit: int, target: float, upper: int) -> int:
     """Most charges one unit can afford (monotone in the count: bisection)."""
-    counts = np.zeros(accountant.noise_multiplier.shape, dtype=np.int64)
+    counts = np.zeros(shape, dtype=np.int64)
 
     def eps(c: int) -> float:
         counts[replica, unit] = c
@@ -175,6 +190,7 @@ class RoundsAccountant:
 
     epsilon_after: Callable[[int], float]
     name: str
+    delta: float | np.ndarray          # the delta epsilon_after is computed at, (N,) or a scalar
     per_unit: bool = False
 
     def charge(self, charge: np.ndarray) -> np.ndarray:
@@ -193,29 +209,79 @@ class RoundsAccountant:
         values = np.array([self.epsilon_after(int(c)) for c in unique])
         return values[inverse.reshape(-1)].reshape(counts.shape)
 
-    def advice(self, replica: int, unit: int, count: int, target: float) -> str:
+    def deltas(self, counts: np.ndarray) -> np.ndarray:
+        return np.where(counts > 0, np.broadcast_to(self.delta, counts.shape), 0.0)
+
+    def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
         return ""
 
 
-def check_budget(ledger: Ledger, counts: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """(P, N) planned epsilons for ``counts``; raises ``BudgetError`` if any exceeds its target.
+@dataclass(frozen=True)
+class ComposedAccountant:
+    """Charges priced by a composition rule (``fedray.privacy.composition.CompositionRule``).
+
+    ``rule.epsilons(counts)`` and ``rule.deltas(counts)`` give each cell's guarantee after its
+    count of releases; the rule carries the per-release guarantee and the theorem (pure-DP or
+    (eps, delta) releases under basic or advanced composition, or parallel composition over
+    disjoint parts). The unit and relation are the plan's.
+    """
+
+    rule: object
+    name: str
+
+    def charge(self, charge: np.ndarray) -> np.ndarray:
+        return charge
+
+    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
+        return counts
+
+    def epsilons(self, counts: np.ndarray) -> np.ndarray:
+        return np.asarray(self.rule.epsilons(counts), dtype=np.float64)
+
+    def deltas(self, counts: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(np.asarray(self.rule.deltas(counts), dtype=np.float64), np.shape(counts))
+
+    def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
+        fits = _largest_affordable_count(self, shape, replica, unit, target, count)
+        return f"at most {fits} releases would fit"
+
+
+def check_budget(ledger: Ledger, counts: np.ndarray, target: np.ndarray,
+                 target_delta: np.ndarray | None = None) -> np.ndarray:
+    """(P, N) planned epsilons for ``counts``; raises ``BudgetError`` if any exceeds its target, or
+    if a delta that grows with the count exceeds ``target_delta``.
 
     ``target`` is (N,) per unit or (P, N) per replica and unit (a grid of budgets as replicas).
     """
     planned = ledger.epsilons(counts)
+    if target_delta is not None:
+        deltas = ledger.deltas(counts)
+        over = deltas - np.broadcast_to(target_delta, deltas.shape)
+        if np.any(over > 1e-15):
+            replica, unit = np.unravel_index(int(np.argmax(over)), over.shape)
+            raise BudgetError(
+                f"planned delta {deltas[replica, unit]:.4g} for {ledger.unit} {unit} ({int(counts[replica, unit])} "
+                f"releases, {ledger.accountant.name} accountant) exceeds privacy.delta = "
+                f"{np.broadcast_to(target_delta, deltas.shape)[replica, unit]:.4g}")
     target = np.broadcast_to(target, planned.shape)
     excess = planned - target
     if np.all(excess <= 1e-9):
         return planned
     replica, unit = np.unravel_index(int(np.argmax(excess)), excess.shape)
     count = int(counts[replica, unit])
-    hint = ledger.accountant.advice(int(replica), int(unit), count, float(target[replica, unit]))
+    hint = ledger.accountant.advice(int(replica), int(unit), count, float(target[replica, unit]), planned.shape)
     hint = f"{hint} " if hint else ""
     raise BudgetError(
         f"planned epsilon {planned[replica, unit]:.4g} for {ledger.unit} {unit} ({count} participations, "
         f"{ledger.accountant.name} accountant) exceeds privacy.epsilon = {target[replica, unit]:g}; "
         f"{hint}(or privacy.calibration=accountant; privacy.enforce_budget=false runs it anyway)"
     )
+
+
+def one_pass_ledger(epsilon: float, delta: float) -> ComposedAccountant:
+    """Releases that are each (epsilon, delta)-DP and read disjoint records (one pass over disjoint
+    batches, e.g. P_vec invocations): a unit is charged one release however many its records join."""
+    return ComposedAccountant(ParallelComposition(ApproxDpComposition(epsilon, delta, 0.0, route="basic")), "parallel")
 
 
 def silo_ledger(noise_multiplier, sample_size, dataset_size, releases, delta, accountant: str = "rdp",

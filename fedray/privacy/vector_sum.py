@@ -364,16 +364,13 @@ class OnePassVectorSums:
     Parallel composition (seed-004 §2, PC): the invocations take disjoint records, and one whose
     inputs do not contain the replaced record has the same law on both neighbours given the
     earlier outputs (its inputs are computed at a query point that is post-processing of them),
-    so the run is (epsilon, delta)-DP, like one invocation. No credit for subsampling.
-    ``epsilon_after(rounds)`` is the spend of the worst record: 0 before any round, then epsilon.
+    so the run is (epsilon, delta)-DP, like one invocation. No credit for subsampling. The ledger
+    charges it as such (``fedray.privacy.ledger.one_pass_ledger``).
     """
 
     epsilon: float
     delta: float
     users_per_invocation: int     # n of every invocation: M K record gradients
-
-    def epsilon_after(self, rounds: int) -> float:
-        return self.epsilon if rounds > 0 else 0.0
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,18 @@
 """The ledger counts charges per (replica, unit); its accountant prices them."""
 
+import math
+
 import numpy as np
 import pytest
 
 from fedray.errors import BudgetError
 from fedray.privacy.accounting import participation_epsilon
-from fedray.privacy.ledger import Ledger, RoundsAccountant, check_budget, silo_ledger
+from fedray.privacy.composition import ApproxDpComposition, PureDpComposition
+from fedray.privacy.ledger import ComposedAccountant, Ledger, RoundsAccountant, check_budget, one_pass_ledger, silo_ledger
 
 
 def test_rounds_accountant_charges_every_unit_of_a_replica_once_per_round_with_anyone():
-    ledger = Ledger(RoundsAccountant(lambda rounds: 0.5 * rounds, "rounds"), (2, 3), "federation")
+    ledger = Ledger(RoundsAccountant(lambda rounds: 0.5 * rounds, "rounds", 1e-5), (2, 3), "federation")
     ledger.record(np.array([[True, False, False], [False, False, False]]))   # replica 1: nobody took part
     ledger.record(np.array([[False, True, True], [True, False, False]]))
     np.testing.assert_array_equal(ledger.counts, [[2, 2, 2], [1, 1, 1]])
@@ -31,7 +34,7 @@ def test_silo_ledger_prices_each_silo_by_its_own_participations():
 
 
 def test_budget_guard_names_the_unit_and_has_no_advice_for_a_federation_guarantee():
-    ledger = Ledger(RoundsAccountant(lambda rounds: 0.5 * rounds, "advanced"), (1, 2), "federation")
+    ledger = Ledger(RoundsAccountant(lambda rounds: 0.5 * rounds, "advanced", 1e-5), (1, 2), "federation")
     with pytest.raises(BudgetError) as err:
         check_budget(ledger, np.full((1, 2), 5), np.full((1, 2), 2.0))
     assert str(err.value) == ("planned epsilon 2.5 for federation 0 (5 participations, advanced accountant) exceeds "
@@ -41,9 +44,42 @@ def test_budget_guard_names_the_unit_and_has_no_advice_for_a_federation_guarante
 
 def test_per_unit_rounds_charge_only_the_silos_that_took_part():
     """Shuffle DP without silo-sampling credit: a record's exposure is the rounds its silo joined."""
-    ledger = Ledger(RoundsAccountant(lambda rounds: 0.5 * rounds, "advanced", per_unit=True), (1, 3), "silo")
+    ledger = Ledger(RoundsAccountant(lambda rounds: 0.5 * rounds, "advanced", 1e-5, per_unit=True), (1, 3), "silo")
     ledger.record(np.array([[True, False, True]]))
     ledger.record(np.array([[True, False, False]]))
     np.testing.assert_array_equal(ledger.epsilons(), [[1.0, 0.0, 0.5]])
     counts = np.array([[4, 0, 2]])
     np.testing.assert_array_equal(ledger.accountant.planned(counts, 7), counts)
+
+
+def test_composed_accountant_prices_pure_dp_draws_by_hand_computed_composition():
+    # eps0 = 0.1 per draw, delta' = 1e-6: basic k eps0 against advanced
+    # sqrt(2 k ln(1/delta')) eps0 + k eps0^2 / 2, the smaller per cell ("best").
+    rule = PureDpComposition(0.1, 1e-6)
+    ledger = Ledger(ComposedAccountant(rule, "pure_dp"), (1, 3), "user")
+    ledger.counts[:] = [[0, 10, 1000]]
+    advanced = math.sqrt(2 * 1000 * math.log(1e6)) * 0.1 + 1000 * 0.01 / 2
+    np.testing.assert_allclose(ledger.epsilons(), [[0.0, 1.0, advanced]])
+    np.testing.assert_allclose(ledger.deltas(), [[0.0, 0.0, 1e-6]])
+
+
+def test_a_delta_that_grows_with_the_count_is_checked_by_the_guard():
+    # (eps0, delta0) = (0.5, 1e-4) per round, basic composition: k rounds spend (k eps0, k delta0).
+    ledger = Ledger(ComposedAccountant(ApproxDpComposition(0.5, 1e-4, 0.0, route="basic"), "approx_dp"), (1, 1), "unit")
+    planned = check_budget(ledger, np.array([[4]]), np.array([[10.0]]), np.array([1e-3]))
+    assert planned[0, 0] == pytest.approx(2.0)
+    with pytest.raises(BudgetError) as err:
+        check_budget(ledger, np.array([[11]]), np.array([[10.0]]), np.array([1e-3]))
+    assert str(err.value).startswith("planned delta 0.0011 for unit 0 (11 releases, approx_dp accountant) exceeds "
+                                     "privacy.delta = 0.001")
+    with pytest.raises(BudgetError) as err:
+        check_budget(ledger, np.array([[9]]), np.array([[4.0]]), np.array([1e-3]))
+    assert "at most 8 releases would fit" in str(err.value)
+
+
+def test_one_pass_ledger_charges_one_release_however_many():
+    ledger = Ledger(one_pass_ledger(1.5, 1e-6), (1, 3), "federation")
+    for mask in ([True, True, False], [True, False, False]):
+        ledger.record(np.array([mask]))
+    np.testing.assert_array_equal(ledger.epsilons(), [[1.5, 1.5, 0.0]])
+    np.testing.assert_array_equal(ledger.deltas(), [[1e-6, 1e-6, 0.0]])

@@ -34,7 +34,7 @@ from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
 from fedray.privacy.accounting import ACCOUNTANTS
 from fedray.privacy.budgets import calibrate, per_silo
-from fedray.privacy.ledger import Ledger, RoundsAccountant, SampledGaussianAccountant
+from fedray.privacy.ledger import Ledger, RoundsAccountant, SampledGaussianAccountant, one_pass_ledger
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise, PerExampleClip
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.isrl_dp import calibration as cal
@@ -133,6 +133,7 @@ class SiloGaussian:
     trust_models: tuple[str, ...] = ("isrl_dp", "none")
     routing: Routing = Routing.DIRECT
     privacy_keys: tuple[str, ...] = ("silo_level",)     # the hybrid recipe's target (§3.10)
+    config_keys: tuple[str, ...] = ("theory",)          # the theorem presets' inputs (theory.py)
 
     def releases(self, batch_size: int) -> tuple[int, int]:
         """(records per noisy release, noisy releases per participation)."""
@@ -240,8 +241,8 @@ class ShuffledGaussian(SiloGaussian):
                            noise_multiplier=np.full(cells, solved.noise_multiplier),
                            target_epsilon=np.full(cells, float(eps)),
                            # A record is exposed in the rounds its silo joined, which the server sees.
-                           ledger=Ledger(RoundsAccountant(solved.epsilon_after, priv["accountant"], per_unit=True),
-                                         cells, "silo"),
+                           ledger=Ledger(RoundsAccountant(solved.epsilon_after, priv["accountant"], float(delta),
+                                                          per_unit=True), cells, "silo"),
                            details={"randomizer_epsilon": solved.round.randomizer_epsilon,
                                     "randomizer_delta": solved.round.randomizer_delta})
 
@@ -279,7 +280,7 @@ class ShuffledVectorSum(SiloGaussian):
         return PrivacyPlan(trust_model=priv["trust_model"], calibration="paper", accountant="parallel",
                            unit=FEDERATION_RECORD, relation="replace_one", delta=np.full(num_silos, spend.delta),
                            noise_multiplier=np.zeros(cells), target_epsilon=np.full(cells, spend.epsilon),
-                           ledger=Ledger(RoundsAccountant(spend.epsilon_after, "parallel"), cells, "federation"),
+                           ledger=Ledger(one_pass_ledger(spend.epsilon, spend.delta), cells, "federation"),
                            details={"users_per_invocation": spend.users_per_invocation})
 
     def check_fields(self, fields: dict, config: dict) -> None:

@@ -3,7 +3,7 @@ per step, P_vec per batch (the ``ProtocolRecipe`` contract of ``fedray.core.plan
 
 Privacy: each step is one P_vec invocation over B users at (eps, delta); every user is in one
 batch (``SequentialBatches``), so the run spends (eps, delta) by parallel composition, for a user
-anywhere in the population (``RoundsAccountant`` of ``OnePassVectorSums``). P_vec is calibrated
+anywhere in the population (``one_pass_ledger``: parallel composition of P_vec invocations). P_vec is calibrated
 from (eps, delta, d C, B, L) in the silo actors; the planner builds the same parameters first, so
 a budget or dimension P_vec cannot meet is a config error before any actor starts.
 """
@@ -22,7 +22,7 @@ from fedray.core.sampling import SequentialBatches
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
-from fedray.privacy.ledger import Ledger, RoundsAccountant
+from fedray.privacy.ledger import Ledger, one_pass_ledger
 from fedray.privacy.statement import PrivacyPlan
 from fedray.privacy.vector_sum import ExactSum, OnePassVectorSums, SplitVectorSum, vector_sum_parameters
 
@@ -56,6 +56,7 @@ class PvecStepsPlan:
 class PvecSteps:
     trust_models: tuple[str, ...] = ("sdp", "none")
     privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
 
     def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
         return config
@@ -102,7 +103,7 @@ class PvecSteps:
                 trust_model=priv["trust_model"], calibration="paper", accountant="parallel", unit=USER,
                 relation="replace_one", delta=np.full(shape.num_silos, delta), noise_multiplier=np.zeros(cells),
                 target_epsilon=np.full(cells, eps),
-                ledger=Ledger(RoundsAccountant(spend.epsilon_after, "parallel"), cells, "population"),
+                ledger=Ledger(one_pass_ledger(spend.epsilon, spend.delta), cells, "population"),
                 details={"users_per_invocation": batch, "messages_per_user": parameters.messages_per_user})
         algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=batch,
                                     l2_clip=l2_clip, vector_sum=vector_sum, radius=radius)
