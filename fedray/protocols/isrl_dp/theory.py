@@ -39,6 +39,8 @@ from fedray.protocols.isrl_dp import (
 from fedray.protocols.isrl_dp.accelerated import lan_prox_scale, regularized_prox_scale
 from fedray.checks import number_in
 from fedray.core.protocol import Routing
+from fedray.core.sampling import AllUnits, UniformParticipation
+from fedray.data import SyntheticLinear
 from fedray.errors import ConfigError
 from fedray.losses import Logistic, Squared
 from fedray.protocols.isrl_dp import calibration as cal
@@ -331,7 +333,7 @@ def _problem(cfg: dict, node: dict, shape, spec, loss, silos_per_round, shuffled
     default_delta = 1.0 / (big_n * n) ** 2 if shuffled else 1.0 / n**2   # the planner's defaults
     smoothness = node.get("smoothness")
     if smoothness is None:
-        smoothness = loss_smoothness(loss, getattr(spec, "feature_norm", None))
+        smoothness = loss_smoothness(loss, spec.feature_norm if isinstance(spec, SyntheticLinear) else None)
     return Problem(
         records_per_silo=n,
         dim=shape.dim * shape.num_outputs,
@@ -358,7 +360,9 @@ def resolve(cfg: dict, algorithm_class: type, spec, shape, loss, sampler) -> dic
     if silo_level is None and node is None:
         return cfg
     cfg = copy.deepcopy(cfg)
-    silos_per_round = getattr(sampler, "silos_per_round", None)
+    # The theorems and the hybrid recipe assume M of N silos drawn uniformly (Assumption 1.4).
+    uniform = isinstance(sampler, (UniformParticipation, AllUnits))
+    silos_per_round = sampler.per_round(shape.num_silos) if uniform else None
     if silo_level is not None:
         eps0, delta0 = silo_level_budget(silo_level.get("epsilon"), silo_level.get("delta"),
                                          max(shape.n_train), shape.num_silos, silos_per_round)
