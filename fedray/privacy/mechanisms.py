@@ -5,46 +5,71 @@ Neighbouring relation: replace one record of one silo (seed-004 Definition 2, RE
 ``fedray.privacy.accounting`` turns a release (clip, sampling, noise multiplier = noise std over
 the clip's sensitivity) into dp-accounting events.
 
-Steps take pre-drawn standard normals rather than a generator so that the runtime can draw them
-from per-(repetition, silo, round) streams and the step stays a pure function.
+Each step follows the mechanism contract (``fedray.core.mechanism``). Steps take pre-drawn standard
+normals rather than a generator so that the runtime can draw them from per-(replica, silo, round)
+streams and the step stays a pure function.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
+import dp_accounting
 import numpy as np
+
+from fedray.core.mechanism import Placement
 
 
 @dataclass(frozen=True)
 class GaussianNoise:
-    """Add N(0, noise_std^2 I) to each message.
+    """Add N(0, noise_std^2 I) to each message, noise_std = noise_multiplier x sensitivity.
 
-    ``noise_std`` broadcasts against the leading (replica, silo) axes of the messages, so replicas
-    and silos may carry different noise levels (per-silo budgets, App. H).
+    ``noise_multiplier`` broadcasts against the leading (replica, unit) axes of the messages, so
+    replicas and units may carry different noise levels (per-silo budgets, App. H).
+    ``sensitivity`` is the replace-one l2 sensitivity of a message (2 l2_clip / K for a clipped
+    mean of K records), so ``event`` is the Gaussian mechanism with that multiplier.
     """
 
-    noise_std: np.ndarray
+    noise_multiplier: np.ndarray
+    sensitivity: float = 1.0
+    placement: ClassVar[Placement] = Placement.CLIENT
+
+    @property
+    def noise_std(self) -> np.ndarray:
+        return np.asarray(self.noise_multiplier) * self.sensitivity
 
     def apply(self, x: np.ndarray, standard_normal: np.ndarray) -> tuple[np.ndarray, dict]:
         std = np.asarray(self.noise_std, dtype=np.float64)
         std = std.reshape(std.shape + (1,) * (x.ndim - std.ndim))
-        return x + std * standard_normal, {"noise_std_mean": float(np.mean(self.noise_std))}
+        return x + std * standard_normal, {}
 
     def select(self, silo_ids: np.ndarray) -> "GaussianNoise":
-        """The step restricted to some silos, when ``noise_std`` is (P, N) over all silos."""
-        return GaussianNoise(np.asarray(self.noise_std)[:, np.asarray(silo_ids)])
+        """The step restricted to some units, when ``noise_multiplier`` is (P, N) over all units."""
+        return GaussianNoise(np.asarray(self.noise_multiplier)[:, np.asarray(silo_ids)], self.sensitivity)
+
+    def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
+        z = np.asarray(self.noise_multiplier, dtype=np.float64)
+        if z.ndim:                    # (P, N), or 1 on an axis that broadcasts
+            z = z.reshape(z.shape[0], -1)[replica if z.shape[0] > 1 else 0, unit if z.size > z.shape[0] else 0]
+        z = float(z)
+        return dp_accounting.GaussianDpEvent(z) if z > 0 else dp_accounting.NonPrivateDpEvent()
 
 
 @dataclass(frozen=True)
 class NoNoise:
     """The non-private step with the same interface (non-private baselines)."""
 
+    placement: ClassVar[Placement] = Placement.CLIENT
+
     def apply(self, x: np.ndarray, standard_normal: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
-        return x, {"noise_std_mean": 0.0}
+        return x, {}
 
     def select(self, silo_ids: np.ndarray) -> "NoNoise":
         return self
+
+    def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
+        return dp_accounting.NonPrivateDpEvent()
 
 
 @dataclass(frozen=True)

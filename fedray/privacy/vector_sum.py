@@ -65,9 +65,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
+from fedray.core.mechanism import Placement
+from fedray.privacy.events import EpsilonDeltaDpEvent
 from fedray.rng import SiloDraws, Stream
 
 from fedray.errors import ConfigError
@@ -337,12 +340,17 @@ class VectorSumRandomizer:
     """P_vec's randomizer as a silo-side privacy step (M2 counts; the analyzer runs at the server).
 
     ``apply(x, rng)`` takes user vectors (..., n, d) and returns each user's counts plus metrics.
-    Where it runs: inside the silo that holds the vectors, before the shuffler. The accountant
-    side is ``(epsilon, delta)`` of one invocation (dp-accounting has no event for it; compose
-    with ``dp_accounting.pld.privacy_loss_distribution.from_privacy_parameters``).
+    Where it runs: inside the silo that holds the vectors, before the shuffler (the mechanism
+    contract, ``fedray.core.mechanism``). Its event is the ``(epsilon, delta)`` of one invocation
+    as the shuffler outputs it: the randomizer alone is not private, the guarantee needs the
+    shuffle (seed-000 Thm 3.2).
     """
 
     params: VectorSumParameters
+    placement: ClassVar[Placement] = Placement.CLIENT
+
+    def event(self, replica: int, unit: int) -> EpsilonDeltaDpEvent:
+        return EpsilonDeltaDpEvent(self.params.epsilon, self.params.delta)
 
     def apply(self, x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
         counts = randomize_counts(x, self.params, rng)
@@ -351,10 +359,6 @@ class VectorSumRandomizer:
             p.num_users * p.noise_bits * p.bit_probability * (1.0 - p.bit_probability)
         )
         return counts, {"messages_per_user": float(p.messages_per_user), "sum_noise_std": noise_std}
-
-    @property
-    def epsilon_delta(self) -> tuple[float, float]:
-        return self.params.epsilon, self.params.delta
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import pytest
 from scipy import stats
 
 from fedray.errors import ConfigError
+from fedray.privacy.events import EpsilonDeltaDpEvent
 from fedray.privacy.vector_sum import (
     VectorSumRandomizer,
     aggregate_counts,
@@ -236,4 +237,4 @@ def test_randomizer_step_reports_metrics():
     assert counts.shape == (10, 1)
     assert metrics["messages_per_user"] == 3758
     assert metrics["sum_noise_std"] == pytest.approx(math.sqrt(765.5), rel=0.01)
-    assert VectorSumRandomizer(p).epsilon_delta == (15.0, 0.49)
+    assert VectorSumRandomizer(p).event(0, 0) == EpsilonDeltaDpEvent(15.0, 0.49)

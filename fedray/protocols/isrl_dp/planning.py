@@ -75,7 +75,7 @@ class IsrlDpPlan:
         """The algorithm with the clip known; noise std = multiplier * replace-one sensitivity."""
         if self.privacy.private:
             sensitivity = PerExampleClip(l2_clip).sensitivity(self.privacy_sample_size, "replace_one")
-            noise = GaussianNoise(self.privacy.noise_multiplier * sensitivity)
+            noise = GaussianNoise(self.privacy.noise_multiplier, sensitivity)
         else:
             noise = NoNoise()
         return self.algorithm_class(loss=self.loss, l2_clip=float(l2_clip), noise=noise, **self.algorithm_fields)
