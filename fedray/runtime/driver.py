@@ -362,7 +362,7 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
         return state
 
     faithful = bool(plan.runtime.get("faithful"))
-    deferred = []                                   # faithful runs: (history index, step, model) to evaluate after
+    deferred = []                                   # faithful runs: (round, last step, model) to evaluate after
     r, pending, ahead = start_round, None, state     # ahead: what the next round is configured from
     while not np.all(protocol.done(ahead)):
         keys = RoundKeys(plan.seed, plan.repetitions, r, plan.replicas.streams)
@@ -374,7 +374,7 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
         if faithful and model is not None:
             # The driver sees no per-unit statistic while the protocol runs: the model is evaluated
             # after the run, and what comes back is reported as diagnostic.
-            deferred.append((len(result.history), spec.round + spec.steps - 1, model))
+            deferred.append((r, spec.round + spec.steps - 1, model))     # round r settles into history[r]
             model, evaluate = None, False
         payload = RoundPayload(spec, model)
         if owner is None:

@@ -91,3 +91,18 @@ def test_a_faithful_run_refuses_inputs_outside_the_guarantee(overrides, named):
         make_plan(compose(*SMALL, "runtime.faithful=true", *overrides))
     assert str(err.value).startswith("runtime.faithful must be false for a plan that uses inputs outside")
     assert named in str(err.value)
+
+
+def test_blocks_of_sequential_steps_get_their_deferred_evaluations_in_place():
+    # P_SGD runs blocks of steps whose server steps settle one round late (pipelined): the
+    # evaluations made after the run must land on the rounds that asked for them.
+    users = ["data=synthetic", "data.spec.num_silos=480", "data.spec.samples_per_silo=1", "data.spec.dim=3",
+             "data.spec.test_samples_per_silo=1", "participation=sequential", "participation.batch_size=8",
+             "algorithm=p_sgd", "privacy=none", "algorithm.step_size=1.0", "num_rounds=60", "evaluate_every=2",
+             "progress=false"]
+    evaluated = []
+    for faithful in ("false", "true"):
+        plan = make_plan(compose(*users, f"runtime.faithful={faithful}"))
+        result = run(plan, inline=True, groups=InlineGroups(plan, 6))      # six blocks of 10 steps
+        evaluated.append([i for i, h in enumerate(result.history) if "train_loss" in h])
+    assert evaluated[0] == evaluated[1] == [0, 2, 4, 5]
