@@ -214,6 +214,9 @@ def make_plan(cfg: DictConfig) -> Plan:
     faithful = runtime.get("faithful", False)
     if not isinstance(faithful, bool):
         raise ConfigError("runtime.faithful", faithful, "true or false")
+    if faithful and runtime.get("resume"):
+        raise ConfigError("runtime.resume", True, "false with runtime.faithful=true (a faithful run evaluates its "
+                          "models after the last round, and those pending evaluations are not checkpointed)")
     if faithful and privacy.non_private_inputs:
         raise ConfigError("runtime.faithful", True, "false for a plan that uses inputs outside its privacy "
                           f"guarantee ({'; '.join(privacy.non_private_inputs)})")

@@ -82,6 +82,12 @@ def test_shuffled_messages_reach_the_driver_without_sender_positions():
         assert evaluation == []
 
 
+def test_a_faithful_run_does_not_resume():
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*SMALL, "runtime.faithful=true", "runtime.resume=true"))
+    assert str(err.value).startswith("runtime.resume must be false with runtime.faithful=true")
+
+
 @pytest.mark.parametrize("overrides,named", [
     (["privacy.l2_clip=null"], "privacy.l2_clip = null"),
     (["privacy.epsilon_grid=[1,3]", "replicas.common_random_numbers=true"], "common random numbers"),
