@@ -82,8 +82,12 @@ class SiloDraws:
     def _replicas(self) -> tuple[np.ndarray, np.ndarray]:
         rows = np.asarray(self._streams, dtype=np.int64)
         rows = rows.reshape(rows.shape[0], -1)
-        unique, inverse = np.unique(rows, axis=0, return_inverse=True)
-        return unique, inverse.reshape(-1)
+        unique, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        # Distinct rows in order of first use, so replicas with streams of their own map to themselves.
+        order = np.argsort(first)
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        return unique[order], rank[inverse.reshape(-1)]
 
     @property
     def unique_reps(self) -> np.ndarray:

@@ -57,8 +57,9 @@ class LocalSGD(PlainIterate):
         """
         num_silos, width, dim = silos.x.shape
         steps, shape = self.batch_size, (params.shape[0], num_silos) + params.shape[1:]
-        # Records and normals are drawn once per repetition (its replicas share them); each step
-        # copies its (U, S, ...) slice out to the P replicas. Records are gathered in chunks of steps.
+        # Records and normals are drawn once per distinct stream key (replicas with common random
+        # numbers share them, and each step copies its (U, S, ...) slice out to the P replicas).
+        # Records are gathered in chunks of steps.
         idx = draws.with_replacement(silos.sizes, steps, by_repetition=True)          # (U, S, K)
         rows = np.moveaxis(idx + (np.arange(num_silos) * width)[:, None], 2, 0)       # (K, U, S)
         rep = draws.replica_to_rep
@@ -68,17 +69,25 @@ class LocalSGD(PlainIterate):
         eta = self.step_size[:, None, None, None]
         local = np.broadcast_to(params[:, None], shape).copy()
         x_t, normal_t, grad = np.empty(shape[:3]), np.empty(shape), np.empty(shape)
+        # Replicas with streams of their own (the default) draw for themselves: no copy per step.
+        own = np.array_equal(rep, np.arange(rep.size))
         chunk = max(1, _CHUNK_VALUES // max(1, rows[0].size * dim))
         for first in range(0, steps, chunk):
             x_steps = np.take(silos.x.reshape(num_silos * width, dim), rows[first:first + chunk], axis=0)
             for t in range(first, min(first + chunk, steps)):
                 # mode="clip" (the indices are valid) lets take write into ``out`` without a buffer.
-                np.take(x_steps[t - first], rep, axis=0, out=x_t, mode="clip")       # (P, S, d)
+                if own:
+                    x_t = x_steps[t - first]
+                else:
+                    np.take(x_steps[t - first], rep, axis=0, out=x_t, mode="clip")   # (P, S, d)
                 z = np.einsum("psd,psdc->psc", x_t, local)
                 r = loss_residual(self.loss, z, y_steps[t], norm_steps[t])           # (P, S, C)
                 r = r * clip_factors(norm_steps[t], r, self.l2_clip)[..., None]
                 np.multiply(x_t[..., None], r[:, :, None, :], out=grad)              # (P, S, d, C)
-                np.take(normals[:, :, t], rep, axis=0, out=normal_t, mode="clip")
+                if own:
+                    normal_t = normals[:, :, t]
+                else:
+                    np.take(normals[:, :, t], rep, axis=0, out=normal_t, mode="clip")
                 noisy, _ = noise.apply(grad, normal_t)
                 local -= np.multiply(eta, noisy, out=noisy)
         return local
