@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 import ray
 
-from fedray.errors import ConfigError
+from fedray.errors import invalid_argument
 from fedray.rng import Stream, generator
 
 __all__ = ["ShuffledMessages", "Shuffler", "ShufflerActor"]
@@ -79,7 +79,7 @@ def _as_block(block, index: int) -> tuple[np.ndarray, np.ndarray]:
     elif hasattr(block, "messages") and hasattr(block, "mask"):
         messages, mask = block.messages, block.mask
     else:
-        raise ConfigError(
+        raise invalid_argument(
             f"message block {index}", type(block).__name__, "a (messages, mask) pair or an object with .messages and .mask"
         )
     return np.asarray(messages), np.asarray(mask, dtype=bool)
@@ -107,10 +107,10 @@ class Shuffler:
         self.run_seed = secrets.randbits(63) if run_seed is None else int(run_seed)
         streams = np.asarray(streams, dtype=np.int64)
         if streams.ndim not in (1, 2) or streams.size == 0:
-            raise ConfigError("streams", streams.shape, "a non-empty (P,) or (P, k) array, one row per replica")
+            raise invalid_argument("streams", streams.shape, "a non-empty (P,) or (P, k) array, one row per replica")
         self.streams = streams.reshape(streams.shape[0], -1)
         if output not in self.OUTPUTS:
-            raise ConfigError("shuffler output", output, f"one of {self.OUTPUTS}")
+            raise invalid_argument("shuffler output", output, f"one of {self.OUTPUTS}")
         self.output = output
 
     def shuffle(self, round_index: int, *blocks, messages_per_sender: int = 1) -> ShuffledMessages:
@@ -135,14 +135,14 @@ class Shuffler:
 
         Raises
         ------
-        ConfigError
+        ValueError
             If no block is given, or blocks disagree on the replica count or message shape.
         """
         if not blocks:
-            raise ConfigError("blocks", 0, "at least one message block")
+            raise invalid_argument("blocks", 0, "at least one message block")
         k = messages_per_sender
         if isinstance(k, bool) or int(k) != k or k < 1:
-            raise ConfigError("messages_per_sender", messages_per_sender, "an integer >= 1")
+            raise invalid_argument("messages_per_sender", messages_per_sender, "an integer >= 1")
         k = int(messages_per_sender)
         num_replicas = self.streams.shape[0]
         pairs = [_as_block(b, i) for i, b in enumerate(blocks)]
@@ -150,15 +150,15 @@ class Shuffler:
         flat_messages, flat_mask = [], []
         for i, (messages, mask) in enumerate(pairs):
             if mask.ndim != 2 or mask.shape[0] != num_replicas:
-                raise ConfigError(f"message block {i} mask", mask.shape, f"(P, S_g) with P = {num_replicas}")
+                raise invalid_argument(f"message block {i} mask", mask.shape, f"(P, S_g) with P = {num_replicas}")
             lead = mask.shape + ((k,) if k > 1 else ())
             if messages.shape[: len(lead)] != lead:
-                raise ConfigError(f"message block {i} messages", messages.shape, f"leading axes {lead}")
+                raise invalid_argument(f"message block {i} messages", messages.shape, f"leading axes {lead}")
             shape = messages.shape[len(lead):]
             if message_shape is None:
                 message_shape = shape
             elif shape != message_shape:
-                raise ConfigError(f"message block {i} messages", messages.shape, f"messages of shape {message_shape}")
+                raise invalid_argument(f"message block {i} messages", messages.shape, f"messages of shape {message_shape}")
             # Each of a sender's k messages becomes its own row; identity is gone after this line.
             flat_messages.append(messages.reshape((num_replicas, mask.shape[1] * k) + shape))
             flat_mask.append(np.repeat(mask, k, axis=1))
