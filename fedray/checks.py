@@ -7,11 +7,18 @@ import difflib
 import math
 from typing import Iterable, Mapping
 
+import numpy as np
+
 from fedray.errors import ConfigError
 
 
 def _real(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_bool(key: str, value: object) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(key, value, "true or false")
 
 
 def positive(key: str, value, kind=float, allow_none: bool = False):

@@ -19,7 +19,7 @@ import numpy as np
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fedray.checks import known_keys, positive
+from fedray.checks import check_bool, known_keys, positive
 from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
@@ -119,8 +119,7 @@ def _replicas(config: dict) -> Replicas:
     options = config.get("replicas") or {}
     known_keys("replicas", options, REPLICAS_KEYS)
     common = options.get("common_random_numbers", False)
-    if not isinstance(common, bool):
-        raise ConfigError("replicas.common_random_numbers", common, "true or false")
+    check_bool("replicas.common_random_numbers", common)
     if common:
         streams = reps[:, None]
     else:
@@ -212,15 +211,14 @@ def make_plan(cfg: DictConfig) -> Plan:
             "common random numbers: replicas of one repetition share noise, so each replica's release is "
             "private on its own but their joint release is not",))
     faithful = runtime.get("faithful", False)
-    if not isinstance(faithful, bool):
-        raise ConfigError("runtime.faithful", faithful, "true or false")
+    check_bool("runtime.faithful", faithful)
     if faithful and runtime.get("resume"):
         raise ConfigError("runtime.resume", True, "false with runtime.faithful=true (a faithful run evaluates its "
                           "models after the last round, and those pending evaluations are not checkpointed)")
     if faithful and privacy.non_private_inputs:
         raise ConfigError("runtime.faithful", True, "false for a plan that uses inputs outside its privacy "
                           f"guarantee ({'; '.join(privacy.non_private_inputs)})")
-    privacy = replace(privacy, faithful=faithful)
+    privacy = replace(privacy, faithful=bool(faithful))
     return Plan(
         seed=context.seed,
         trial=int(config["trial"]),

@@ -41,6 +41,12 @@ def setting_words(value: float) -> tuple[int, int]:
     return int(high), int(low)
 
 
+def stream_rows(streams) -> np.ndarray:
+    """Replica stream keys as (P, k) int64 rows (``Replicas.streams``; a (P,) array is one word each)."""
+    streams = np.asarray(streams, dtype=np.int64)
+    return streams.reshape(streams.shape[0], -1)
+
+
 def data_generator(seed: int, trial: int = 0) -> np.random.Generator:
     """The generator data loaders use for splits and sampling of trial ``trial``."""
     return generator(seed, Stream.DATA, trial)
@@ -80,9 +86,7 @@ class SiloDraws:
 
     @cached_property
     def _replicas(self) -> tuple[np.ndarray, np.ndarray]:
-        rows = np.asarray(self._streams, dtype=np.int64)
-        rows = rows.reshape(rows.shape[0], -1)
-        unique, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        unique, first, inverse = np.unique(stream_rows(self._streams), axis=0, return_index=True, return_inverse=True)
         # Distinct rows in order of first use, so replicas with streams of their own map to themselves.
         order = np.argsort(first)
         rank = np.empty_like(order)

@@ -37,11 +37,6 @@ def check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
         raise ConfigError(key, value, "one of " + ", ".join(repr(c) for c in choices))
 
 
-def check_bool(key: str, value: object) -> None:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ConfigError(key, value, "true or false")
-
-
 def split_sizes(n: int, train_fraction: float) -> tuple[int, int]:
     """(n_train, n_test) of an n-record split: n_train = floor(n * train_fraction).
 

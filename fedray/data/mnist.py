@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedray.data._prep import check_bool, check_int, check_real, split_sizes
+from fedray.checks import check_bool
+from fedray.data._prep import check_int, check_real, split_sizes
 from fedray.data.download import (
     ChecksumError,
     DownloadError,

@@ -55,48 +55,41 @@ def _quiet_absl():
         logger.setLevel(level)
 
 
-def make_accountant(kind: str, neighboring_relation: dp_accounting.NeighboringRelation):
-    """A fresh dp-accounting accountant of the given kind and neighbouring relation."""
+def make_accountant(kind: str):
+    """A fresh accountant of the given kind for replace-one neighbours, reading a Gaussian's z
+    against the replace-one distance (RDP of the Gaussian does not depend on the relation; the pld
+    accountant is fedray's own, module docstring)."""
     if kind == "rdp":
-        return rdp.RdpAccountant(neighboring_relation=neighboring_relation)
+        return rdp.RdpAccountant(neighboring_relation=_REPLACE_ONE)
     if kind == "pld":
-        if neighboring_relation != _REPLACE_ONE:
-            raise ValueError(f"the pld accountant prices replace-one neighbours; got {neighboring_relation.name}")
         return ReplaceOnePLDAccountant()
     raise ValueError(f"accountant must be one of {ACCOUNTANTS}; got {kind!r}")
 
 
-def release_event(
-    noise_multiplier: float, sample_size: int, dataset_size: int, accountant: str
-) -> tuple[dp_accounting.DpEvent, dp_accounting.NeighboringRelation]:
-    """The dp-accounting event of one release and the relation its accountant must use."""
+def release_event(noise_multiplier: float, sample_size: int, dataset_size: int) -> dp_accounting.DpEvent:
+    """The dp-accounting event of one release (the same for both accountants)."""
     if noise_multiplier <= 0:
-        return dp_accounting.NonPrivateDpEvent(), _REPLACE_ONE
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {ACCOUNTANTS}; got {accountant!r}")
-    # Both accountants read z against the replace-one distance (RDP of the Gaussian does not depend
-    # on the relation; the pld accountant is fedray's own, module docstring).
+        return dp_accounting.NonPrivateDpEvent()
     gaussian = dp_accounting.GaussianDpEvent(float(noise_multiplier))
     if sample_size >= dataset_size:
-        return gaussian, _REPLACE_ONE
-    return dp_accounting.SampledWithoutReplacementDpEvent(int(dataset_size), int(sample_size), gaussian), _REPLACE_ONE
+        return gaussian
+    return dp_accounting.SampledWithoutReplacementDpEvent(int(dataset_size), int(sample_size), gaussian)
 
 
 def participation_event(
-    noise_multiplier: float, sample_size: int, dataset_size: int, releases: int, count: int, accountant: str
-) -> tuple[dp_accounting.DpEvent, dp_accounting.NeighboringRelation]:
+    noise_multiplier: float, sample_size: int, dataset_size: int, releases: int, count: int
+) -> dp_accounting.DpEvent:
     """``count`` participations of ``releases`` releases each, as one self-composed event."""
-    event, relation = release_event(noise_multiplier, sample_size, dataset_size, accountant)
+    event = release_event(noise_multiplier, sample_size, dataset_size)
     total = int(releases) * int(count)
-    return (event if total == 1 else dp_accounting.SelfComposedDpEvent(event, total)), relation
+    return event if total == 1 else dp_accounting.SelfComposedDpEvent(event, total)
 
 
-def epsilon_of(event: dp_accounting.DpEvent, delta: float, accountant: str,
-               relation: dp_accounting.NeighboringRelation = _REPLACE_ONE) -> float:
+def epsilon_of(event: dp_accounting.DpEvent, delta: float, accountant: str) -> float:
     """epsilon at ``delta``; an event the accountant does not support is an error naming it."""
-    acc = make_accountant(accountant, relation)
+    acc = make_accountant(accountant)
     if not acc.supports(event):
-        raise ValueError(f"the {accountant} accountant ({relation.name}) does not support the event {event}")
+        raise ValueError(f"the {accountant} accountant does not support the event {event}")
     acc.compose(event)
     return float(acc.get_epsilon(delta))
 
@@ -104,9 +97,8 @@ def epsilon_of(event: dp_accounting.DpEvent, delta: float, accountant: str,
 @lru_cache(maxsize=4096)
 def _rdp_curve(noise_multiplier: float, sample_size: int, dataset_size: int, releases: int) -> tuple:
     """RDP orders and values of one participation; c participations multiply the values by c."""
-    event, relation = participation_event(noise_multiplier, sample_size, dataset_size, releases, 1, "rdp")
-    acc = make_accountant("rdp", relation)
-    acc.compose(event)
+    acc = make_accountant("rdp")
+    acc.compose(participation_event(noise_multiplier, sample_size, dataset_size, releases, 1))
     return acc.orders, acc.rdp
 
 
@@ -123,8 +115,8 @@ def participation_epsilon(
         orders, curve = _rdp_curve(noise_multiplier, sample_size, dataset_size, releases)
         eps, _ = rdp.rdp_privacy_accountant.compute_epsilon(orders, count * curve, delta)
         return float(eps)
-    event, relation = participation_event(noise_multiplier, sample_size, dataset_size, releases, count, accountant)
-    return epsilon_of(event, delta, accountant, relation)
+    return epsilon_of(participation_event(noise_multiplier, sample_size, dataset_size, releases, count), delta,
+                      accountant)
 
 
 def calibrate_noise_multiplier(
@@ -138,9 +130,8 @@ def calibrate_noise_multiplier(
     """
 
     def event_of(z: float) -> dp_accounting.DpEvent:
-        return participation_event(z, sample_size, dataset_size, releases, participations, accountant)[0]
+        return participation_event(z, sample_size, dataset_size, releases, participations)
 
-    relation = participation_event(1.0, sample_size, dataset_size, releases, 1, accountant)[1]
     if accountant == "rdp":
         bracket = mechanism_calibration.LowerEndpointAndGuess(1e-2, 1.0)
     else:
@@ -148,15 +139,15 @@ def calibrate_noise_multiplier(
         # upper bound on its PLD epsilon, so the PLD answer lies below), and from below by halving.
         with _quiet_absl():  # the bracket search visits tiny noise where some RDP orders do not converge
             upper = float(mechanism_calibration.calibrate_dp_mechanism(
-                lambda: make_accountant("rdp", relation), event_of, target_epsilon, delta,
+                lambda: make_accountant("rdp"), event_of, target_epsilon, delta,
                 bracket_interval=mechanism_calibration.LowerEndpointAndGuess(1e-2, 1.0), tol=1e-4))
         lower = 0.5 * upper
-        while epsilon_of(event_of(lower), delta, accountant, relation) <= target_epsilon:
+        while epsilon_of(event_of(lower), delta, accountant) <= target_epsilon:
             lower *= 0.5
         bracket = mechanism_calibration.ExplicitBracketInterval(lower, upper)
     return float(
         mechanism_calibration.calibrate_dp_mechanism(
-            lambda: make_accountant(accountant, relation), event_of, target_epsilon, delta,
+            lambda: make_accountant(accountant), event_of, target_epsilon, delta,
             bracket_interval=bracket, tol=1e-4,
         )
     )

@@ -150,7 +150,7 @@ class SampledGaussianAccountant:
         return values[inverse.reshape(-1)].reshape(counts.shape)
 
     def deltas(self, counts: np.ndarray) -> np.ndarray:
-        return np.where(counts > 0, np.broadcast_to(self.delta, counts.shape), 0.0)
+        return _fixed_delta(self.delta, counts)
 
     def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
         """The noise multiplier that would meet ``target`` and the participations that fit."""
@@ -161,6 +161,11 @@ class SampledGaussianAccountant:
                                             self.releases, 1 if self.parallel_composition else count, self.kind)
         return (f"noise multiplier >= {needed:.4g} (planned {self.noise_multiplier[replica, unit]:.4g}) "
                 f"or at most {fits} participations would fit")
+
+
+def _fixed_delta(delta, counts: np.ndarray) -> np.ndarray:
+    """The delta of a guarantee whose delta does not grow with the count: 0 where nothing was charged."""
+    return np.where(counts > 0, np.broadcast_to(delta, counts.shape), 0.0)
 
 
 def _largest_affordable_count(accountant, shape: tuple, replica: int, unit: int, target: float, upper: int) -> int:
@@ -210,7 +215,7 @@ class RoundsAccountant:
         return values[inverse.reshape(-1)].reshape(counts.shape)
 
     def deltas(self, counts: np.ndarray) -> np.ndarray:
-        return np.where(counts > 0, np.broadcast_to(self.delta, counts.shape), 0.0)
+        return _fixed_delta(self.delta, counts)
 
     def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
         return ""
@@ -256,13 +261,14 @@ def check_budget(ledger: Ledger, counts: np.ndarray, target: np.ndarray,
     planned = ledger.epsilons(counts)
     if target_delta is not None:
         deltas = ledger.deltas(counts)
-        over = deltas - np.broadcast_to(target_delta, deltas.shape)
+        target_delta = np.broadcast_to(target_delta, deltas.shape)
+        over = deltas - target_delta
         if np.any(over > 1e-15):
             replica, unit = np.unravel_index(int(np.argmax(over)), over.shape)
             raise BudgetError(
                 f"planned delta {deltas[replica, unit]:.4g} for {ledger.unit} {unit} ({int(counts[replica, unit])} "
                 f"releases, {ledger.accountant.name} accountant) exceeds privacy.delta = "
-                f"{np.broadcast_to(target_delta, deltas.shape)[replica, unit]:.4g}")
+                f"{target_delta[replica, unit]:.4g}")
     target = np.broadcast_to(target, planned.shape)
     excess = planned - target
     if np.all(excess <= 1e-9):
@@ -279,8 +285,14 @@ def check_budget(ledger: Ledger, counts: np.ndarray, target: np.ndarray,
 
 
 def one_pass_ledger(epsilon: float, delta: float) -> ComposedAccountant:
-    """Releases that are each (epsilon, delta)-DP and read disjoint records (one pass over disjoint
-    batches, e.g. P_vec invocations): a unit is charged one release however many its records join."""
+    """Releases that are each (epsilon, delta)-DP and read disjoint records, e.g. P_vec invocations
+    over disjoint batches (seed-004 §3.8, seed 000): a unit is charged one release however many.
+
+    Parallel composition (seed-004 §2, PC): an invocation whose inputs do not contain the replaced
+    record has the same law on both neighbours given the earlier outputs (its inputs are computed
+    at a query point that is post-processing of them), so the run is (epsilon, delta)-DP, like one
+    invocation. No credit for subsampling.
+    """
     return ComposedAccountant(ParallelComposition(ApproxDpComposition(epsilon, delta, 0.0, route="basic")), "parallel")
 
 

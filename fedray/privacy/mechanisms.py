@@ -50,9 +50,8 @@ class GaussianNoise:
 
     def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
         z = np.asarray(self.noise_multiplier, dtype=np.float64)
-        if z.ndim:                    # (P, N), or 1 on an axis that broadcasts
-            z = z.reshape(z.shape[0], -1)[replica if z.shape[0] > 1 else 0, unit if z.size > z.shape[0] else 0]
-        z = float(z)
+        z = z.reshape(z.shape + (1,) * (2 - z.ndim))      # left-aligned on (replica, unit), as in apply
+        z = float(z[replica if z.shape[0] > 1 else 0, unit if z.shape[1] > 1 else 0])
         return dp_accounting.GaussianDpEvent(z) if z > 0 else dp_accounting.NonPrivateDpEvent()
 
 

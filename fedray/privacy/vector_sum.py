@@ -70,13 +70,11 @@ from typing import ClassVar
 import numpy as np
 
 from fedray.core.mechanism import Placement
+from fedray.errors import ConfigError
 from fedray.privacy.events import EpsilonDeltaDpEvent
 from fedray.rng import SiloDraws, Stream
 
-from fedray.errors import ConfigError
-
 __all__ = [
-    "OnePassVectorSums",
     "VectorSumParameters",
     "VectorSumRandomizer",
     "aggregate_counts",
@@ -359,22 +357,6 @@ class VectorSumRandomizer:
             p.num_users * p.noise_bits * p.bit_probability * (1.0 - p.bit_probability)
         )
         return counts, {"messages_per_user": float(p.messages_per_user), "sum_noise_std": noise_std}
-
-
-@dataclass(frozen=True)
-class OnePassVectorSums:
-    """What a run spends when every record enters at most one P_vec invocation (seed-004 §3.8).
-
-    Parallel composition (seed-004 §2, PC): the invocations take disjoint records, and one whose
-    inputs do not contain the replaced record has the same law on both neighbours given the
-    earlier outputs (its inputs are computed at a query point that is post-processing of them),
-    so the run is (epsilon, delta)-DP, like one invocation. No credit for subsampling. The ledger
-    charges it as such (``fedray.privacy.ledger.one_pass_ledger``).
-    """
-
-    epsilon: float
-    delta: float
-    users_per_invocation: int     # n of every invocation: M K record gradients
 
 
 @dataclass(frozen=True)

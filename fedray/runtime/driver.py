@@ -104,6 +104,14 @@ def _fit_block(protocol, spec, ranges: list) -> tuple[object, int | None]:
     return spec, owner
 
 
+def _evaluate_stacked(protocol, groups, models: list, num_replicas: int) -> tuple[list[dict], set]:
+    """Several (P, ...) models evaluated in one call per actor, stacked along the replica axis:
+    each model's metric values, in order, and the names of the diagnostic metrics."""
+    values, diagnostics = split(protocol.combine(groups.call("evaluate", np.concatenate(models))))
+    p = num_replicas
+    return [{key: value[i * p:(i + 1) * p] for key, value in values.items()} for i in range(len(models))], diagnostics
+
+
 def _gather(replies: list) -> tuple[Messages, list]:
     """Messages and masks in unit order (blocks are contiguous), and the evaluation parts."""
     messages = np.concatenate([reply.messages for reply in replies], axis=1)
@@ -121,15 +129,10 @@ def _data_key(plan: Plan) -> tuple:
     return (repr(plan.dataset), plan.seed, plan.trial)
 
 
-def _secret(plan: Plan) -> bool:
-    """Faithful runs: units and shuffler draw from entropy the driver never sees."""
-    return bool(plan.runtime.get("faithful"))
-
-
 def _shuffler_args(plan: Plan) -> tuple | None:
     """The shuffler's seed, replicas and output form, or None when messages go straight to the server."""
     routing = plan.protocol.routing
-    seed = None if _secret(plan) else plan.seed     # None: the shuffler's own entropy
+    seed = None if plan.privacy.faithful else plan.seed     # None: the shuffler's own entropy
     return None if routing is Routing.DIRECT else (seed, plan.replicas.streams, SHUFFLER_OUTPUT[routing])
 
 
@@ -144,7 +147,7 @@ class RayGroups:
             share = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / num_actors)
             self.actors = [
                 SiloGroupActor.options(num_cpus=share, scheduling_strategy="SPREAD").remote(
-                    plan.dataset, plan.seed, plan.trial, block, plan.replicas.streams, _secret(plan)
+                    plan.dataset, plan.seed, plan.trial, block, plan.replicas.streams, plan.privacy.faithful
                 )
                 for block in blocks
             ]
@@ -152,7 +155,7 @@ class RayGroups:
             data_key, self.actors = pooled
             if data_key != _data_key(plan):  # same processes, new records: skips start-up and imports
                 ray.get([a.load.remote(plan.dataset, plan.seed, plan.trial, b) for a, b in zip(self.actors, blocks)])
-            ray.get([actor.configure.remote(plan.replicas.streams, _secret(plan)) for actor in self.actors])
+            ray.get([actor.configure.remote(plan.replicas.streams, plan.privacy.faithful) for actor in self.actors])
         shuffler = _shuffler_args(plan)
         self.shuffler = None if shuffler is None else ShufflerActor.remote(*shuffler)
         self.ranges = _ranges(blocks)
@@ -231,7 +234,8 @@ class InlineGroups:
 
     def __init__(self, plan: Plan, num_groups: int = 1):
         blocks = np.array_split(np.arange(plan.shape.num_silos), num_groups)
-        self.groups = [SiloGroup(plan.dataset, plan.seed, plan.trial, b, plan.replicas.streams, _secret(plan)) for b in blocks]
+        self.groups = [SiloGroup(plan.dataset, plan.seed, plan.trial, b, plan.replicas.streams, plan.privacy.faithful)
+                       for b in blocks]
         shuffler = _shuffler_args(plan)
         self.shuffler = None if shuffler is None else Shuffler(*shuffler)
         self.ranges = _ranges(blocks)
@@ -361,7 +365,7 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
                                "reach the state the block's actor reported")
         return state
 
-    faithful = bool(plan.runtime.get("faithful"))
+    faithful = plan.privacy.faithful              # units and shuffler draw from entropy the driver never sees
     deferred = []                                   # faithful runs: (round, last step, model) to evaluate after
     r, pending, ahead = start_round, None, state     # ahead: what the next round is configured from
     while not np.all(protocol.done(ahead)):
@@ -392,22 +396,20 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     if pending is not None:
         state = confirm(state, pending)
 
-    for index, step, model in deferred:
-        values, _ = split(protocol.combine(groups.call("evaluate", model)))
-        result.history[index].update(values)
-        result.diagnostics |= set(values)
-        if tracker is not None:
-            tracker.log_round(step, values)
+    if deferred:
+        evaluated, _ = _evaluate_stacked(protocol, groups, [model for *_, model in deferred], plan.num_replicas)
+        for (index, step, _), values in zip(deferred, evaluated):
+            result.history[index].update(values)
+            result.diagnostics |= set(values)
+            if tracker is not None:
+                tracker.log_round(step, values)
 
-    # Every output in one evaluation call per actor, stacked along the replica axis.
     outputs = protocol.output(state)
-    p = plan.num_replicas
-    parts = groups.call("evaluate", np.concatenate(list(outputs.values())))
-    values, diagnostics = split(protocol.combine(parts))
-    diagnostics = set(values) if faithful else diagnostics
-    for i, name in enumerate(outputs):
+    evaluated, diagnostics = _evaluate_stacked(protocol, groups, list(outputs.values()), plan.num_replicas)
+    for i, (name, values) in enumerate(zip(outputs, evaluated)):
         suffix = "" if i == 0 else f"_{name}"
-        result.final.update({f"{key}{suffix}": value[i * p:(i + 1) * p] for key, value in values.items()})
+        result.final.update({f"{key}{suffix}": value for key, value in values.items()})
+    diagnostics = set(evaluated[0]) if faithful else diagnostics
     result.outputs, result.diagnostics = outputs, result.diagnostics | diagnostics
     result.epsilon_spent = ledger.epsilons() if ledger is not None else None
     result.wall_time = time.perf_counter() - started

@@ -43,14 +43,13 @@ beyond the silo-id order the driver already guarantees, so runs with 1 or 8 acto
 from __future__ import annotations
 
 import secrets
-
 from dataclasses import dataclass
 
 import numpy as np
 import ray
 
 from fedray.errors import invalid_argument
-from fedray.rng import Stream, generator
+from fedray.rng import Stream, generator, stream_rows
 
 __all__ = ["ShuffledMessages", "Shuffler", "ShufflerActor"]
 
@@ -105,10 +104,9 @@ class Shuffler:
 
     def __init__(self, run_seed: int | None, streams: np.ndarray, output: str = "permutation"):
         self.run_seed = secrets.randbits(63) if run_seed is None else int(run_seed)
-        streams = np.asarray(streams, dtype=np.int64)
-        if streams.ndim not in (1, 2) or streams.size == 0:
-            raise invalid_argument("streams", streams.shape, "a non-empty (P,) or (P, k) array, one row per replica")
-        self.streams = streams.reshape(streams.shape[0], -1)
+        if np.ndim(streams) not in (1, 2) or np.size(streams) == 0:
+            raise invalid_argument("streams", np.shape(streams), "a non-empty (P,) or (P, k) array, one row per replica")
+        self.streams = stream_rows(streams)
         if output not in self.OUTPUTS:
             raise invalid_argument("shuffler output", output, f"one of {self.OUTPUTS}")
         self.output = output

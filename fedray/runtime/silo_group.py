@@ -92,7 +92,6 @@ class SiloGroup:
         messages = messages * sub_mask.reshape(sub_mask.shape + (1,) * (messages.ndim - 2))
         return RoundReply(units, messages, sub_mask, evaluation)
 
-
     def _block(self, payload: RoundPayload) -> RoundReply:
         """A block of sequential steps whose units all live here: only the per-step sums leave."""
         spec = payload.spec

@@ -52,11 +52,11 @@ def test_pld_is_at_most_rdp_for_the_same_release(z, k, n, steps):
 def test_r_single_compositions_equal_one_r_fold_composition():
     z, k, n, delta = 2.0, 50, 1000, 1e-6
     acc = rdp.RdpAccountant(neighboring_relation=REPLACE_ONE)
-    one, _ = participation_event(z, k, n, 1, 1, "rdp")
+    one = participation_event(z, k, n, 1, 1)
     for _ in range(5):
         acc.compose(one)
-    twenty, relation = participation_event(z, k, n, 1, 5, "rdp")
-    assert epsilon_of(twenty, delta, "rdp", relation) == pytest.approx(acc.get_epsilon(delta))
+    twenty = participation_event(z, k, n, 1, 5)
+    assert epsilon_of(twenty, delta, "rdp") == pytest.approx(acc.get_epsilon(delta))
 
 
 def test_local_sgd_participation_is_k_single_record_releases():
@@ -83,7 +83,7 @@ def test_parallel_composition_charges_one_unsampled_release():
 
 
 def test_full_batch_is_the_plain_gaussian_in_both_accountants():
-    event, _ = participation_event(2.0, 100, 100, 1, 1, "rdp")
+    event = participation_event(2.0, 100, 100, 1, 1)
     assert isinstance(event, dp_accounting.GaussianDpEvent)
     # Gaussian with replace-one distance 1 and std z: the analytic Gaussian mechanism's epsilon.
     from dp_accounting.pld import privacy_loss_distribution as pld_lib

@@ -260,8 +260,6 @@ class ShuffledVectorSum(SiloGaussian):
     routing: Routing = Routing.SHUFFLE_SUM
 
     def privacy(self, priv: dict, name: str, context: PlanContext, batch_size: int) -> PrivacyPlan:
-        from fedray.privacy.vector_sum import OnePassVectorSums
-
         _single_budget(priv, context)
         if priv["calibration"] != "paper":
             raise ConfigError("privacy.calibration", priv["calibration"], "paper for P_vec (seed-000 §2.2 parameters)")
@@ -275,13 +273,12 @@ class ShuffledVectorSum(SiloGaussian):
         if per_round is None:
             raise ConfigError("participation", type(context.sampler).__name__, "a fixed number M >= 1 of silos "
                               "every round (participation=uniform): P_vec is calibrated for M K users")
-        spend = OnePassVectorSums(float(eps), float(delta), per_round * batch_size)
-        cells = (context.replicas.count, num_silos)
+        eps, delta, cells = float(eps), float(delta), (context.replicas.count, num_silos)
         return PrivacyPlan(trust_model=priv["trust_model"], calibration="paper", accountant="parallel",
-                           unit=FEDERATION_RECORD, relation="replace_one", delta=np.full(num_silos, spend.delta),
-                           noise_multiplier=np.zeros(cells), target_epsilon=np.full(cells, spend.epsilon),
-                           ledger=Ledger(one_pass_ledger(spend.epsilon, spend.delta), cells, "federation"),
-                           details={"users_per_invocation": spend.users_per_invocation})
+                           unit=FEDERATION_RECORD, relation="replace_one", delta=np.full(num_silos, delta),
+                           noise_multiplier=np.zeros(cells), target_epsilon=np.full(cells, eps),
+                           ledger=Ledger(one_pass_ledger(eps, delta), cells, "federation"),
+                           details={"users_per_invocation": per_round * batch_size})
 
     def check_fields(self, fields: dict, config: dict) -> None:
         """The silos calibrate P_vec themselves: refuse inputs other than what the ledger accounts."""

@@ -15,7 +15,7 @@ P_vec invocation over its n_u record gradients, (eps, delta)-DP (seed-000 Theore
 0 < eps <= 15, 0 < delta < 1/2); each record enters at most one invocation (one pass, disjoint
 batches), so parallel composition gives (eps, delta) for the run; no subsampling credit (seed-004
 §3.8, on purpose). The AC-SA iterates are post-processing. The ledger is
-``fedray.privacy.vector_sum.OnePassVectorSums``.
+``fedray.privacy.ledger.one_pass_ledger``.
 Silo half (Alg. 6 line 6): K records WITHOUT replacement from disjoint blocks of a per-silo
 permutation (``SiloDraws.epoch_slice``, as ``OnePassAcceleratedSGD``), the gradient of each at the
 query point w^md_r clipped to L, no Gaussian noise. Each gradient runs P_vec's randomizer inside

@@ -3,7 +3,7 @@ per step, P_vec per batch (the ``ProtocolRecipe`` contract of ``fedray.core.plan
 
 Privacy: each step is one P_vec invocation over B users at (eps, delta); every user is in one
 batch (``SequentialBatches``), so the run spends (eps, delta) by parallel composition, for a user
-anywhere in the population (``one_pass_ledger``: parallel composition of P_vec invocations). P_vec is calibrated
+anywhere in the population (``fedray.privacy.ledger.one_pass_ledger``). P_vec is calibrated
 from (eps, delta, d C, B, L) in the silo actors; the planner builds the same parameters first, so
 a budget or dimension P_vec cannot meet is a config error before any actor starts.
 """
@@ -24,7 +24,7 @@ from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
 from fedray.privacy.ledger import Ledger, one_pass_ledger
 from fedray.privacy.statement import PrivacyPlan
-from fedray.privacy.vector_sum import ExactSum, OnePassVectorSums, SplitVectorSum, vector_sum_parameters
+from fedray.privacy.vector_sum import ExactSum, SplitVectorSum, vector_sum_parameters
 
 RESOLVED_KEYS = ("_target_", "name", "step_size", "trust_model", "block_steps")
 USER = "user (one record) anywhere in the population"
@@ -97,13 +97,12 @@ class PvecSteps:
                 parameters = vector_sum_parameters(eps, delta, dim, batch, l2_clip)
             except ConfigError as err:
                 raise ConfigError("participation.batch_size", batch, f"a batch P_vec can serve here ({err})") from err
-            spend = OnePassVectorSums(eps, delta, batch)
             vector_sum = SplitVectorSum(parameters)
             privacy = PrivacyPlan(
                 trust_model=priv["trust_model"], calibration="paper", accountant="parallel", unit=USER,
                 relation="replace_one", delta=np.full(shape.num_silos, delta), noise_multiplier=np.zeros(cells),
                 target_epsilon=np.full(cells, eps),
-                ledger=Ledger(one_pass_ledger(spend.epsilon, spend.delta), cells, "population"),
+                ledger=Ledger(one_pass_ledger(eps, delta), cells, "population"),
                 details={"users_per_invocation": batch, "messages_per_user": parameters.messages_per_user})
         algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=batch,
                                     l2_clip=l2_clip, vector_sum=vector_sum, radius=radius)
