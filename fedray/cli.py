@@ -42,21 +42,23 @@ def shown_replicas(plan: Plan, result: RunResult) -> tuple[np.ndarray, str]:
 def summary_table(plan: Plan, result: RunResult) -> Table:
     priv = plan.privacy
     rows, note = shown_replicas(plan, result)
+    extra = [name for name in list(result.outputs)[1:] if f"test_error_{name}" in result.final]
+    stepped = "step_size" in plan.config["algorithm"]
     table = Table(title=f"fedray: {plan.algorithm_name} on {plan.dataset_name} ({priv.trust_model}){note}")
     for column in ("algorithm", "step", "eps target", "eps paper", f"eps spent ({priv.accountant})",
-                   "train loss", "test error", "test error avg", "time"):
+                   "train loss", "test error", *(f"test error {name}" for name in extra), "time"):
         table.add_column(column, justify="right")
     for p in rows:
         private = priv.private
         table.add_row(
             plan.algorithm_name,
-            f"{plan.step_sizes[p]:.4g}",
+            f"{plan.step_sizes[p]:.4g}" if stepped else "-",
             _span(priv.target_epsilon[p]) if private else "-",
             _span(priv.nominal_epsilon[p]) if private and priv.nominal_epsilon is not None else "-",
             f"{float(result.epsilon_spent[p].max()):.3f}" if private else "inf",
             f"{result.final['train_loss'][p]:.4f}",
             f"{result.final['test_error'][p]:.4f}",
-            f"{result.final['test_error_avg'][p]:.4f}",
+            *(f"{result.final[f'test_error_{name}'][p]:.4f}" for name in extra),
             f"{result.wall_time:.1f} s",
         )
     return table

@@ -13,6 +13,7 @@ Shapes: params (P, d, C) for P replicas; silo records x (S, n, d), y (S, n); mar
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,8 @@ class Logistic:
 
     margin_clip: float = 15.0
     num_outputs: int = 1
+    residual_bound = 1.0           # sup |dl/dz|
+    curvature_bound = 0.25         # sup d^2 l / dz^2
 
     def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         p = expit(np.clip(z[..., 0], -self.margin_clip, self.margin_clip))
@@ -38,6 +41,12 @@ class Logistic:
     def residual(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         p = expit(np.clip(z[..., 0], -self.margin_clip, self.margin_clip))
         return (p - y)[..., None]
+
+    def curvature(self, z: np.ndarray, y: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """d residual / dz applied to u: p (1 - p) u inside the margin clip, 0 outside (the
+        residual is constant there)."""
+        p = expit(z[..., 0])
+        return (p * (1.0 - p) * (np.abs(z[..., 0]) < self.margin_clip))[..., None] * u
 
     def error(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         """0/1 classification error with threshold 0.5 on the probability."""
@@ -49,12 +58,17 @@ class Squared:
     """Half squared error (y - z)^2 / 2 for regression; the residual is unbounded, so clip."""
 
     num_outputs: int = 1
+    residual_bound = float("inf")
+    curvature_bound = 1.0
 
     def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         return 0.5 * (z[..., 0] - y) ** 2
 
     def residual(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         return (z[..., 0] - y)[..., None]
+
+    def curvature(self, z: np.ndarray, y: np.ndarray, u: np.ndarray) -> np.ndarray:
+        return u
 
     def error(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Squared prediction error (the report turns sums of it into RMSE)."""
@@ -66,6 +80,8 @@ class Softmax:
     """Multiclass cross-entropy; y holds class indices. ||dl/dz|| <= sqrt(2)."""
 
     num_outputs: int = 2
+    residual_bound = math.sqrt(2.0)
+    curvature_bound = 0.5          # ||diag(s) - s s^T|| <= 1/2
 
     def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         logp = log_softmax(z, axis=-1)
@@ -75,6 +91,11 @@ class Softmax:
         r = softmax(z, axis=-1)
         onehot = np.arange(z.shape[-1]) == y[..., None].astype(np.int64)
         return r - onehot
+
+    def curvature(self, z: np.ndarray, y: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """(diag(s) - s s^T) u, s = softmax(z)."""
+        s = softmax(z, axis=-1)
+        return s * u - s * np.sum(s * u, axis=-1, keepdims=True)
 
     def error(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         return (np.argmax(z, axis=-1) != y.astype(np.int64)).astype(np.float64)

@@ -109,7 +109,9 @@ def epsilon_grid(priv: dict) -> np.ndarray | None:
 def _replicas(config: dict) -> Replicas:
     """Replica order: budget level (slowest), repetition, step size (fastest)."""
     repetitions = positive("repetitions", config.get("repetitions"), int)
-    base_steps = _step_sizes(config["algorithm"].get("step_size"))
+    # A protocol without a step size (a driver-side solver) has one setting per repetition and budget.
+    alg = config["algorithm"]
+    base_steps = _step_sizes(alg["step_size"]) if "step_size" in alg else np.zeros(1)
     private = config["privacy"].get("trust_model") != "none"
     grid = epsilon_grid(config["privacy"]) if private else None   # budgets mean nothing without privacy
     blocks = 1 if grid is None else len(grid)
@@ -187,6 +189,8 @@ def make_plan(cfg: DictConfig) -> Plan:
     algorithm_class = _algorithm_class(config["algorithm"].get("_target_"))
     known_keys("", config, TOP_LEVEL_KEYS + algorithm_class.recipe.config_keys)
     config = algorithm_class.recipe.resolve(algorithm_class, config, dataset, shape, loss, sampler)
+    sampler = _instantiate("participation", config["participation"])     # resolve may have set its size
+    sampler.validate(shape.num_silos)
 
     num_rounds = positive("num_rounds", config.get("num_rounds"), int)
     max_rounds = sampler.max_rounds(shape.num_silos)

@@ -23,6 +23,7 @@ class Stream(IntEnum):
     NOISE = 4         # privacy noise added inside a silo
     SHUFFLE = 5       # the shuffler's permutation
     INIT = 6          # model initialisation
+    OUTPUT_NOISE = 7  # noise a trusted server adds to a released output (central DP)
 
 
 # The round coordinate of draws made once per run rather than once per round (the one-pass

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
+from fedray.core.program import CentralProgram
 from fedray.core.protocol import RoundKeys, RoundProtocol
 from fedray.errors import ConfigError
 from fedray.plan import make_plan
@@ -29,9 +30,12 @@ SILOS = ["data=synthetic", "data.spec.num_silos=6", "data.spec.samples_per_silo=
 USERS = ["data=synthetic", "data.spec.num_silos=1440", "data.spec.samples_per_silo=1", "data.spec.dim=4",
          "data.spec.test_samples_per_silo=1", "+data.spec.noise=2.0", "participation=sequential",
          "participation.batch_size=8", "progress=false"]
-DATA = {"p_sgd": USERS}
+# The same records for a driver-side program: one release over every unit.
+PROGRAM = [*SILOS[:-2], "participation=all", "num_rounds=1", "progress=false"]
+DATA = {"p_sgd": USERS, "output_perturbation": PROGRAM}
+PROGRAMS = {"output_perturbation"}
 # A round in which some units sit out (for the layout test), where the protocol has such rounds.
-PARTIAL = {"p_sgd": []}
+PARTIAL = {"p_sgd": [], "output_perturbation": []}
 # Privacy off, settings under which each protocol converges on DATA (K records per silo per round).
 FULL_BATCH = ["algorithm.batch_size=240", "algorithm.step_size=4.0", "num_rounds=150"]
 LOCAL = ["algorithm.batch_size=20", "algorithm.step_size=0.2", "num_rounds=150"]
@@ -48,6 +52,7 @@ NON_PRIVATE = {
     "sdp_mb_sgd": ["algorithm.step_size=0.25", "num_rounds=240", "algorithm.average_last=120"],
     "sdp_one_pass_accelerated": ["algorithm.batch_size=4", "algorithm.step_size=1.0", "num_rounds=60"],
     "p_sgd": ["algorithm.step_size=1.0", "num_rounds=180", "evaluate_every=60"],
+    "output_perturbation": ["algorithm.regularization=1e-7"],     # ridge: within 1e-7 of F*
 }
 # The largest excess loss F(w) - F* accepted: 2e-3 for protocols that revisit the data; one pass
 # over the 1,440 records (one-pass variants) or one record per silo per round (K = 1) leaves
@@ -84,6 +89,9 @@ def test_built_protocol_satisfies_the_round_contract(algorithm):
     plan = _plan(algorithm)
     groups = InlineGroups(plan)
     protocol = plan.protocol.build(groups)
+    if algorithm in PROGRAMS:
+        assert isinstance(protocol, CentralProgram) and not isinstance(protocol, RoundProtocol)
+        return
     assert isinstance(protocol, RoundProtocol)
     state = protocol.init()
     assert not np.any(protocol.done(state))
@@ -96,29 +104,43 @@ def test_non_private_run_reaches_the_direct_optimum(algorithm):
     plan = _plan(algorithm)
     result = run(plan, inline=True)
     gap = float(result.final["train_loss"][0]) - _optimum(plan)
+    assert set(result.diagnostics) >= {"train_loss", "test_error"}
     assert -1e-9 <= gap < TOLERANCE.get(algorithm, 2e-3)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_deterministic_in_the_seed_and_sensitive_to_it(algorithm):
-    few = ["num_rounds=4"]
-    a = run(_plan(algorithm, *few, "seed=1"), inline=True).last_iterate
-    assert np.array_equal(a, run(_plan(algorithm, *few, "seed=1"), inline=True).last_iterate)
-    assert not np.array_equal(a, run(_plan(algorithm, *few, "seed=2"), inline=True).last_iterate)
+    few = [] if algorithm in PROGRAMS else ["num_rounds=4"]
+    a = run(_plan(algorithm, *few, "seed=1"), inline=True).model
+    assert np.array_equal(a, run(_plan(algorithm, *few, "seed=1"), inline=True).model)
+    assert not np.array_equal(a, run(_plan(algorithm, *few, "seed=2"), inline=True).model)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_one_and_three_groups_give_bit_identical_runs(algorithm):
-    plan = _plan(algorithm, "num_rounds=4", *PARTIAL.get(algorithm, ["participation.silos_per_round=4"]))
+    few = [] if algorithm in PROGRAMS else ["num_rounds=4"]
+    plan = _plan(algorithm, *few, *PARTIAL.get(algorithm, ["participation.silos_per_round=4"]))
     one, three = (run(plan, inline=True, groups=InlineGroups(plan, k)) for k in (1, 3))
-    assert np.array_equal(one.last_iterate, three.last_iterate)
-    assert [h["train_loss"].tolist() for h in one.history] == [h["train_loss"].tolist() for h in three.history]
+    assert np.array_equal(one.model, three.model)
+    assert [{k: v.tolist() for k, v in h.items()} for h in one.history] == \
+        [{k: v.tolist() for k, v in h.items()} for h in three.history]
+    assert one.final["train_loss"].tolist() == three.final["train_loss"].tolist()
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_only_the_protocols_messages_leave_a_group(algorithm):
     """A group's reply is the protocol's client messages for its units (same draws), its units
-    and mask, and no evaluation unless asked: nothing else crosses the actor boundary."""
+    and mask, and no evaluation unless asked: nothing else crosses the actor boundary. A
+    driver-side program reads the groups through the oracle and the final evaluation only."""
+    if algorithm in PROGRAMS:
+        plan = _plan(algorithm)
+        groups = InlineGroups(plan, 2)
+        called = []
+        call = groups.call
+        groups.call = lambda method, *args: called.append(method) or call(method, *args)
+        run(plan, inline=True, groups=groups)
+        assert set(called) == {"set_protocol", "unit_sum", "evaluate"}
+        return
     plan = _plan(algorithm, "num_rounds=2")
     groups = InlineGroups(plan, 2)
     protocol = plan.protocol.build(groups)
@@ -142,7 +164,8 @@ def test_only_the_protocols_messages_leave_a_group(algorithm):
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_a_misspelt_key_is_refused_at_planning_with_a_suggestion(algorithm):
+    wrong, right = ("regularisation", "regularization") if algorithm in PROGRAMS else ("stepsize", "step_size")
     with pytest.raises(ConfigError) as err:
         make_plan(compose(*DATA.get(algorithm, SILOS), f"algorithm={algorithm}", "privacy=none",
-                          *NON_PRIVATE[algorithm], "+algorithm.stepsize=0.3"))
-    assert err.value.key == "algorithm.stepsize" and "did you mean algorithm.step_size?" in str(err.value)
+                          *NON_PRIVATE[algorithm], f"+algorithm.{wrong}=0.3"))
+    assert err.value.key == f"algorithm.{wrong}" and f"did you mean algorithm.{right}?" in str(err.value)

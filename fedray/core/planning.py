@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from fedray.core.oracle import Oracle
-from fedray.core.protocol import RoundProtocol
+from fedray.core.protocol import RoundProtocol, Routing
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,7 @@ class PlannedProtocol(Protocol):
 
     privacy: Any
     resolved: dict
+    routing: Routing         # how client messages reach the server (a shuffler is started for SHUFFLE*)
 
     def build(self, oracle: Oracle) -> RoundProtocol: ...
 

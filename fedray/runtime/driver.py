@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from functools import reduce
-from operator import add
 from pathlib import Path
 
 import numpy as np
 import ray
 
 from fedray.core.evaluation import split
+from fedray.core.oracle import sum_partials
+from fedray.core.program import CentralProgram
 from fedray.core.protocol import Messages, RoundKeys, Routing
 from fedray.plan import Plan
 from fedray.runtime import checkpoint
@@ -47,6 +47,11 @@ class RunResult:
     @property
     def last_iterate(self) -> np.ndarray:
         return self.outputs["last"]
+
+    @property
+    def model(self) -> np.ndarray:
+        """The first released output: what the run's metrics evaluate."""
+        return next(iter(self.outputs.values()))
 
 
 def _connect(runtime: dict) -> None:
@@ -141,6 +146,7 @@ class RayGroups:
 
     def __init__(self, plan: Plan, num_actors: int, pooled: tuple | None = None):
         blocks = np.array_split(np.arange(plan.shape.num_silos), num_actors)
+        self.num_units = plan.shape.num_silos
         if pooled is None:
             # A fractional CPU share lets more actors than cores start (useful for tests), and SPREAD
             # places them across the nodes of a cluster.
@@ -168,8 +174,8 @@ class RayGroups:
         """The oracle (``fedray.core.oracle``): ``fn(federation, *args)`` in every actor."""
         return self.call("apply", fn, *args)
 
-    def sum(self, fn, *args):
-        return reduce(add, self.map(fn, *args))
+    def unit_sum(self, fn, *args) -> np.ndarray:
+        return sum_partials([p for parts in self.call("unit_sum", fn, self.num_units, *args) for p in parts])
 
     def exchange(self, payload: RoundPayload) -> tuple[Messages, list]:
         """One round's messages as the server may see them, and the units' evaluation parts."""
@@ -234,6 +240,7 @@ class InlineGroups:
 
     def __init__(self, plan: Plan, num_groups: int = 1):
         blocks = np.array_split(np.arange(plan.shape.num_silos), num_groups)
+        self.num_units = plan.shape.num_silos
         self.groups = [SiloGroup(plan.dataset, plan.seed, plan.trial, b, plan.replicas.streams, plan.privacy.faithful)
                        for b in blocks]
         shuffler = _shuffler_args(plan)
@@ -246,8 +253,8 @@ class InlineGroups:
     def map(self, fn, *args) -> list:
         return self.call("apply", fn, *args)
 
-    def sum(self, fn, *args):
-        return reduce(add, self.map(fn, *args))
+    def unit_sum(self, fn, *args) -> np.ndarray:
+        return sum_partials([p for parts in self.call("unit_sum", fn, self.num_units, *args) for p in parts])
 
     def exchange(self, payload: RoundPayload) -> tuple[Messages, list]:
         if self.shuffler is None:
@@ -310,6 +317,8 @@ def run(plan: Plan, tracker=None, progress=None, inline: bool = False,
 def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     protocol = plan.protocol.build(groups)    # the groups are the oracle for data-dependent constants
     groups.call("set_protocol", protocol)
+    if isinstance(protocol, CentralProgram):
+        return _program(plan, protocol, groups, tracker, progress, started)
     state = protocol.init()
     private = plan.privacy.private
     ledger = plan.privacy.ledger.fresh() if private else None
@@ -404,14 +413,38 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             if tracker is not None:
                 tracker.log_round(step, values)
 
-    outputs = protocol.output(state)
+    result.time_to_first_round = (first_round_at or time.perf_counter()) - started
+    return _finish(plan, protocol, groups, protocol.output(state), result, ledger, started)
+
+
+def _finish(plan: Plan, protocol, groups, outputs: dict, result: RunResult, ledger, started: float) -> RunResult:
+    """Evaluate the released models (the first is the model; the others' metrics get its name as a
+    suffix) and close the result."""
     evaluated, diagnostics = _evaluate_stacked(protocol, groups, list(outputs.values()), plan.num_replicas)
     for i, (name, values) in enumerate(zip(outputs, evaluated)):
         suffix = "" if i == 0 else f"_{name}"
         result.final.update({f"{key}{suffix}": value for key, value in values.items()})
-    diagnostics = set(evaluated[0]) if faithful else diagnostics
+    diagnostics = set(evaluated[0]) if plan.privacy.faithful else diagnostics
     result.outputs, result.diagnostics = outputs, result.diagnostics | diagnostics
     result.epsilon_spent = ledger.epsilons() if ledger is not None else None
     result.wall_time = time.perf_counter() - started
-    result.time_to_first_round = (first_round_at or time.perf_counter()) - started
     return result
+
+
+def _program(plan: Plan, program, groups, tracker, progress, started: float) -> RunResult:
+    """A driver-side program (``fedray.core.program``): one run over the oracle, one release."""
+    ledger = plan.privacy.ledger.fresh() if plan.privacy.private else None
+    ran = program.run(groups, RoundKeys(plan.seed, plan.repetitions, 0, plan.replicas.streams))
+    result = RunResult(ran.outputs, constants=dict(program.constants))
+    metrics, result.diagnostics = split(ran.metrics)
+    if ledger is not None:
+        ledger.record(ran.charge)
+        eps = ledger.epsilons()
+        metrics["epsilon_max"], metrics["epsilon_mean"] = eps.max(axis=1), eps.mean(axis=1)
+    result.history.append(metrics)
+    if tracker is not None:
+        tracker.log_round(0, metrics)
+    if progress is not None:
+        progress(0, metrics)
+    result.time_to_first_round = time.perf_counter() - started
+    return _finish(plan, program, groups, ran.outputs, result, ledger, started)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import ray
 
-from fedray.core.protocol import RoundSpec
+from fedray.core.oracle import block_partials
+from fedray.core.protocol import RoundProtocol, RoundSpec
 from fedray.rng import SiloDraws
 
 
@@ -66,9 +67,14 @@ class SiloGroup:
         """``fn(federation, *args)`` on this group's records, for an oracle (``fedray.core.oracle``)."""
         return fn(self._fed, *args)
 
+    def unit_sum(self, fn, num_units: int, *args) -> list:
+        """The partial sums of ``fn(federation, unit_ids, *args)``'s per-unit rows (``Oracle.unit_sum``)."""
+        return block_partials(self.silo_ids, fn(self._fed, self.silo_ids, *args), num_units)
+
     def set_protocol(self, protocol) -> None:
         self.protocol = protocol
-        self._shard = protocol.shard(self._fed, self.silo_ids)
+        # A driver-side program (``fedray.core.program``) reads the records through the oracle only.
+        self._shard = protocol.shard(self._fed, self.silo_ids) if isinstance(protocol, RoundProtocol) else None
 
     def evaluate(self, params: np.ndarray) -> dict:
         return self.protocol.evaluate(params, self._fed)

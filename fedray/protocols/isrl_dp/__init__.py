@@ -1,6 +1,7 @@
 """Protocol families as pure numpy: a silo half, a server half, no Ray inside."""
 
-from fedray.protocols.isrl_dp.accelerated import AcceleratedMinibatchSGD, AcceleratedState, OnePassAcceleratedSGD
+from fedray.acsa import AcceleratedState
+from fedray.protocols.isrl_dp.accelerated import AcceleratedMinibatchSGD, OnePassAcceleratedSGD
 from fedray.protocols.isrl_dp.base import ServerState, tail_average
 from fedray.protocols.isrl_dp.local_sgd import LocalSGD
 from fedray.protocols.isrl_dp.minibatch_sgd import MinibatchSGD

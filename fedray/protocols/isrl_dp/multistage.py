@@ -28,7 +28,10 @@ from typing import ClassVar
 import numpy as np
 
 from fedray.errors import ConfigError
-from fedray.protocols.isrl_dp.accelerated import AcceleratedMinibatchSGD, AcceleratedState, OnePassAcceleratedSGD
+from fedray.acsa import AcceleratedState
+from fedray.protocols.isrl_dp.accelerated import (
+    AcceleratedMinibatchSGD, AcSaFields, AcSaRounds, OnePassAcceleratedSGD, minibatch_gradients, one_pass_gradients,
+)
 from fedray.protocols.isrl_dp.planning import SiloGaussian
 
 
@@ -60,52 +63,72 @@ def rounds_for_stages(num_stages: int, smoothness: float, strong_convexity: floa
 
 
 @dataclass(frozen=True)
-class MultiStageAcceleratedSGD(AcceleratedMinibatchSGD):
-    """AC-SA restarted in stages of growing length (strongly convex ERM, Thm F.1 s.c. case).
+class Stages:
+    """AC-SA's stage schedule (``fedray.acsa.AcSa.stages``): nu_k per stage, and the restart at
+    q_k = w^ag after R_k rounds of stage k."""
 
-    ``strong_convexity``, ``smoothness`` and ``initial_gap`` must be positive, ``oracle_std`` >= 0
-    (``check_fields``, run by the planner before any actor starts and again by ``init``).
-    """
+    smoothness: float
+    strong_convexity: float
+    oracle_std: float
+    initial_gap: float
+
+    def rounds(self, stage: int) -> int:
+        """R_k of stage k."""
+        return stage_rounds(stage, self.smoothness, self.strong_convexity, self.oracle_std, self.initial_gap)
+
+    def prox_scale(self, step_size: np.ndarray, state: AcceleratedState) -> np.ndarray:
+        """nu_k per replica (P,)."""
+        k = state.stage
+        noise_part = stage_noise_scale(k, self.rounds(k), self.strong_convexity, self.oracle_std, self.initial_gap)
+        return np.maximum(1.0 / np.asarray(step_size, dtype=np.float64), noise_part)
+
+    def after_round(self, state: AcceleratedState, advanced: AcceleratedState, w_ag: np.ndarray) -> AcceleratedState:
+        if advanced.stage_round < self.rounds(state.stage):
+            return advanced
+        # q_k = w^ag_{R_k} starts stage k + 1 as both the prox centre and the aggregate.
+        return advanced._replace(stage=state.stage + 1, stage_round=0, prox_center=w_ag.copy())
+
+
+def check_stage_fields(fields: dict) -> None:
+    """The stage schedule's constants; ``ConfigError`` naming the value otherwise."""
+    for key in ("strong_convexity", "smoothness", "initial_gap"):
+        value = fields.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ConfigError(f"algorithm.{key}", value, "> 0 for the multi-stage method")
+    std = fields.get("oracle_std")
+    if isinstance(std, bool) or not isinstance(std, (int, float)) or not std >= 0:
+        raise ConfigError("algorithm.oracle_std", std, ">= 0 for the multi-stage method")
+    if fields.get("regularization", 0.0) != 0:
+        raise ConfigError("algorithm.regularization", fields.get("regularization"), "0 for the multi-stage method")
+
+
+@dataclass(frozen=True)
+class StageFields(AcSaFields):
+    """``strong_convexity``, ``smoothness`` and ``initial_gap`` must be positive, ``oracle_std`` >= 0
+    (``check_fields``, run by the planner before any actor starts and again by ``init``)."""
 
     smoothness: float | None = None     # beta
     oracle_std: float | None = None     # V
     initial_gap: float | None = None    # Delta
 
-    @staticmethod
-    def check_fields(fields: dict) -> None:
-        """The stage schedule's constants; ``ConfigError`` naming the value otherwise."""
-        for key in ("strong_convexity", "smoothness", "initial_gap"):
-            value = fields.get(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(f"algorithm.{key}", value, "> 0 for the multi-stage method")
-        std = fields.get("oracle_std")
-        if isinstance(std, bool) or not isinstance(std, (int, float)) or not std >= 0:
-            raise ConfigError("algorithm.oracle_std", std, ">= 0 for the multi-stage method")
-        if fields.get("regularization", 0.0) != 0:
-            raise ConfigError("algorithm.regularization", fields.get("regularization"), "0 for the multi-stage method")
+    check_fields = staticmethod(check_stage_fields)
 
-    def stage_rounds(self, stage: int) -> int:
-        """R_k of stage k."""
-        return stage_rounds(stage, self.smoothness, self.strong_convexity, self.oracle_std, self.initial_gap)
-
-    def prox_scale(self, state: AcceleratedState) -> np.ndarray:
-        """nu_k per replica (P,)."""
-        k = state.stage
-        noise_part = stage_noise_scale(
-            k, self.stage_rounds(k), self.strong_convexity, self.oracle_std, self.initial_gap
-        )
-        return np.maximum(1.0 / np.asarray(self.step_size, dtype=np.float64), noise_part)
-
-    def _next(self, state: AcceleratedState, w: np.ndarray, w_ag: np.ndarray) -> AcceleratedState:
-        nxt = super()._next(state, w, w_ag)
-        if nxt.stage_round < self.stage_rounds(state.stage):
-            return nxt
-        # q_k = w^ag_{R_k} starts stage k + 1 as both the prox centre and the aggregate.
-        return nxt._replace(stage=state.stage + 1, stage_round=0, prox_center=w_ag.copy())
+    @property
+    def stages(self) -> Stages:
+        return Stages(self.smoothness, self.strong_convexity, self.oracle_std, self.initial_gap)
 
 
 @dataclass(frozen=True)
-class MultiStageOnePassSGD(MultiStageAcceleratedSGD):
+class MultiStageAcceleratedSGD(StageFields, AcSaRounds):
+    """AC-SA restarted in stages of growing length (strongly convex ERM, Thm F.1 s.c. case)."""
+
+    recipe: ClassVar[SiloGaussian] = AcceleratedMinibatchSGD.recipe
+    silo_gradients: ClassVar = staticmethod(minibatch_gradients)
+
+
+@dataclass(frozen=True)
+class MultiStageOnePassSGD(StageFields, AcSaRounds):
     """The stages on disjoint batches (Thm E.1.2): total rounds <= floor(n / K), G2 + parallel composition."""
 
     recipe: ClassVar[SiloGaussian] = OnePassAcceleratedSGD.recipe
+    silo_gradients: ClassVar = staticmethod(one_pass_gradients)

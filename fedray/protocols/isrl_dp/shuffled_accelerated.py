@@ -23,7 +23,7 @@ the silo in its count form M2 (``VectorSumRandomizer``); the silo sends the sum 
 count vectors. The shuffler (``Routing.SHUFFLE_SUM``) hands the server only the sum over the M
 silos: exactly the per-label 1-bit counts of the message form M1, the analyzer's whole view.
 Server half: A_vec on the summed counts (debiased with n_u = M_r K), divided by M_r K, then the
-AC-SA step of ``AcceleratedMinibatchSGD`` (query point, prox step, w^ag; lines 4, 9, 10).
+AC-SA step (``fedray.acsa.AcSa``: query point, prox step, w^ag; lines 4, 9, 10).
 Calibration: seed-000 §2.2 (from the proof of Thm 3.2 / A.6; "paper" mode, the only one), with
 the seed-004 §6 item 6 corrections (range 2L, re-centre by n_u L), computed in the silo from
 (eps, delta, D, n_u = M K, L): ``fedray.privacy.vector_sum.vector_sum_parameters``. Its MSE on
@@ -43,7 +43,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedray.protocols.isrl_dp.accelerated import AcceleratedState, OnePassAcceleratedSGD
+from fedray.protocols.isrl_dp.accelerated import AcSaFields, AcSaRounds
 from fedray.protocols.isrl_dp.planning import ShuffledVectorSum
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
@@ -53,7 +53,7 @@ from fedray.rng import SiloDraws
 
 
 @dataclass(frozen=True)
-class ShuffledOnePassAcceleratedSGD(OnePassAcceleratedSGD):
+class ShuffledOnePassAcceleratedSGD(AcSaFields, AcSaRounds):
     """One-pass AC-SA whose silo messages are P_vec counts behind a summing shuffler.
 
     ``noise`` is unused: P_vec's binomial noise is the only privacy noise. ``target_epsilon``,
@@ -79,11 +79,13 @@ class ShuffledOnePassAcceleratedSGD(OnePassAcceleratedSGD):
         return SplitVectorSum(vector_sum_parameters(
             self.target_epsilon, self.target_delta, dim, int(m) * self.batch_size, self.l2_clip))
 
-    def silo_step(self, query: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
-        idx = draws.epoch_slice(silos.sizes, self.batch_size)
-        grads = clipped_example_gradients(self.loss, query, silos.x, silos.y, silos.x_norms, idx, self.l2_clip)
+    @staticmethod
+    def silo_gradients(alg, query: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
+        """Each of K one-pass records' clipped gradient through P_vec's randomizer; the silo's counts."""
+        idx = draws.epoch_slice(silos.sizes, alg.batch_size)
+        grads = clipped_example_gradients(alg.loss, query, silos.x, silos.y, silos.x_norms, idx, alg.l2_clip)
         p, s, k, d, c = grads.shape
-        return self.vector_sum(d * c).randomize(grads.reshape(p, s, k, d * c), draws).reshape(p, s, d, c)
+        return alg.vector_sum(d * c).randomize(grads.reshape(p, s, k, d * c), draws).reshape(p, s, d, c)
 
     def gradient_estimate(self, messages: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """g~_r = A_vec(summed counts) / (M_r K) per replica (P, d, C), and M_r (P,).
@@ -99,8 +101,3 @@ class ShuffledOnePassAcceleratedSGD(OnePassAcceleratedSGD):
         users = senders * self.batch_size
         estimate = self.vector_sum(d * c).estimate(total, users)
         return (estimate / np.maximum(users, 1)[:, None]).reshape(p, d, c), senders
-
-    def server_step(self, state: AcceleratedState, messages: np.ndarray, mask: np.ndarray) -> AcceleratedState:
-        mean, senders = self.gradient_estimate(messages, mask)
-        # One averaged "message" per replica: the AC-SA server half of Alg. 1 unchanged.
-        return super().server_step(state, mean[:, None], (senders > 0)[:, None])

@@ -20,8 +20,9 @@ the summed counts (A_vec with n = B), divides by B and steps: theta_t = Pi_Theta
 eta g_t) (the paper prints "+"; it is descent, spec §3.1). Output: theta_bar = (1/T) sum_{t<T}
 theta_t (theta_T excluded), and the last iterate.
 Calibration: P_vec's (g, b, p) from (eps, delta, d, B, L) by seed-000 §2.2
-(``vector_sum_parameters``). This module takes B, T and eta from the config; the paper's own
-B, T, eta formulas (spec §3.1) are not implemented yet.
+(``vector_sum_parameters``). B, T and eta come from the config (``algorithm.parameters=manual``)
+or from the paper's formulas (``paper``, or ``exact`` with P_vec's real error; see
+``fedray.protocols.shuffle_sco.hyperparameters``).
 Runs as ``fedray.core.protocol.SequentialSteps``: a block of steps per Ray call where the users live.
 Randomness: P_vec's draws from the NOISE stream at (repetition, step, user block) (``SiloDraws``).
 """

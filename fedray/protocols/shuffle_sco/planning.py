@@ -25,8 +25,9 @@ from fedray.evaluation import LinearModelEvaluation
 from fedray.privacy.ledger import Ledger, one_pass_ledger
 from fedray.privacy.statement import PrivacyPlan
 from fedray.privacy.vector_sum import ExactSum, SplitVectorSum, vector_sum_parameters
+from fedray.protocols.shuffle_sco.hyperparameters import MODES, sgd_schedule
 
-RESOLVED_KEYS = ("_target_", "name", "step_size", "trust_model", "block_steps")
+RESOLVED_KEYS = ("_target_", "name", "step_size", "trust_model", "block_steps", "parameters")
 USER = "user (one record) anywhere in the population"
 
 
@@ -59,7 +60,27 @@ class PvecSteps:
     config_keys: tuple[str, ...] = ()
 
     def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
-        return config
+        """``algorithm.parameters`` paper or exact: B, T and eta from the paper's formulas
+        (``hyperparameters``), replacing participation.batch_size, num_rounds and step_size."""
+        alg, priv = config["algorithm"], config["privacy"]
+        mode = alg.get("parameters", "manual")
+        if mode not in MODES:
+            raise ConfigError("algorithm.parameters", mode, f"one of {MODES}")
+        if mode == "manual":
+            return config
+        needs = f"for algorithm.parameters={mode} (the formulas' input)"
+        eps = number_in("privacy.epsilon", priv.get("epsilon"), 0.0, 15.0, f"a number in (0, 15] {needs}",
+                        closed_high=True)
+        delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, f"a number in (0, 1/2) {needs}")
+        lipschitz = positive("privacy.l2_clip", priv.get("l2_clip"))
+        radius = alg.get("radius")
+        if radius is None:
+            raise ConfigError("algorithm.radius", radius, f"a positive number (Theta's radius, D = 2 radius) {needs}")
+        diameter = 2.0 * positive("algorithm.radius", radius)
+        schedule = sgd_schedule(mode, shape.num_silos, shape.dim * loss.num_outputs, eps, delta, lipschitz, diameter)
+        return {**config, "num_rounds": schedule.num_steps,
+                "participation": {**config["participation"], "batch_size": schedule.batch_size},
+                "algorithm": {**alg, "step_size": schedule.step_size}}
 
     def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PvecStepsPlan:
         alg, priv, shape, sampler = config["algorithm"], config["privacy"], context.shape, context.sampler
@@ -106,6 +127,7 @@ class PvecSteps:
                 details={"users_per_invocation": batch, "messages_per_user": parameters.messages_per_user})
         algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=batch,
                                     l2_clip=l2_clip, vector_sum=vector_sum, radius=radius)
-        resolved = {"batch_size": batch, "block_steps": block_steps, **privacy.details}
+        resolved = {"batch_size": batch, "block_steps": block_steps, "num_rounds": context.num_rounds,
+                    "parameters": alg.get("parameters", "manual"), **privacy.details}
         return PvecStepsPlan(algorithm, sampler, context.loss, shape, context.replicas, context.num_rounds,
                              block_steps, privacy, resolved=resolved)

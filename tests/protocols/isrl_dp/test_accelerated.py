@@ -6,12 +6,8 @@ from scipy.optimize import NonlinearConstraint, minimize
 
 from fedray.protocols.isrl_dp import AcceleratedMinibatchSGD, MinibatchSGD, OnePassAcceleratedSGD
 from fedray.data import SiloArrays
-from fedray.protocols.isrl_dp.accelerated import (
-    lan_prox_scale,
-    prox_step,
-    query_point,
-    regularized_prox_scale,
-)
+from fedray.acsa import prox_step, query_point
+from fedray.protocols.isrl_dp.accelerated import lan_prox_scale, regularized_prox_scale
 from fedray.losses import Logistic, Squared, clipped_weighted_gradients, margins
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise
 from fedray.rng import SiloDraws
@@ -86,7 +82,7 @@ def test_first_query_point_is_the_initial_point(mu):
     algorithm = AcceleratedMinibatchSGD(Squared(), np.array([0.1, 2.0]), 5, 1.0, NoNoise(), strong_convexity=mu)
     state = algorithm.init(w0)
     np.testing.assert_array_equal(algorithm.broadcast(state), w0)
-    alpha, _ = algorithm.schedule(state)
+    alpha, _ = algorithm.server.schedule(state)
     assert alpha == 1.0
 
 

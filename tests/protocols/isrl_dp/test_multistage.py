@@ -58,7 +58,7 @@ def test_prox_scale_is_the_larger_of_the_floor_and_the_variance_term():
                                          strong_convexity=0.05, smoothness=1.0, oracle_std=0.1, initial_gap=2.0)
     state = algorithm.init(np.zeros((2, 3, 1)))
     term = stage_noise_scale(1, 26, 0.05, 0.1, 2.0)
-    np.testing.assert_allclose(algorithm.prox_scale(state), [max(2.0, term), 1000.0])
+    np.testing.assert_allclose(algorithm.stages.prox_scale(algorithm.step_size, state), [max(2.0, term), 1000.0])
 
 
 def test_stages_restart_at_the_previous_output():

@@ -1,0 +1,82 @@
+"""User-level output perturbation: the regularised ERM minimiser plus Gaussian noise, solved at
+the driver through the oracle (seed-003 spec §4, baselines B0 and B1; Chaudhuri, Monteleoni and
+Sarwate 2011 at the user level).
+
+Symbols: n users (units) with m_u records each, f_u = user u's average loss (a linear model,
+records scaled to ||x|| <= B), F = (1/n) sum_u f_u, lambda = ``regularization``,
+G = sup |dl/dz| B (every f_u is G-Lipschitz), tau = ``gradient_tolerance``.
+
+Trust model: central user-level DP (a trusted server runs the solver; its oracle calls read the
+users' records and stay inside the program). Unit: a user, all of its records. Neighbouring
+relation: replace one user's records (any number of them). Release: W~ = W^ + N(0, sigma^2 I)
+once per replica, where W^ satisfies ||grad G(W^)|| <= tau for G = F + (lambda/2)||W||^2
+(``fedray.protocols.user_level.solver``).
+
+Sensitivity: G is lambda-strongly convex and replacing user u changes grad G by
+(grad f_u' - grad f_u)/n, of norm <= 2G/n, so the exact minimisers of neighbours are within
+2G/(lambda n); each certified W^ is within tau/lambda of its exact minimiser. Hence
+Delta = 2G/(lambda n) + 2 tau/lambda. Calibration: ``accountant`` = the analytic Gaussian
+(the smallest sigma that is (eps, delta)-DP for Delta, ``fedray.privacy.gaussian``), ``paper`` =
+the classic sqrt(2 ln(1.25/delta)) Delta / eps (eps < 1 only). Each replica draws its own noise
+from the server's stream keyed by its row of ``Replicas.streams``. A run that cannot reach the
+certificate fails instead of releasing. Without privacy (B0) the program releases W^ itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from fedray.core.evaluation import Metric
+from fedray.core.objective import DataObjective
+from fedray.core.program import ProgramRun
+from fedray.core.protocol import RoundKeys
+from fedray.evaluation import LinearModelEvaluation
+from fedray.objectives import LinearModelObjective
+from fedray.protocols.user_level.planning import OutputPerturbationRecipe
+from fedray.protocols.user_level.solver import minimize_ridge
+from fedray.rng import Stream
+
+
+def sensitivity(lipschitz: float, regularization: float, num_users: int, tolerance: float) -> float:
+    """Delta = 2 G / (lambda n) + 2 tau / lambda (module docstring)."""
+    return 2.0 * lipschitz / (regularization * num_users) + 2.0 * tolerance / regularization
+
+
+@dataclass(frozen=True)
+class OutputPerturbation:
+    """The program (``fedray.core.program.CentralProgram``); ``noise_std`` (P,) is sigma per
+    replica (0 without privacy)."""
+
+    objective: LinearModelObjective
+    regularization: float
+    gradient_tolerance: float
+    noise_std: np.ndarray
+    num_units: int
+    model_shape: tuple
+    constants: dict = field(default_factory=dict)
+    recipe: ClassVar[OutputPerturbationRecipe] = OutputPerturbationRecipe()
+
+    def run(self, oracle, keys: RoundKeys) -> ProgramRun:
+        data = DataObjective(oracle, self.objective, self.num_units)
+        solution = minimize_ridge(data, self.model_shape, self.regularization, self.objective.smoothness,
+                                  self.gradient_tolerance)
+        num_replicas = self.noise_std.shape[0]
+        released = np.repeat(solution.params, num_replicas, axis=0)
+        for replica in range(num_replicas):
+            if self.noise_std[replica] > 0:
+                noise = keys.generator(Stream.OUTPUT_NOISE, replica).standard_normal(self.model_shape)
+                released[replica] += self.noise_std[replica] * noise
+        charge = np.ones((num_replicas, self.num_units), dtype=np.int64)
+        metrics = {"noise_std": Metric(self.noise_std.astype(np.float64), released=True),
+                   "solver_calls": Metric(np.full(num_replicas, float(solution.calls)), released=False),
+                   "certificate_gradient_norm": Metric(np.full(num_replicas, solution.gradient_norm), released=False)}
+        return ProgramRun({"released": released}, charge, metrics)
+
+    def evaluate(self, models: np.ndarray, federation) -> dict:
+        return LinearModelEvaluation(self.objective.loss).shard_parts(models, federation)
+
+    def combine(self, parts: list[dict]) -> dict:
+        return LinearModelEvaluation(self.objective.loss).combine(parts, self.num_units)
