@@ -13,8 +13,9 @@ Round r = 1, 2, ... (``stages`` may restart r: multi-stage AC-SA):
     w^ag_r = alpha_r w_r + (1 - alpha_r) w^ag_{r-1}                         the output
 with mu' = mu + lambda, alpha_r = 2 / (r + 1), eta_r = 4 nu / (r (r + 1)). With mu' = 0 the prox
 centre moves by alpha_r / eta_r = r step_size / 2 along the gradient (Lan 2012's 1 / L_t with
-L_t = c / (t + 1) is step_size = 2 / c, t = r - 1). A replica whose round had no gradient keeps
-its iterates. Everything here is post-processing of the gradient estimates.
+L_t = c / (t + 1) and alpha_t = 2 / (t + 2) is step_size = 2 / c with r = t + 1: ``first_round``
+= 2). A replica whose round had no gradient keeps its iterates. Everything here is
+post-processing of the gradient estimates.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class AcSa:
     radius: float | None = None           # W = l2 ball of this radius; None = R^d
     average_last: int = 1                 # iterates w^ag kept for the tail average
     stages: object = dataclasses.field(default_factory=SingleStage)
+    first_round: int = 1                  # the schedule's r of the first round (module docstring)
 
     @property
     def mu(self) -> float:
@@ -101,7 +103,7 @@ class AcSa:
     def init(self, params0: np.ndarray) -> AcceleratedState:
         w0 = project_l2_ball(np.asarray(params0, dtype=np.float64), self.radius)
         tail = np.zeros((max(1, self.average_last),) + w0.shape)
-        return AcceleratedState(0, w0.copy(), w0.copy(), w0.copy(), tail, 0)
+        return AcceleratedState(0, w0.copy(), w0.copy(), w0.copy(), tail, 0, stage_round=self.first_round - 1)
 
     def schedule(self, state: AcceleratedState) -> tuple[float, np.ndarray]:
         """(alpha_r, eta_r (P,)) of the round ``state`` is about to run."""

@@ -189,7 +189,9 @@ def make_plan(cfg: DictConfig) -> Plan:
     algorithm_class = _algorithm_class(config["algorithm"].get("_target_"))
     known_keys("", config, TOP_LEVEL_KEYS + algorithm_class.recipe.config_keys)
     config = algorithm_class.recipe.resolve(algorithm_class, config, dataset, shape, loss, sampler)
-    sampler = _instantiate("participation", config["participation"])     # resolve may have set its size
+    # resolve may have set the sampler's size or the loss's smoothing
+    sampler = _instantiate("participation", config["participation"])
+    loss = _instantiate("data.loss", config["data"]["loss"])
     sampler.validate(shape.num_silos)
 
     num_rounds = positive("num_rounds", config.get("num_rounds"), int)

@@ -30,12 +30,14 @@ SILOS = ["data=synthetic", "data.spec.num_silos=6", "data.spec.samples_per_silo=
 USERS = ["data=synthetic", "data.spec.num_silos=1440", "data.spec.samples_per_silo=1", "data.spec.dim=4",
          "data.spec.test_samples_per_silo=1", "+data.spec.noise=2.0", "participation=sequential",
          "participation.batch_size=8", "progress=false"]
+# The same users, all of them every round (seed 000's fully interactive P_GD).
+ALL_USERS = [*USERS[:-3], "participation=all", "progress=false"]
 # The same records for a driver-side program: one release over every unit.
 PROGRAM = [*SILOS[:-2], "participation=all", "num_rounds=1", "progress=false"]
-DATA = {"p_sgd": USERS, "output_perturbation": PROGRAM}
+DATA = {"p_sgd": USERS, "p_agd": USERS, "p_gd": ALL_USERS, "output_perturbation": PROGRAM}
 PROGRAMS = {"output_perturbation"}
 # A round in which some units sit out (for the layout test), where the protocol has such rounds.
-PARTIAL = {"p_sgd": [], "output_perturbation": []}
+PARTIAL = {"p_sgd": [], "p_agd": [], "p_gd": [], "output_perturbation": []}
 # Privacy off, settings under which each protocol converges on DATA (K records per silo per round).
 FULL_BATCH = ["algorithm.batch_size=240", "algorithm.step_size=4.0", "num_rounds=150"]
 LOCAL = ["algorithm.batch_size=20", "algorithm.step_size=0.2", "num_rounds=150"]
@@ -52,6 +54,8 @@ NON_PRIVATE = {
     "sdp_mb_sgd": ["algorithm.step_size=0.25", "num_rounds=240", "algorithm.average_last=120"],
     "sdp_one_pass_accelerated": ["algorithm.batch_size=4", "algorithm.step_size=1.0", "num_rounds=60"],
     "p_sgd": ["algorithm.step_size=1.0", "num_rounds=180", "evaluate_every=60"],
+    "p_agd": ["algorithm.step_size=0.03", "num_rounds=180", "evaluate_every=60"],
+    "p_gd": ["algorithm.step_size=4.0", "num_rounds=150", "evaluate_every=50"],
     "output_perturbation": ["algorithm.regularization=1e-7"],     # ridge: within 1e-7 of F*
 }
 # The largest excess loss F(w) - F* accepted: 2e-3 for protocols that revisit the data; one pass
@@ -60,7 +64,7 @@ NON_PRIVATE = {
 # variants (a wrong step or sign gives 1e-1 and more).
 SINGLE_PASS = 3e-2
 TOLERANCE = {"sdp_mb_sgd": SINGLE_PASS, "isrl_dp_one_pass": SINGLE_PASS, "isrl_dp_multistage_one_pass": SINGLE_PASS,
-             "sdp_one_pass_accelerated": SINGLE_PASS, "p_sgd": SINGLE_PASS}
+             "sdp_one_pass_accelerated": SINGLE_PASS, "p_sgd": SINGLE_PASS, "p_agd": SINGLE_PASS}
 
 
 def _plan(algorithm: str, *overrides: str):

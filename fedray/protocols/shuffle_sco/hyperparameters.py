@@ -51,7 +51,7 @@ def oracle_second_moment(epsilon: float, delta: float, dim: int, batch: int, lip
 
 
 def sgd_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float, lipschitz: float,
-                 diameter: float) -> Schedule:
+                 diameter: float, smoothness: float | None = None) -> Schedule:
     """(B, T, eta) of P_SGD in ``mode`` ``paper`` or ``exact`` (module docstring)."""
     batch = clamp_batch(sgd_batch_size_raw(dim, epsilon, delta), n)
     steps = n // batch
@@ -60,3 +60,53 @@ def sgd_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float, lips
     else:
         eta = diameter / math.sqrt(oracle_second_moment(epsilon, delta, dim, batch, lipschitz) * steps)
     return Schedule(batch, steps, eta)
+
+
+def agd_batch_size_raw(n: int, dim: int, epsilon: float, delta: float, lipschitz: float, smoothness: float,
+                       diameter: float) -> float:
+    """Thm 4.3: B = n^(3/5) d^(1/5) L^(2/5) ln^(2/5)(d/delta) / (eps^(2/5) beta^(2/5) D^(2/5))
+    (reference: n = 1e5, d = 10, eps = 1, delta = 1e-6, L = 1, beta = 1, D = 2 -> 3651.9)."""
+    return (n**0.6 * dim**0.2 * lipschitz**0.4 * math.log(dim / delta) ** 0.4
+            / (epsilon**0.4 * smoothness**0.4 * diameter**0.4))
+
+
+def agd_oracle_std(mode: str, epsilon: float, delta: float, dim: int, batch: int, lipschitz: float) -> float:
+    """sigma: ``paper`` sigma^2 = L^2/B + d L^2 ln^2(d/delta)/(B^2 eps^2) (constants dropped, T3:
+    sigma is the standard deviation); ``exact`` sigma^2 = L^2/B + MSE_vec(B)/B^2."""
+    if mode == "paper":
+        return math.sqrt(lipschitz**2 / batch + dim * lipschitz**2 * math.log(dim / delta) ** 2 / (batch * epsilon) ** 2)
+    mse = vector_sum_parameters(epsilon, delta, dim, batch, lipschitz).mse_bound()
+    return math.sqrt(lipschitz**2 / batch + mse / batch**2)
+
+
+def agd_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float, lipschitz: float,
+                 diameter: float, smoothness: float | None = None) -> Schedule:
+    """(B, T, step size) of P_AGD: L_t = ((T + 2)^(3/2) sigma / D + beta) / (t + 1), carried as the
+    AC-SA step size 2 / ((T + 2)^(3/2) sigma / D + beta) (``fedray.acsa``)."""
+    batch = clamp_batch(agd_batch_size_raw(n, dim, epsilon, delta, lipschitz, smoothness, diameter), n)
+    steps = n // batch
+    sigma = agd_oracle_std(mode, epsilon, delta, dim, batch, lipschitz)
+    return Schedule(batch, steps, 2.0 / ((steps + 2) ** 1.5 * sigma / diameter + smoothness))
+
+
+def gd_num_rounds(n: int, dim: int, epsilon: float, delta: float) -> int:
+    """Thm 4.9 (T10: ln(n d / delta)): T = max(1, floor(min(n, eps^2 n^2 / (d ln^2(n d / delta)))))."""
+    return max(1, math.floor(min(n, epsilon**2 * n**2 / (dim * math.log(n * dim / delta) ** 2))))
+
+
+def gd_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float, lipschitz: float, diameter: float,
+                per_round_budget) -> Schedule:
+    """(n, T, eta) of P_GD: eta = D / (L sqrt T) (``paper``), or D / (L_G sqrt T) with L_G^2 =
+    L^2 + MSE_vec(n) / n^2 at the per-round (eps_0, delta_0) ``per_round_budget`` gives (``exact``)."""
+    steps = gd_num_rounds(n, dim, epsilon, delta)
+    if mode == "paper":
+        return Schedule(n, steps, diameter / (lipschitz * math.sqrt(steps)))
+    eps0, delta0, _, _ = per_round_budget(epsilon, delta, steps)
+    return Schedule(n, steps, diameter / math.sqrt(oracle_second_moment(eps0, delta0, dim, n, lipschitz) * steps))
+
+
+def smoothing_parameter(n: int, dim: int, epsilon: float, delta: float, lipschitz: float, diameter: float) -> float:
+    """Thm 4.7: beta = eps^(2/3) n^(2/3) L / (d^(1/3) D ln^(2/3)(d / delta)), the Moreau envelope's
+    smoothness for smoothed P_AGD (reference: n = 1e5, d = 10, eps = 1, delta = 1e-6, L = 1, D = 2
+    -> 78.36)."""
+    return epsilon ** (2 / 3) * n ** (2 / 3) * lipschitz / (dim ** (1 / 3) * diameter * math.log(dim / delta) ** (2 / 3))

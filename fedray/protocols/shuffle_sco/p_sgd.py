@@ -68,21 +68,30 @@ class PSGD:
         return state.params
 
     def silo_step(self, params: np.ndarray, users: SiloArrays, draws: SiloDraws) -> np.ndarray:
-        """(P, S, d, C) each user's randomized message: P_vec counts of its clipped gradient."""
-        x, y, norms = users.x[:, 0], users.y[:, 0], users.x_norms[:, 0]          # one record per user
-        residual = loss_residual(self.loss, np.matmul(x, params), y, norms)        # (P, S, C)
-        coef = residual * clip_factors(norms, residual, self.l2_clip)[..., None]
-        grads = x[None, :, :, None] * coef[:, :, None, :]                          # (P, S, d, C)
-        p, s, d, c = grads.shape
-        return self.vector_sum.randomize(grads.reshape(p, s, 1, d * c), draws).reshape(p, s, d, c)
+        return user_messages(self, params, users, draws)
 
     def server_step(self, state: PSGDState, summed: np.ndarray) -> PSGDState:
-        """A_vec on the step's summed messages (P, d, C), divided by B, then the projected step."""
-        estimate = self.vector_sum.estimate(summed.reshape(summed.shape[0], -1), self.batch_size)
-        gradient = estimate.reshape(summed.shape) / self.batch_size
-        theta = project_l2_ball(state.params - self.step_size[:, None, None] * gradient, self.radius)
+        """The batch's gradient estimate, then the projected step."""
+        theta = project_l2_ball(state.params - self.step_size[:, None, None] * batch_gradient(self, summed), self.radius)
         return PSGDState(state.round + 1, theta, state.iterate_sum + state.params)
 
     def output(self, state: PSGDState) -> dict[str, np.ndarray]:
         average = state.iterate_sum / max(state.round, 1) if state.round else state.params
         return {"last": state.params, "avg": average}
+
+
+def user_messages(alg, params: np.ndarray, users: SiloArrays, draws: SiloDraws) -> np.ndarray:
+    """(P, S, d, C) each user's randomized message at ``params``: P_vec counts of its gradient
+    clipped to ``alg.l2_clip`` (the users' half of every sequential P_vec protocol)."""
+    x, y, norms = users.x[:, 0], users.y[:, 0], users.x_norms[:, 0]          # one record per user
+    residual = loss_residual(alg.loss, np.matmul(x, params), y, norms)        # (P, S, C)
+    coef = residual * clip_factors(norms, residual, alg.l2_clip)[..., None]
+    grads = x[None, :, :, None] * coef[:, :, None, :]                          # (P, S, d, C)
+    p, s, d, c = grads.shape
+    return alg.vector_sum.randomize(grads.reshape(p, s, 1, d * c), draws).reshape(p, s, d, c)
+
+
+def batch_gradient(alg, summed: np.ndarray) -> np.ndarray:
+    """A_vec on a step's summed messages (P, d, C), divided by B: the batch's mean gradient estimate."""
+    estimate = alg.vector_sum.estimate(summed.reshape(summed.shape[0], -1), alg.batch_size)
+    return estimate.reshape(summed.shape) / alg.batch_size

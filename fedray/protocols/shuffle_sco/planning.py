@@ -1,31 +1,42 @@
-"""Planning seed 000's sequential protocols: users with one record each, disjoint batches of users
-per step, P_vec per batch (the ``ProtocolRecipe`` contract of ``fedray.core.planning``).
+"""Planning seed 000's protocols: users with one record each, P_vec per step (the
+``ProtocolRecipe`` contract of ``fedray.core.planning``).
 
-Privacy: each step is one P_vec invocation over B users at (eps, delta); every user is in one
-batch (``SequentialBatches``), so the run spends (eps, delta) by parallel composition, for a user
-anywhere in the population (``fedray.privacy.ledger.one_pass_ledger``). P_vec is calibrated
-from (eps, delta, d C, B, L) in the silo actors; the planner builds the same parameters first, so
-a budget or dimension P_vec cannot meet is a config error before any actor starts.
+Sequential protocols (``PvecSteps``: P_SGD, P_AGD): each step is one P_vec invocation over B users
+at (eps, delta); every user is in one batch (``SequentialBatches``), so the run spends
+(eps, delta) by parallel composition, for a user anywhere in the population
+(``fedray.privacy.ledger.one_pass_ledger``).
+Fully interactive protocols (``PvecRounds``: P_GD): all n users every round (``AllUnits``), each
+round one P_vec invocation at (eps_0, delta_0), T rounds composed by advanced composition with
+slack delta' = delta / (T + 1) (spec §3.5): eps_0 = eps / (2 sqrt(2 T ln(1/delta))), delta_0 =
+delta / (T + 1), and eps_0 shrunk by bisection when the composed epsilon would exceed eps (logged
+as ``eps0_shrunk``).
+P_vec is calibrated from (eps, delta, d C, users per invocation, L) in the silo actors; the
+planner builds the same parameters first, so a budget or dimension P_vec cannot meet is a config
+error before any actor starts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from fedray.checks import known_keys, number_in, positive
 from fedray.core.planning import PlanContext, Replicas
-from fedray.core.protocol import Routing, SequentialSteps
-from fedray.core.sampling import SequentialBatches
+from fedray.core.protocol import Routing, SampledRounds, SequentialSteps
+from fedray.core.sampling import AllUnits, SequentialBatches
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
-from fedray.privacy.ledger import Ledger, one_pass_ledger
+from fedray.privacy.composition import ApproxDpComposition, advanced_composition_budget
+from fedray.privacy.ledger import ComposedAccountant, Ledger, one_pass_ledger
 from fedray.privacy.statement import PrivacyPlan
 from fedray.privacy.vector_sum import ExactSum, SplitVectorSum, vector_sum_parameters
-from fedray.protocols.shuffle_sco.hyperparameters import MODES, sgd_schedule
+from fedray.protocols.shuffle_sco.hyperparameters import MODES, gd_schedule, sgd_schedule, smoothing_parameter
+from fedray.smoothing import MoreauEnvelope
 
 RESOLVED_KEYS = ("_target_", "name", "step_size", "trust_model", "block_steps", "parameters")
 USER = "user (one record) anywhere in the population"
@@ -55,6 +66,11 @@ class PvecStepsPlan:
 
 @dataclass(frozen=True)
 class PvecSteps:
+    """The recipe of a sequential P_vec protocol; ``schedule`` gives its (B, T, step size) in the
+    ``paper`` and ``exact`` modes (``hyperparameters``), from beta too when ``needs_smoothness``."""
+
+    schedule: Callable = sgd_schedule
+    needs_smoothness: bool = False
     trust_models: tuple[str, ...] = ("sdp", "none")
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
@@ -63,62 +79,42 @@ class PvecSteps:
         """``algorithm.parameters`` paper or exact: B, T and eta from the paper's formulas
         (``hyperparameters``), replacing participation.batch_size, num_rounds and step_size."""
         alg, priv = config["algorithm"], config["privacy"]
-        mode = alg.get("parameters", "manual")
-        if mode not in MODES:
-            raise ConfigError("algorithm.parameters", mode, f"one of {MODES}")
+        mode = _mode(alg)
         if mode == "manual":
             return config
-        needs = f"for algorithm.parameters={mode} (the formulas' input)"
-        eps = number_in("privacy.epsilon", priv.get("epsilon"), 0.0, 15.0, f"a number in (0, 15] {needs}",
-                        closed_high=True)
-        delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, f"a number in (0, 1/2) {needs}")
-        lipschitz = positive("privacy.l2_clip", priv.get("l2_clip"))
-        radius = alg.get("radius")
-        if radius is None:
-            raise ConfigError("algorithm.radius", radius, f"a positive number (Theta's radius, D = 2 radius) {needs}")
-        diameter = 2.0 * positive("algorithm.radius", radius)
-        schedule = sgd_schedule(mode, shape.num_silos, shape.dim * loss.num_outputs, eps, delta, lipschitz, diameter)
-        return {**config, "num_rounds": schedule.num_steps,
-                "participation": {**config["participation"], "batch_size": schedule.batch_size},
-                "algorithm": {**alg, "step_size": schedule.step_size}}
+        eps, delta, lipschitz, diameter = _formula_inputs(alg, priv, mode)
+        n, dim, data = shape.num_silos, shape.dim * loss.num_outputs, config["data"]
+        smoothness = None
+        if self.needs_smoothness and isinstance(loss, MoreauEnvelope) and loss.smoothing is None:
+            # Smoothed P_AGD (Thm 4.7): the envelope's beta from the formula; B and sigma with
+            # L_eff = 2L (A7: the constrained envelope is 2L-Lipschitz; fedray's is over R^d and
+            # L-Lipschitz, so clipping at L stays a no-op).
+            smoothness = smoothing_parameter(n, dim, eps, delta, lipschitz, diameter)
+            lipschitz = 2.0 * lipschitz
+            data = {**data, "loss": {**data["loss"], "smoothing": smoothness}}
+        elif self.needs_smoothness:
+            smoothness = positive("algorithm.smoothness", alg.get("smoothness"))
+        schedule = self.schedule(mode, n, dim, eps, delta, lipschitz, diameter, smoothness)
+        algorithm = {**alg, "step_size": schedule.step_size}
+        if smoothness is not None:
+            algorithm["smoothness"] = smoothness
+        return {**config, "num_rounds": schedule.num_steps, "data": data, "algorithm": algorithm,
+                "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
     def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PvecStepsPlan:
         alg, priv, shape, sampler = config["algorithm"], config["privacy"], context.shape, context.sampler
-        name = str(alg.get("name"))
-        if priv["trust_model"] not in self.trust_models:
-            raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {self.trust_models} for {name}")
-        if not isinstance(sampler, SequentialBatches):
-            raise ConfigError("participation", type(sampler).__name__,
-                              f"sequential disjoint batches of users (participation=sequential) for {name}")
-        if set(shape.n_train) != {1}:
-            raise ConfigError("data", f"{min(shape.n_train)}..{max(shape.n_train)} records per unit",
-                              f"one record per user for {name} (e.g. data.spec.samples_per_silo=1)")
-        if context.replicas.epsilon_levels is not None:
-            raise ConfigError("privacy.epsilon_grid", priv.get("epsilon_grid"), f"null for {name} (one budget per run)")
-        allowed = {f.name for f in dataclasses.fields(algorithm_class)} - {"loss", "batch_size", "l2_clip", "vector_sum"}
-        known_keys("algorithm", {k: v for k, v in alg.items() if k not in RESOLVED_KEYS}, allowed | set(RESOLVED_KEYS))
+        name, own = _check_users(self, algorithm_class, config, context, SequentialBatches,
+                                 "sequential disjoint batches of users (participation=sequential)")
         block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
-        radius = positive("algorithm.radius", alg.get("radius"), allow_none=True)
-        l2_clip = positive("privacy.l2_clip", priv.get("l2_clip"),
-                           allow_none=priv["trust_model"] == "none") or float("inf")
-        batch, dim = sampler.batch_size, shape.dim * context.loss.num_outputs
-        cells = (context.replicas.count, shape.num_silos)
+        batch = sampler.batch_size
         if priv["trust_model"] == "none":
-            vector_sum, privacy = ExactSum(), PrivacyPlan(
-                trust_model="none", calibration="none", accountant=priv["accountant"], unit=USER,
-                relation="replace_one", delta=np.zeros(shape.num_silos), noise_multiplier=np.zeros(cells),
-                target_epsilon=None, ledger=None)
+            vector_sum, privacy = ExactSum(), _not_private(priv, context)
         else:
-            if priv["calibration"] != "paper":
-                raise ConfigError("privacy.calibration", priv["calibration"], "paper for P_vec (seed-000 §2.2)")
-            eps = number_in("privacy.epsilon", priv.get("epsilon"), 0.0, 15.0, "a number in (0, 15] for P_vec",
-                            closed_high=True)
-            delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "an explicit number in (0, 1/2) for P_vec")
-            try:
-                parameters = vector_sum_parameters(eps, delta, dim, batch, l2_clip)
-            except ConfigError as err:
-                raise ConfigError("participation.batch_size", batch, f"a batch P_vec can serve here ({err})") from err
+            eps, delta = _budget(priv)
+            parameters = _pvec(eps, delta, shape.dim * context.loss.num_outputs, batch, _clip(priv),
+                               "participation.batch_size", batch)
             vector_sum = SplitVectorSum(parameters)
+            cells = (context.replicas.count, shape.num_silos)
             privacy = PrivacyPlan(
                 trust_model=priv["trust_model"], calibration="paper", accountant="parallel", unit=USER,
                 relation="replace_one", delta=np.full(shape.num_silos, delta), noise_multiplier=np.zeros(cells),
@@ -126,8 +122,156 @@ class PvecSteps:
                 ledger=Ledger(one_pass_ledger(eps, delta), cells, "population"),
                 details={"users_per_invocation": batch, "messages_per_user": parameters.messages_per_user})
         algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=batch,
-                                    l2_clip=l2_clip, vector_sum=vector_sum, radius=radius)
+                                    l2_clip=_clip(priv), vector_sum=vector_sum, **own)
         resolved = {"batch_size": batch, "block_steps": block_steps, "num_rounds": context.num_rounds,
                     "parameters": alg.get("parameters", "manual"), **privacy.details}
         return PvecStepsPlan(algorithm, sampler, context.loss, shape, context.replicas, context.num_rounds,
                              block_steps, privacy, resolved=resolved)
+
+
+@dataclass(frozen=True)
+class PvecRoundsPlan:
+    """A seed-000 fully interactive protocol resolved against its data (``PlannedProtocol``)."""
+
+    algorithm: object
+    sampler: AllUnits
+    loss: object
+    shape: object
+    replicas: Replicas
+    num_rounds: int
+    privacy: PrivacyPlan
+    routing: Routing = Routing.SHUFFLE_SUM
+    resolved: dict = field(default_factory=dict)
+
+    def build(self, oracle) -> SampledRounds:
+        params0 = np.zeros((self.replicas.count, self.shape.dim, self.loss.num_outputs))
+        return SampledRounds(self.algorithm, self.sampler, LinearModelEvaluation(self.loss), SiloArrays.of, params0,
+                             self.num_rounds, self.shape.num_silos, self.routing,
+                             {"l2_clip": float(self.algorithm.l2_clip)})
+
+
+def per_round_budget(epsilon: float, delta: float, num_rounds: int) -> tuple[float, float, float, bool]:
+    """(eps_0, delta_0, delta', shrunk) of P_GD (spec §3.5): the paper's eps_0, or the largest that
+    advanced composition over T rounds keeps within eps when the paper's would not."""
+    slack = delta / (num_rounds + 1)
+    paper = epsilon / (2.0 * math.sqrt(2.0 * num_rounds * math.log(1.0 / delta)))
+    fits = advanced_composition_budget(epsilon, num_rounds, slack)
+    return min(paper, fits), slack, slack, fits < paper
+
+
+@dataclass(frozen=True)
+class PvecRounds:
+    """The recipe of a fully interactive P_vec protocol (module docstring); ``paper`` / ``exact``
+    set T and eta (``hyperparameters.gd_schedule``)."""
+
+    trust_models: tuple[str, ...] = ("sdp", "none")
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+
+    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+        """``algorithm.parameters`` paper or exact: T and eta from spec §3.5, replacing num_rounds
+        and step_size."""
+        alg, priv = config["algorithm"], config["privacy"]
+        mode = _mode(alg)
+        if mode == "manual":
+            return config
+        eps, delta, lipschitz, diameter = _formula_inputs(alg, priv, mode)
+        dim = shape.dim * loss.num_outputs
+        schedule = gd_schedule(mode, shape.num_silos, dim, eps, delta, lipschitz, diameter, per_round_budget)
+        return {**config, "num_rounds": schedule.num_steps, "algorithm": {**alg, "step_size": schedule.step_size}}
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PvecRoundsPlan:
+        alg, priv, shape = config["algorithm"], config["privacy"], context.shape
+        name, own = _check_users(self, algorithm_class, config, context, AllUnits, "every user (participation=all)")
+        users, rounds = shape.num_silos, context.num_rounds
+        if priv["trust_model"] == "none":
+            vector_sum, privacy = ExactSum(), _not_private(priv, context)
+        else:
+            eps, delta = _budget(priv)
+            eps0, delta0, slack, shrunk = per_round_budget(eps, delta, rounds)
+            parameters = _pvec(eps0, delta0, shape.dim * context.loss.num_outputs, users, _clip(priv), "num_rounds",
+                               rounds)
+            vector_sum = SplitVectorSum(parameters)
+            cells = (context.replicas.count, users)
+            rule = ApproxDpComposition(eps0, delta0, slack, route="advanced")
+            privacy = PrivacyPlan(
+                trust_model=priv["trust_model"], calibration="paper", accountant="advanced", unit=USER,
+                relation="replace_one", delta=np.full(users, delta), noise_multiplier=np.zeros(cells),
+                target_epsilon=np.full(cells, eps), ledger=Ledger(ComposedAccountant(rule, "advanced"), cells, "user"),
+                details={"eps0": eps0, "delta0": delta0, "delta_slack": slack, "eps0_shrunk": shrunk,
+                         "messages_per_user": parameters.messages_per_user})
+        algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=users,
+                                    l2_clip=_clip(priv), vector_sum=vector_sum, **own)
+        resolved = {"num_rounds": rounds, "parameters": alg.get("parameters", "manual"), **privacy.details}
+        return PvecRoundsPlan(algorithm, context.sampler, context.loss, shape, context.replicas, rounds, privacy,
+                              resolved=resolved)
+
+
+def _mode(alg: dict) -> str:
+    mode = alg.get("parameters", "manual")
+    if mode not in MODES:
+        raise ConfigError("algorithm.parameters", mode, f"one of {MODES}")
+    return mode
+
+
+def _formula_inputs(alg: dict, priv: dict, mode: str) -> tuple[float, float, float, float]:
+    """(eps, delta, L, D) the paper's formulas read, each refused with the key that is missing."""
+    needs = f"for algorithm.parameters={mode} (the formulas' input)"
+    eps = number_in("privacy.epsilon", priv.get("epsilon"), 0.0, 15.0, f"a number in (0, 15] {needs}",
+                    closed_high=True)
+    delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, f"a number in (0, 1/2) {needs}")
+    lipschitz = positive("privacy.l2_clip", priv.get("l2_clip"))
+    radius = alg.get("radius")
+    if radius is None:
+        raise ConfigError("algorithm.radius", radius, f"a positive number (Theta's radius, D = 2 radius) {needs}")
+    return eps, delta, lipschitz, 2.0 * positive("algorithm.radius", radius)
+
+
+def _check_users(recipe, algorithm_class: type, config: dict, context: PlanContext, sampler_class: type,
+                 participation: str) -> tuple[str, dict]:
+    """The checks every seed-000 protocol shares; returns its name and its own algorithm fields."""
+    alg, priv, shape = config["algorithm"], config["privacy"], context.shape
+    name = str(alg.get("name"))
+    if priv["trust_model"] not in recipe.trust_models:
+        raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {recipe.trust_models} for {name}")
+    if not isinstance(context.sampler, sampler_class):
+        raise ConfigError("participation", type(context.sampler).__name__, f"{participation} for {name}")
+    if set(shape.n_train) != {1}:
+        raise ConfigError("data", f"{min(shape.n_train)}..{max(shape.n_train)} records per unit",
+                          f"one record per user for {name} (e.g. data.spec.samples_per_silo=1)")
+    if context.replicas.epsilon_levels is not None:
+        raise ConfigError("privacy.epsilon_grid", priv.get("epsilon_grid"), f"null for {name} (one budget per run)")
+    allowed = {f.name for f in dataclasses.fields(algorithm_class)} - {"loss", "batch_size", "l2_clip", "vector_sum"}
+    known_keys("algorithm", {k: v for k, v in alg.items() if k not in RESOLVED_KEYS}, allowed | set(RESOLVED_KEYS))
+    own = {k: alg[k] for k in allowed - {"step_size", "name"} if k in alg}          # radius, smoothness, ...
+    if own.get("radius") is not None:
+        positive("algorithm.radius", own["radius"])
+    return name, own
+
+
+def _clip(priv: dict) -> float:
+    return positive("privacy.l2_clip", priv.get("l2_clip"), allow_none=priv["trust_model"] == "none") or float("inf")
+
+
+def _budget(priv: dict) -> tuple[float, float]:
+    if priv["calibration"] != "paper":
+        raise ConfigError("privacy.calibration", priv["calibration"], "paper for P_vec (seed-000 §2.2)")
+    eps = number_in("privacy.epsilon", priv.get("epsilon"), 0.0, 15.0, "a number in (0, 15] for P_vec",
+                    closed_high=True)
+    delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "an explicit number in (0, 1/2) for P_vec")
+    return eps, delta
+
+
+def _pvec(eps: float, delta: float, dim: int, users: int, l2_clip: float, key: str, value):
+    """P_vec's parameters, or a ConfigError on ``key`` (what the user would change)."""
+    try:
+        return vector_sum_parameters(eps, delta, dim, users, l2_clip)
+    except ConfigError as err:
+        raise ConfigError(key, value, f"a value whose P_vec invocations can be served ({err})") from err
+
+
+def _not_private(priv: dict, context: PlanContext) -> PrivacyPlan:
+    cells = (context.replicas.count, context.shape.num_silos)
+    return PrivacyPlan(trust_model="none", calibration="none", accountant=priv["accountant"], unit=USER,
+                       relation="replace_one", delta=np.zeros(context.shape.num_silos),
+                       noise_multiplier=np.zeros(cells), target_epsilon=None, ledger=None)

@@ -1,0 +1,69 @@
+"""P_AGD (seed-000 Alg. 4, Thm 4.3): Lan's accelerated SA over disjoint batches of users, each
+batch's gradients summed by P_vec behind a shuffler.
+
+Symbols: n users with one record each, B = ``batch_size`` users per step, T <= floor(n / B) steps
+(``num_rounds``), L = ``l2_clip`` (P_vec's Delta2), beta = ``smoothness`` of the loss, Theta =
+the l2 ball of radius D/2 = ``radius`` (R^d when None), sigma the gradient estimate's std.
+
+Trust model, unit, neighbouring relation and guarantee: as P_SGD (``fedray.protocols.shuffle_sco.p_sgd``):
+shuffle DP, a user = its one record, replace one user's record; each step one P_vec invocation
+over its B users, every user in one batch, so the run is (eps, delta)-SDP by parallel composition.
+Step t = 1..T (spec §3.2, T2/T3): alpha_t = 2 / (t + 2), L_t = ((T + 2)^(3/2) sigma / D + beta) / (t + 1),
+    theta^md_t  = alpha_t theta_t + (1 - alpha_t) theta^ag_t                 broadcast to batch t
+    g_t         = (1/B) A_vec(sum of batch t's P_vec messages at theta^md_t)
+    theta_{t+1} = Pi_Theta(theta_t - g_t / L_t)
+    theta^ag_{t+1} = alpha_t theta_{t+1} + (1 - alpha_t) theta^ag_t          the output
+which is the AC-SA server ``fedray.acsa.AcSa`` with mu = 0, step size 2 / (L_t (t + 1)) and its
+schedule started at r = 2 (``first_round``). ``step_size`` carries 2 / ((T + 2)^(3/2) sigma / D +
+beta) per replica: set it (``parameters=manual``) or let ``paper`` / ``exact`` compute B, T and
+it (``fedray.protocols.shuffle_sco.hyperparameters``).
+Randomness: P_vec's draws from the NOISE stream at (replica key, step, user block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from fedray.acsa import AcceleratedState, AcSa
+from fedray.data.federation import SiloArrays
+from fedray.protocols.shuffle_sco.hyperparameters import agd_schedule
+from fedray.protocols.shuffle_sco.p_sgd import batch_gradient, user_messages
+from fedray.protocols.shuffle_sco.planning import PvecSteps
+from fedray.rng import SiloDraws
+
+
+@dataclass(frozen=True)
+class PAGD:
+    """The two halves of P_AGD with a vector-sum step ``vector_sum`` (P_vec, or the exact sum)."""
+
+    loss: object
+    step_size: np.ndarray          # (P,) 2 / ((T + 2)^(3/2) sigma / D + beta)
+    batch_size: int                # B
+    l2_clip: float                 # L = Delta2
+    vector_sum: object             # SplitVectorSum (private) or ExactSum (trust model none)
+    radius: float | None = None
+    smoothness: float | None = None   # beta, for the paper / exact step size
+
+    recipe: ClassVar[PvecSteps] = PvecSteps(schedule=agd_schedule, needs_smoothness=True)
+
+    @property
+    def server(self) -> AcSa:
+        return AcSa(self.step_size, radius=self.radius, first_round=2)
+
+    def init(self, params0: np.ndarray) -> AcceleratedState:
+        return self.server.init(params0)
+
+    def broadcast(self, state: AcceleratedState) -> np.ndarray:
+        return self.server.broadcast(state)
+
+    def silo_step(self, query: np.ndarray, users: SiloArrays, draws: SiloDraws) -> np.ndarray:
+        return user_messages(self, query, users, draws)
+
+    def server_step(self, state: AcceleratedState, summed: np.ndarray) -> AcceleratedState:
+        return self.server.step(state, batch_gradient(self, summed), np.ones(summed.shape[0]))
+
+    def output(self, state: AcceleratedState) -> dict[str, np.ndarray]:
+        return {"last": state.params}

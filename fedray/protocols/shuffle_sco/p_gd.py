@@ -1,0 +1,43 @@
+"""P_GD (seed-000 Alg. 5, Lemma B.6, Thm 4.9): fully interactive projected gradient descent, all n
+users every round, their gradients summed by P_vec behind a shuffler.
+
+Symbols: n users with one record each, T rounds (``num_rounds``), L = ``l2_clip`` (P_vec's
+Delta2), Theta = the l2 ball of ``radius`` (R^d when None), eta = ``step_size`` per replica,
+(eps_0, delta_0) P_vec's budget per round.
+
+Trust model: shuffle DP, as P_SGD (``fedray.protocols.shuffle_sco.p_sgd``): nothing but P_vec's
+1-bit counts leaves a user and the server sees their per-coordinate sum. Unit and neighbouring
+relation: a user = its one record, replace one user's record. Guarantee: each round is one P_vec
+invocation over all n users at (eps_0, delta_0); a user takes part in all T rounds, so the run is
+(eps, delta)-SDP by advanced composition with slack delta' = delta / (T + 1) (spec §3.5; eps_0
+from ``fedray.protocols.shuffle_sco.planning.per_round_budget``, shrunk when the paper's would
+overspend).
+Round t = 0..T-1 (T1, T9): g_t = (1/n) A_vec(sum of all users' messages at theta_t), theta_{t+1} =
+Pi_Theta(theta_t - eta g_t) from theta_0 = Pi_Theta(0) (A4). Output: theta_bar = (1/T) sum_{t<T}
+theta_t (and the last iterate). T and eta as set, or from the paper's formulas
+(``algorithm.parameters=paper|exact``, ``hyperparameters.gd_schedule``).
+Runs as ``fedray.core.protocol.SampledRounds`` with ``AllUnits``: one Ray call per actor per round.
+Randomness: P_vec's draws from the NOISE stream at (replica key, round, user block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from fedray.core.protocol import step_sum
+from fedray.protocols.shuffle_sco.p_sgd import PSGD, PSGDState
+from fedray.protocols.shuffle_sco.planning import PvecRounds
+
+
+@dataclass(frozen=True)
+class PGD(PSGD):
+    """P_SGD's halves with every user in every step: ``batch_size`` is n, and the server step
+    takes the round's messages as ``SampledRounds`` delivers them (the summing shuffler's sum)."""
+
+    recipe: ClassVar[PvecRounds] = PvecRounds()
+
+    def server_step(self, state: PSGDState, messages: np.ndarray, mask: np.ndarray) -> PSGDState:
+        return super().server_step(state, step_sum(messages, mask))

@@ -1,0 +1,67 @@
+"""P_GD (seed 000 Alg. 5): the per-round budget and its composition (spec §3.5, §7 tests 10-11),
+the run against plain projected gradient descent, and the privacy plan."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fedray.plan import make_plan
+from fedray.privacy.composition import advanced_composition
+from fedray.protocols.shuffle_sco.hyperparameters import gd_num_rounds
+from fedray.protocols.shuffle_sco.planning import per_round_budget
+from fedray.runtime.driver import InlineGroups, run
+from tests.conftest import compose
+
+USERS = ["experiment=p_gd_synthetic", "data.spec.num_silos=400", "data.spec.dim=3", "progress=false"]
+
+
+def test_reference_values():
+    assert gd_num_rounds(100_000, 10, 1.0, 1e-6) == 100_000
+    eps0, delta0, slack, shrunk = per_round_budget(1.0, 1e-6, 1000)
+    assert eps0 == pytest.approx(1.0 / (2 * math.sqrt(2 * 1000 * math.log(1e6))), rel=1e-15) and not shrunk
+    assert delta0 == slack == pytest.approx(1e-6 / 1001, rel=1e-15)
+    epsilon, delta = advanced_composition(eps0, delta0, 1000, slack)
+    assert 0.6 < epsilon < 0.7 and delta == pytest.approx(1e-6, rel=1e-12)      # spec: ~0.62-0.69
+
+
+def test_the_papers_eps0_is_shrunk_when_it_would_overspend():
+    """eps = 15, delta = 1e-3, T = 1e4: the paper's eps_0 composes to ~15.57 > 15 (spec §3.5)."""
+    paper = 15 / (2 * math.sqrt(2 * 1e4 * math.log(1e3)))
+    assert advanced_composition(paper, 1e-3 / 10001, 10_000, 1e-3 / 10001)[0] > 15.5
+    eps0, _, slack, shrunk = per_round_budget(15.0, 1e-3, 10_000)
+    assert shrunk and eps0 < paper
+    assert 14.99 < advanced_composition(eps0, 1e-3 / 10001, 10_000, slack)[0] <= 15.0
+    plan = make_plan(compose(*USERS, "algorithm.parameters=manual", "num_rounds=10000", "privacy.epsilon=15",
+                             "privacy.delta=1e-3", "data.spec.num_silos=20000"))
+    assert plan.protocol.resolved["eps0_shrunk"] is True
+    assert plan.privacy.planned_epsilon.max() <= 15.0
+
+
+def test_ledger_spends_what_advanced_composition_gives_and_delta_exactly():
+    plan = make_plan(compose(*USERS, "algorithm.parameters=paper"))
+    eps0, delta0, slack = (plan.protocol.resolved[k] for k in ("eps0", "delta0", "delta_slack"))
+    rounds = plan.num_rounds
+    assert rounds == gd_num_rounds(400, 3, 4.0, 1e-6)
+    result = run(plan, inline=True)
+    expected = advanced_composition(eps0, delta0, rounds, slack)
+    np.testing.assert_allclose(result.epsilon_spent, expected[0], rtol=1e-12)
+    assert plan.privacy.ledger.deltas(np.full((1, 400), rounds)).max() == pytest.approx(1e-6, rel=1e-12)
+
+
+def test_without_privacy_the_run_is_projected_gradient_descent():
+    plan = make_plan(compose(*USERS, "privacy=none", "algorithm.parameters=manual", "algorithm.step_size=3.0",
+                             "num_rounds=40", "algorithm.radius=0.5"))
+    result = run(plan, inline=True, groups=InlineGroups(plan, 3))
+    fed = plan.dataset.load(plan.seed, plan.trial)
+    x, y = fed.x_train[:, 0], fed.y_train[:, 0]
+    theta, iterates = np.zeros(3), []
+    for _ in range(40):
+        iterates.append(theta)
+        g = x.T @ (1 / (1 + np.exp(-np.clip(x @ theta, -15, 15))) - y) / 400
+        theta = theta - 3.0 * g
+        theta *= min(1.0, 0.5 / np.linalg.norm(theta))
+    np.testing.assert_allclose(result.outputs["last"][0, :, 0], theta, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(result.outputs["avg"][0, :, 0], np.mean(iterates, axis=0), rtol=1e-12, atol=1e-15)
