@@ -85,6 +85,26 @@ class SingleStage:
 
 
 @dataclass(frozen=True)
+class Phases:
+    """AC-SA restarted in phases with a prox scale of their own: phase j runs ``rounds[j]`` rounds
+    at nu_j = 1 / ``step_sizes[j]`` (for every replica), then phase j + 1 starts from its output
+    w^ag as both prox centre and aggregate, its schedule back at r = ``first_round``."""
+
+    step_sizes: tuple
+    rounds: tuple
+    first_round: int = 1
+
+    def prox_scale(self, step_size: np.ndarray, state: AcceleratedState) -> np.ndarray:
+        return np.full(np.shape(step_size), 1.0 / float(self.step_sizes[state.stage - 1]))
+
+    def after_round(self, state: AcceleratedState, advanced: AcceleratedState, w_ag: np.ndarray) -> AcceleratedState:
+        done = advanced.stage_round - (self.first_round - 1)
+        if state.stage > len(self.rounds) or done < self.rounds[state.stage - 1]:
+            return advanced
+        return advanced._replace(stage=state.stage + 1, stage_round=self.first_round - 1, prox_center=w_ag.copy())
+
+
+@dataclass(frozen=True)
 class AcSa:
     """The AC-SA server (module docstring); ``stages`` gives nu per round and restarts stages."""
 

@@ -11,7 +11,7 @@
 from fedray.core.evaluation import Metric
 from fedray.core.oracle import Oracle
 from fedray.core.protocol import Aggregated, Messages, RoundKeys, RoundProtocol, RoundSpec, Routing, SampledRounds
-from fedray.core.sampling import AllUnits, PoissonParticipation, SequentialBatches, UniformParticipation
+from fedray.core.sampling import AllUnits, PhasedBatches, PoissonParticipation, SequentialBatches, UniformParticipation
 
 __all__ = [
     "Aggregated",
@@ -19,6 +19,7 @@ __all__ = [
     "Messages",
     "Metric",
     "Oracle",
+    "PhasedBatches",
     "PoissonParticipation",
     "RoundKeys",
     "RoundProtocol",

@@ -182,7 +182,8 @@ def step_sum(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
 class SequentialSteps(_FromParts):
     """A protocol of many tiny sequential steps, run a block of steps per Ray call.
 
-    Step t takes the units of batch t (``sampler``: ``SequentialBatches``, each unit once), every
+    Step t takes the units of batch t (``sampler``: ``SequentialBatches`` or ``PhasedBatches``, each
+    unit once, ``sampler.step_units(t)``), every
     one of them computes its client message at the current iterate (the client-placed mechanisms
     run there, as in any round), the server receives the SUM of the batch's messages (what a
     summing shuffler forwards; under direct routing, a function of what it would receive) and
@@ -215,9 +216,8 @@ class SequentialSteps(_FromParts):
 
 
     def step_units(self, step: int) -> tuple[int, int]:
-        """The unit ids [lo, hi) of step ``step``."""
-        b = self.sampler.batch_size
-        return step * b, (step + 1) * b
+        """The unit ids [lo, hi) of step ``step`` (the sampler's disjoint batches)."""
+        return self.sampler.step_units(step)
 
     def configure(self, state: Any, keys: RoundKeys) -> RoundSpec:
         first = int(state.round)
@@ -254,6 +254,6 @@ class SequentialSteps(_FromParts):
         sums = messages.values if spec.operation == "client_block" else step_sum(messages.values, messages.mask)[None]
         for summed in sums:
             state = self.algorithm.server_step(state, summed)
-        b = self.sampler.batch_size
-        return Aggregated(state, spec.participation, {"participants": np.full(self.params0.shape[0], float(spec.steps * b))})
+        units = self.step_units(spec.round + spec.steps - 1)[1] - self.step_units(spec.round)[0]
+        return Aggregated(state, spec.participation, {"participants": np.full(self.params0.shape[0], float(units))})
 

@@ -141,16 +141,73 @@ class SequentialBatches:
     def max_rounds(self, num_units: int) -> int | None:
         return num_units // self.batch_size
 
+    def step_units(self, step: int) -> tuple[int, int]:
+        """The unit ids [lo, hi) of round ``step``."""
+        return step * self.batch_size, (step + 1) * self.batch_size
+
     def sample(self, seed: int, repetitions: np.ndarray, round_index: int, num_units: int) -> np.ndarray:
-        if round_index >= self.max_rounds(num_units):
-            raise ValueError(f"round {round_index} needs units [{round_index * self.batch_size}, "
-                             f"{(round_index + 1) * self.batch_size}) of {num_units}: at most "
-                             f"{self.max_rounds(num_units)} rounds of disjoint batches")
-        mask = np.zeros((len(repetitions), num_units), dtype=bool)
-        mask[:, round_index * self.batch_size:(round_index + 1) * self.batch_size] = True
-        return mask
+        return _batch_mask(self, len(repetitions), round_index, num_units)
 
     def counts(self, seed: int, repetitions: np.ndarray, num_rounds: int, num_units: int) -> np.ndarray:
-        counts = np.zeros((len(repetitions), num_units), dtype=np.int64)
-        counts[:, :min(num_rounds, self.max_rounds(num_units)) * self.batch_size] = 1
-        return counts
+        return _batch_counts(self, len(repetitions), num_rounds, num_units)
+
+
+@dataclass(frozen=True)
+class PhasedBatches:
+    """Phases of disjoint batches: phase j runs ``steps[j]`` rounds of ``batch_sizes[j]`` units each,
+    on the units after those of the earlier phases (a fresh group of users per phase, seed-000
+    Thm 4.8). Each unit at most once; the order is the unit ids, as ``SequentialBatches``."""
+
+    batch_sizes: tuple
+    steps: tuple
+
+    def validate(self, num_units: int) -> None:
+        sizes, steps = list(self.batch_sizes), list(self.steps)
+        if not sizes or len(sizes) != len(steps) or not all(_integer(v) and v >= 1 for v in sizes + steps):
+            raise ConfigError("participation", {"batch_sizes": sizes, "steps": steps},
+                              "two lists of the same length of integers >= 1 (a batch size and rounds per phase)")
+        used = sum(b * t for b, t in zip(sizes, steps))
+        if used > num_units:
+            raise ConfigError("participation", {"batch_sizes": sizes, "steps": steps},
+                              f"phases that use at most the {num_units} units (they use {used})")
+
+    def per_round(self, num_units: int) -> int | None:
+        return int(max(self.batch_sizes))
+
+    def max_rounds(self, num_units: int) -> int | None:
+        return int(sum(self.steps))
+
+    def phase_of(self, step: int) -> int:
+        """The phase (0-based) round ``step`` belongs to."""
+        return int(np.searchsorted(np.cumsum(self.steps), step, side="right"))
+
+    def step_units(self, step: int) -> tuple[int, int]:
+        phase = self.phase_of(step)
+        first_step = int(sum(self.steps[:phase]))
+        first_unit = int(sum(b * t for b, t in zip(self.batch_sizes[:phase], self.steps[:phase])))
+        lo = first_unit + (step - first_step) * int(self.batch_sizes[phase])
+        return lo, lo + int(self.batch_sizes[phase])
+
+    def sample(self, seed: int, repetitions: np.ndarray, round_index: int, num_units: int) -> np.ndarray:
+        return _batch_mask(self, len(repetitions), round_index, num_units)
+
+    def counts(self, seed: int, repetitions: np.ndarray, num_rounds: int, num_units: int) -> np.ndarray:
+        return _batch_counts(self, len(repetitions), num_rounds, num_units)
+
+
+def _batch_mask(sampler, num_replicas: int, round_index: int, num_units: int) -> np.ndarray:
+    if round_index >= sampler.max_rounds(num_units):
+        raise ValueError(f"round {round_index} of {num_units} units: at most {sampler.max_rounds(num_units)} "
+                         "rounds of disjoint batches")
+    lo, hi = sampler.step_units(round_index)
+    mask = np.zeros((num_replicas, num_units), dtype=bool)
+    mask[:, lo:hi] = True
+    return mask
+
+
+def _batch_counts(sampler, num_replicas: int, num_rounds: int, num_units: int) -> np.ndarray:
+    counts = np.zeros((num_replicas, num_units), dtype=np.int64)
+    rounds = min(num_rounds, sampler.max_rounds(num_units))
+    if rounds:
+        counts[:, :sampler.step_units(rounds - 1)[1]] = 1
+    return counts

@@ -70,3 +70,19 @@ def test_bad_sampler_settings_name_their_key(sampler, key):
     with pytest.raises(ConfigError) as err:
         sampler.validate(10)
     assert err.value.key == key
+
+
+def test_phased_batches_are_disjoint_consecutive_and_counted_once():
+    from fedray.core.sampling import PhasedBatches
+
+    sampler = PhasedBatches((3, 5), (2, 3))
+    sampler.validate(30)
+    assert [sampler.step_units(t) for t in range(5)] == [(0, 3), (3, 6), (6, 11), (11, 16), (16, 21)]
+    masks = np.stack([sampler.sample(0, np.zeros(2), t, 30) for t in range(5)])
+    assert masks.sum(axis=0).max() == 1 and masks[:, 0].sum() == 21
+    assert sampler.counts(0, np.zeros(2), 3, 30)[0].tolist() == [1] * 11 + [0] * 19
+    assert sampler.max_rounds(30) == 5 and sampler.per_round(30) == 5
+    with pytest.raises(ConfigError):
+        PhasedBatches((3, 5), (2, 3)).validate(20)
+    with pytest.raises(ConfigError):
+        PhasedBatches((3,), (2, 3)).validate(30)

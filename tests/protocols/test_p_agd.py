@@ -81,3 +81,68 @@ def test_smoothed_p_agd_takes_the_envelope_smoothness_from_theorem_4_7():
     assert plan.config["algorithm"]["smoothness"] == plan.loss.smoothing
     result = run(plan, inline=True)
     assert np.isfinite(result.final["train_loss"]).all()
+
+
+PHASED = ["algorithm.parameters=exact", "algorithm.smoothness=0.25", "algorithm.strong_convexity=0.05",
+          "algorithm.radius=2.0", "data.spec.num_silos=30000"]
+
+
+def test_phase_schedule_follows_a6():
+    from fedray.protocols.shuffle_sco.hyperparameters import agd_phase_schedule, num_phases
+
+    assert num_phases(100_000) == 5 and num_phases(16) == 2 and num_phases(4) == 1
+    phases = agd_phase_schedule("paper", 100_000, 10, 1.0, 1e-6, 1.0, 2.0, 1.0, 0.1)
+    group = 100_000 // 5
+    assert phases.radii[0] == min(2.0, 2 * 1.0 / 0.1)
+    first = agd_schedule("paper", group, 10, 1.0, 1e-6, 1.0, phases.radii[0], 1.0)
+    assert (phases.batch_sizes[0], phases.steps[0], phases.step_sizes[0]) == tuple(first)
+    a = 10**0.4 * np.log(1e7) ** 0.8
+    gap = 2.0 / np.sqrt(group) + a * 2.0**1.2 / group**0.8
+    assert phases.radii[1] == pytest.approx(min(2.0, np.sqrt(2 * gap / 0.1)), rel=1e-12)
+    assert all(b * t <= group for b, t in zip(phases.batch_sizes, phases.steps))
+
+
+def test_phases_are_p_agd_restarted_on_fresh_users():
+    """Without privacy, the phased run equals the pseudocode run phase by phase, each phase from
+    the previous phase's output on the users after those of the earlier phases."""
+    plan = make_plan(compose(*USERS, *PHASED, "privacy=none"))
+    phases = plan.protocol.resolved["phases"]
+    result = run(plan, inline=True, groups=InlineGroups(plan, 3))
+    fed = plan.dataset.load(plan.seed, plan.trial)
+    x, y = fed.x_train[:, 0], fed.y_train[:, 0]
+    theta_ag, start = np.zeros(x.shape[1]), 0
+    for b, steps, step in zip(phases["batch_sizes"], phases["steps"], phases["step_sizes"]):
+        theta, c = theta_ag.copy(), 2.0 / step
+        for t in range(1, steps + 1):
+            alpha = 2.0 / (t + 2)
+            theta_md = alpha * theta + (1 - alpha) * theta_ag
+            xb, yb = x[start:start + b], y[start:start + b]
+            start += b
+            g = xb.T @ (1 / (1 + np.exp(-np.clip(xb @ theta_md, -15, 15))) - yb) / b
+            theta = theta - g * (t + 1) / c
+            theta *= min(1.0, 2.0 / np.linalg.norm(theta))
+            theta_ag = alpha * theta + (1 - alpha) * theta_ag
+    np.testing.assert_allclose(result.outputs["last"][0, :, 0], theta_ag, rtol=1e-11, atol=1e-14)
+
+
+def test_private_phases_spend_once_per_user_and_keep_their_bits_across_layouts():
+    plan = make_plan(compose(*USERS, *PHASED))
+    phases = plan.protocol.resolved["phases"]
+    used = sum(b * t for b, t in zip(phases["batch_sizes"], phases["steps"]))
+    one = run(plan, inline=True)
+    three = run(make_plan(compose(*USERS, *PHASED, "algorithm.block_steps=3")), inline=True,
+                groups=InlineGroups(plan, 3))
+    np.testing.assert_array_equal(one.outputs["last"], three.outputs["last"])
+    assert np.all(one.epsilon_spent[:, :used] == 4.0) and np.all(one.epsilon_spent[:, used:] == 0)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("algorithm.parameters=manual", "algorithm.strong_convexity"),
+    ("algorithm.strong_convexity=-1", "algorithm.strong_convexity"),
+])
+def test_phase_settings_are_checked(override, key):
+    from fedray.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*USERS, *PHASED, override))
+    assert err.value.key == key

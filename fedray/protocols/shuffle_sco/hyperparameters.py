@@ -110,3 +110,35 @@ def smoothing_parameter(n: int, dim: int, epsilon: float, delta: float, lipschit
     smoothness for smoothed P_AGD (reference: n = 1e5, d = 10, eps = 1, delta = 1e-6, L = 1, D = 2
     -> 78.36)."""
     return epsilon ** (2 / 3) * n ** (2 / 3) * lipschitz / (dim ** (1 / 3) * diameter * math.log(dim / delta) ** (2 / 3))
+
+
+class PhaseSchedule(NamedTuple):
+    batch_sizes: tuple     # B_j
+    steps: tuple           # T_j
+    step_sizes: tuple      # P_AGD's step size of phase j
+    radii: tuple           # R_0 .. R_k, the D phase j's formulas use is R_{j-1}
+
+
+def num_phases(n: int) -> int:
+    """A1: k = max(1, ceil(log2 log2 n))."""
+    return max(1, math.ceil(math.log2(math.log2(n)))) if n > 2 else 1
+
+
+def agd_phase_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float, lipschitz: float,
+                       diameter: float, smoothness: float, strong_convexity: float) -> PhaseSchedule:
+    """Thm 4.8 (lambda-strongly convex, beta-smooth) with the choices of A6: k phases on disjoint
+    groups of n_j = floor(n / k) users; phase j runs P_AGD with n := n_j and D := R_{j-1}, where
+    R_0 = min(D, 2L / lambda), Delta_j = R_{j-1} L / sqrt(n_j) + A R_{j-1}^(6/5) / n_j^(4/5) (C = 1),
+    A = d^(2/5) beta^(1/5) L^(4/5) ln^(4/5)(d/delta) / eps^(4/5), R_j = min(D, sqrt(2 Delta_j / lambda))."""
+    k = num_phases(n)
+    group = n // k
+    a = dim**0.4 * smoothness**0.2 * lipschitz**0.8 * math.log(dim / delta) ** 0.8 / epsilon**0.8
+    radii, batches, steps, step_sizes = [min(diameter, 2.0 * lipschitz / strong_convexity)], [], [], []
+    for _ in range(k):
+        schedule = agd_schedule(mode, group, dim, epsilon, delta, lipschitz, radii[-1], smoothness)
+        batches.append(schedule.batch_size)
+        steps.append(schedule.num_steps)
+        step_sizes.append(schedule.step_size)
+        gap = radii[-1] * lipschitz / math.sqrt(group) + a * radii[-1] ** 1.2 / group**0.8
+        radii.append(min(diameter, math.sqrt(2.0 * gap / strong_convexity)))
+    return PhaseSchedule(tuple(batches), tuple(steps), tuple(step_sizes), tuple(radii))

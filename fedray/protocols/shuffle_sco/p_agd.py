@@ -17,17 +17,22 @@ which is the AC-SA server ``fedray.acsa.AcSa`` with mu = 0, step size 2 / (L_t (
 schedule started at r = 2 (``first_round``). ``step_size`` carries 2 / ((T + 2)^(3/2) sigma / D +
 beta) per replica: set it (``parameters=manual``) or let ``paper`` / ``exact`` compute B, T and
 it (``fedray.protocols.shuffle_sco.hyperparameters``).
+Strongly convex losses (Thm 4.8b, ``strong_convexity`` = lambda with ``parameters=paper|exact``):
+k = ceil(log2 log2 n) phases on disjoint groups of floor(n / k) users; phase j is P_AGD with its
+own B_j, T_j, step size and P_vec (for B_j users), with D := R_{j-1} in its formulas (spec A6),
+restarted from the previous phase's output; parallel composition still gives (eps, delta).
 Randomness: P_vec's draws from the NOISE stream at (replica key, step, user block).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
-from fedray.acsa import AcceleratedState, AcSa
+from fedray.acsa import AcceleratedState, AcSa, Phases
 from fedray.data.federation import SiloArrays
 from fedray.protocols.shuffle_sco.hyperparameters import agd_schedule
 from fedray.protocols.shuffle_sco.p_sgd import batch_gradient, user_messages
@@ -37,7 +42,12 @@ from fedray.rng import SiloDraws
 
 @dataclass(frozen=True)
 class PAGD:
-    """The two halves of P_AGD with a vector-sum step ``vector_sum`` (P_vec, or the exact sum)."""
+    """The two halves of P_AGD with a vector-sum step ``vector_sum`` (P_vec, or the exact sum).
+
+    With ``phases`` (strongly convex losses, Thm 4.8): phase j runs P_AGD on its own group of users
+    (the sampler is the matching ``PhasedBatches``) with its own B_j, T_j, step size and P_vec
+    calibrated for B_j users, from the previous phase's output (``fedray.acsa.Phases``).
+    """
 
     loss: object
     step_size: np.ndarray          # (P,) 2 / ((T + 2)^(3/2) sigma / D + beta)
@@ -45,13 +55,23 @@ class PAGD:
     l2_clip: float                 # L = Delta2
     vector_sum: object             # SplitVectorSum (private) or ExactSum (trust model none)
     radius: float | None = None
-    smoothness: float | None = None   # beta, for the paper / exact step size
+    smoothness: float | None = None          # beta, for the paper / exact step size
+    strong_convexity: float | None = None    # lambda > 0: the phased method of Thm 4.8
+    phases: dict | None = None               # batch_sizes, steps, step_sizes, vector_sums per phase
 
     recipe: ClassVar[PvecSteps] = PvecSteps(schedule=agd_schedule, needs_smoothness=True)
 
     @property
     def server(self) -> AcSa:
-        return AcSa(self.step_size, radius=self.radius, first_round=2)
+        if self.phases is None:
+            return AcSa(self.step_size, radius=self.radius, first_round=2)
+        stages = Phases(tuple(self.phases["step_sizes"]), tuple(self.phases["steps"]), first_round=2)
+        return AcSa(self.step_size, radius=self.radius, stages=stages, first_round=2)
+
+    def phase(self, index: int) -> "PAGD":
+        """Phase ``index`` (0-based) as a plain P_AGD: its B and its P_vec."""
+        return dataclasses.replace(self, batch_size=int(self.phases["batch_sizes"][index]),
+                                   vector_sum=self.phases["vector_sums"][index], phases=None)
 
     def init(self, params0: np.ndarray) -> AcceleratedState:
         return self.server.init(params0)
@@ -60,10 +80,15 @@ class PAGD:
         return self.server.broadcast(state)
 
     def silo_step(self, query: np.ndarray, users: SiloArrays, draws: SiloDraws) -> np.ndarray:
-        return user_messages(self, query, users, draws)
+        if self.phases is None:
+            return user_messages(self, query, users, draws)
+        # The step index (which keys the draws) says which phase's P_vec the users run.
+        phase = int(np.searchsorted(np.cumsum(self.phases["steps"]), draws.round_index, side="right"))
+        return user_messages(self.phase(phase), query, users, draws)
 
     def server_step(self, state: AcceleratedState, summed: np.ndarray) -> AcceleratedState:
-        return self.server.step(state, batch_gradient(self, summed), np.ones(summed.shape[0]))
+        current = self if self.phases is None else self.phase(state.stage - 1)
+        return self.server.step(state, batch_gradient(current, summed), np.ones(summed.shape[0]))
 
     def output(self, state: AcceleratedState) -> dict[str, np.ndarray]:
         return {"last": state.params}

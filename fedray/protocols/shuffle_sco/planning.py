@@ -27,7 +27,7 @@ import numpy as np
 from fedray.checks import known_keys, number_in, positive
 from fedray.core.planning import PlanContext, Replicas
 from fedray.core.protocol import Routing, SampledRounds, SequentialSteps
-from fedray.core.sampling import AllUnits, SequentialBatches
+from fedray.core.sampling import AllUnits, PhasedBatches, SequentialBatches
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
@@ -35,7 +35,9 @@ from fedray.privacy.composition import ApproxDpComposition, advanced_composition
 from fedray.privacy.ledger import ComposedAccountant, Ledger, one_pass_ledger
 from fedray.privacy.statement import PrivacyPlan
 from fedray.privacy.vector_sum import ExactSum, SplitVectorSum, vector_sum_parameters
-from fedray.protocols.shuffle_sco.hyperparameters import MODES, gd_schedule, sgd_schedule, smoothing_parameter
+from fedray.protocols.shuffle_sco.hyperparameters import (
+    MODES, agd_phase_schedule, gd_schedule, sgd_schedule, smoothing_parameter,
+)
 from fedray.smoothing import MoreauEnvelope
 
 RESOLVED_KEYS = ("_target_", "name", "step_size", "trust_model", "block_steps", "parameters")
@@ -81,6 +83,9 @@ class PvecSteps:
         alg, priv = config["algorithm"], config["privacy"]
         mode = _mode(alg)
         if mode == "manual":
+            if alg.get("strong_convexity") is not None:
+                raise ConfigError("algorithm.strong_convexity", alg["strong_convexity"], "null with algorithm."
+                                  "parameters=manual (Thm 4.8's phases come from the formulas: paper or exact)")
             return config
         eps, delta, lipschitz, diameter = _formula_inputs(alg, priv, mode)
         n, dim, data = shape.num_silos, shape.dim * loss.num_outputs, config["data"]
@@ -94,6 +99,9 @@ class PvecSteps:
             data = {**data, "loss": {**data["loss"], "smoothing": smoothness}}
         elif self.needs_smoothness:
             smoothness = positive("algorithm.smoothness", alg.get("smoothness"))
+        lam = alg.get("strong_convexity")
+        if lam is not None:
+            return _phased(config, mode, n, dim, eps, delta, lipschitz, diameter, smoothness, lam, loss)
         schedule = self.schedule(mode, n, dim, eps, delta, lipschitz, diameter, smoothness)
         algorithm = {**alg, "step_size": schedule.step_size}
         if smoothness is not None:
@@ -103,17 +111,22 @@ class PvecSteps:
 
     def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PvecStepsPlan:
         alg, priv, shape, sampler = config["algorithm"], config["privacy"], context.shape, context.sampler
-        name, own = _check_users(self, algorithm_class, config, context, SequentialBatches,
+        name, own = _check_users(self, algorithm_class, config, context, (SequentialBatches, PhasedBatches),
                                  "sequential disjoint batches of users (participation=sequential)")
         block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
-        batch = sampler.batch_size
+        phased = isinstance(sampler, PhasedBatches)
+        if phased != (own.get("phases") is not None):
+            raise ConfigError("algorithm.phases", own.get("phases"), "set only by algorithm.parameters=paper|exact "
+                              "with algorithm.strong_convexity (with the matching phased participation)")
+        batches = list(sampler.batch_sizes) if phased else [sampler.batch_size]
+        batch = batches[0]
         if priv["trust_model"] == "none":
-            vector_sum, privacy = ExactSum(), _not_private(priv, context)
+            vector_sums, privacy = [ExactSum()] * len(batches), _not_private(priv, context)
         else:
             eps, delta = _budget(priv)
-            parameters = _pvec(eps, delta, shape.dim * context.loss.num_outputs, batch, _clip(priv),
-                               "participation.batch_size", batch)
-            vector_sum = SplitVectorSum(parameters)
+            dim = shape.dim * context.loss.num_outputs
+            every = [_pvec(eps, delta, dim, b, _clip(priv), "participation.batch_size", b) for b in batches]
+            vector_sums, parameters = [SplitVectorSum(p) for p in every], every[0]
             cells = (context.replicas.count, shape.num_silos)
             privacy = PrivacyPlan(
                 trust_model=priv["trust_model"], calibration="paper", accountant="parallel", unit=USER,
@@ -121,10 +134,14 @@ class PvecSteps:
                 target_epsilon=np.full(cells, eps),
                 ledger=Ledger(one_pass_ledger(eps, delta), cells, "population"),
                 details={"users_per_invocation": batch, "messages_per_user": parameters.messages_per_user})
+        if phased:
+            own["phases"] = {**own["phases"], "vector_sums": vector_sums}
         algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=batch,
-                                    l2_clip=_clip(priv), vector_sum=vector_sum, **own)
+                                    l2_clip=_clip(priv), vector_sum=vector_sums[0], **own)
         resolved = {"batch_size": batch, "block_steps": block_steps, "num_rounds": context.num_rounds,
                     "parameters": alg.get("parameters", "manual"), **privacy.details}
+        if phased:
+            resolved["phases"] = {k: v for k, v in own["phases"].items() if k != "vector_sums"}
         return PvecStepsPlan(algorithm, sampler, context.loss, shape, context.replicas, context.num_rounds,
                              block_steps, privacy, resolved=resolved)
 
@@ -205,6 +222,23 @@ class PvecRounds:
         resolved = {"num_rounds": rounds, "parameters": alg.get("parameters", "manual"), **privacy.details}
         return PvecRoundsPlan(algorithm, context.sampler, context.loss, shape, context.replicas, rounds, privacy,
                               resolved=resolved)
+
+
+def _phased(config: dict, mode: str, n: int, dim: int, eps: float, delta: float, lipschitz: float,
+            diameter: float, smoothness: float | None, strong_convexity, loss) -> dict:
+    """Thm 4.8's phases (``hyperparameters.agd_phase_schedule``) as the config: a ``PhasedBatches``
+    participation, num_rounds = sum T_j, and the phases' B_j, T_j and step sizes."""
+    lam = positive("algorithm.strong_convexity", strong_convexity)
+    if smoothness is None or isinstance(loss, MoreauEnvelope):
+        raise ConfigError("data.loss", type(loss).__name__, "a smooth loss with algorithm.smoothness for the "
+                          "phases of Thm 4.8b (the non-smooth phases, 4.8a, are not built)")
+    phases = agd_phase_schedule(mode, n, dim, eps, delta, lipschitz, diameter, smoothness, lam)
+    alg = {**config["algorithm"], "step_size": phases.step_sizes[0], "smoothness": smoothness,
+           "phases": {"batch_sizes": list(phases.batch_sizes), "steps": list(phases.steps),
+                      "step_sizes": list(phases.step_sizes), "radii": list(phases.radii)}}
+    participation = {"_target_": "fedray.core.sampling.PhasedBatches", "batch_sizes": list(phases.batch_sizes),
+                     "steps": list(phases.steps)}
+    return {**config, "num_rounds": int(sum(phases.steps)), "algorithm": alg, "participation": participation}
 
 
 def _mode(alg: dict) -> str:
