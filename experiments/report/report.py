@@ -230,6 +230,7 @@ def figure(results: pd.DataFrame, path: Path, metric_name: str, title: str) -> N
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     settings = sorted({(int(n), int(m)) for n, m in zip(results["num_silos"], results["silos_per_round"])})
     fig, axes = plt.subplots(1, len(settings), figsize=(max(7.0, 5.2 * len(settings)), 4.4), squeeze=False)
@@ -256,6 +257,7 @@ def figure(results: pd.DataFrame, path: Path, metric_name: str, title: str) -> N
         ax.set_xscale("log")
         ax.set_xticks(eps_grid)
         ax.set_xticklabels([f"{e:g}" for e in eps_grid])
+        ax.xaxis.set_minor_formatter(NullFormatter())      # only the grid's budgets are labelled
         ax.set(xlabel="epsilon", ylabel=metric_name, title=f"N = {n}, M = {m} ({trials} trials)")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
