@@ -155,8 +155,9 @@ class SequentialBatches:
 @dataclass(frozen=True)
 class PhasedBatches:
     """Phases of disjoint batches: phase j runs ``steps[j]`` rounds of ``batch_sizes[j]`` units each,
-    on the units after those of the earlier phases (a fresh group of users per phase, seed-000
-    Thm 4.8). Each unit at most once; the order is the unit ids, as ``SequentialBatches``."""
+    on the units after those of the earlier phases (a fresh group of users per phase, as phased
+    methods for strongly convex losses use). Each unit at most once; the order is the unit ids, as
+    ``SequentialBatches``."""
 
     batch_sizes: tuple
     steps: tuple

@@ -1,4 +1,4 @@
-"""The secure shuffler of shuffle-DP protocols (seed-004 Definition 3, §3.7; seed-000 Def. 2.5).
+"""The secure shuffler of shuffle-DP protocols (the shuffle model's trusted shuffler).
 
 Trust model: the shuffler is trusted only to permute and to drop sender identity. It receives the
 round's already-privatized messages straight from the silo-group actors, concatenates them,
@@ -21,18 +21,18 @@ A block is anything with ``messages`` (P, S_g, ...) and ``mask`` (P, S_g) attrib
 ``RoundReply``) or a ``(messages, mask)`` pair; other attributes (silo ids,
 evaluation metrics) are ignored and not returned, so per-silo evaluation must travel separately.
 
-Multi-message randomizers (P_vec, ``fedray.privacy.vector_sum``): pass
+Multi-message randomizers (e.g. the vector sum of ``fedray.privacy.vector_sum``): pass
 ``messages_per_sender=k`` and blocks shaped (P, S_g, k, ...); each of the k rows is a separate
 message and all of a participating sender's messages are shuffled together with everybody else's.
 
-Summed output (``Shuffler(..., output="sum")``, for P_vec in its per-user count form M2,
-seed-000 §6): each sender's message is a vector of 1-bit counts that encodes its multiset of
+Summed output (``Shuffler(..., output="sum")``, for a randomizer whose messages are labelled
+one-bit messages sent as per-label counts): each sender's message is a vector of 1-bit counts that encodes its multiset of
 labelled one-bit messages without loss. The analyzer's view of the permuted multiset of all those
 one-bit messages is, up to randomness independent of the data, exactly the per-label count of
 1-bits, i.e. the SUM of the count vectors; so the shuffler returns that sum and nothing else (row
 0; the other rows are zero and ``counts`` still says how many messages arrived). Permuting the
-count vectors instead would show each sender's counts to the server, which P_vec's guarantee
-does not cover.
+count vectors instead would show each sender's counts to the server, which such a randomizer's
+guarantee does not cover.
 
 Randomness: one generator per replica from ``fedray.rng.generator(run_seed, Stream.SHUFFLE,
 *stream_key, round)`` (``Replicas.streams``: each replica its own permutation, unless the run asks
