@@ -24,6 +24,7 @@ class Stream(IntEnum):
     SHUFFLE = 5       # the shuffler's permutation
     INIT = 6          # model initialisation
     OUTPUT_NOISE = 7  # noise a trusted server adds to a released output (central DP)
+    SERVER = 8        # a trusted server's other draws (a deletion budget)
 
 
 # The round coordinate of draws made once per run rather than once per round (the one-pass

@@ -34,10 +34,12 @@ USERS = ["data=synthetic", "data.spec.num_silos=1440", "data.spec.samples_per_si
 ALL_USERS = [*USERS[:-3], "participation=all", "progress=false"]
 # The same records for a driver-side program: one release over every unit.
 PROGRAM = [*SILOS[:-2], "participation=all", "num_rounds=1", "progress=false"]
-DATA = {"p_sgd": USERS, "p_agd": USERS, "p_gd": ALL_USERS, "output_perturbation": PROGRAM}
-PROGRAMS = {"output_perturbation"}
+DATA = {"p_sgd": USERS, "p_agd": USERS, "p_gd": ALL_USERS, "output_perturbation": PROGRAM, "sc_output_pert": PROGRAM}
+PROGRAMS = {"output_perturbation", "sc_output_pert"}
+MISSPELT = {"output_perturbation": ("regularisation", "regularization"),
+            "sc_output_pert": ("strong_convexty", "strong_convexity")}
 # A round in which some units sit out (for the layout test), where the protocol has such rounds.
-PARTIAL = {"p_sgd": [], "p_agd": [], "p_gd": [], "output_perturbation": []}
+PARTIAL = {"p_sgd": [], "p_agd": [], "p_gd": [], "output_perturbation": [], "sc_output_pert": []}
 # Privacy off, settings under which each protocol converges on DATA (K records per silo per round).
 FULL_BATCH = ["algorithm.batch_size=240", "algorithm.step_size=4.0", "num_rounds=150"]
 LOCAL = ["algorithm.batch_size=20", "algorithm.step_size=0.2", "num_rounds=150"]
@@ -57,6 +59,7 @@ NON_PRIVATE = {
     "p_agd": ["algorithm.step_size=0.03", "num_rounds=180", "evaluate_every=60"],
     "p_gd": ["algorithm.step_size=4.0", "num_rounds=150", "evaluate_every=50"],
     "output_perturbation": ["algorithm.regularization=1e-7"],     # ridge: within 1e-7 of F*
+    "sc_output_pert": ["algorithm.strong_convexity=1e-7"],
 }
 # The largest excess loss F(w) - F* accepted: 2e-3 for protocols that revisit the data; one pass
 # over the 1,440 records (one-pass variants) or one record per silo per round (K = 1) leaves
@@ -126,8 +129,10 @@ def test_one_and_three_groups_give_bit_identical_runs(algorithm):
     plan = _plan(algorithm, *few, *PARTIAL.get(algorithm, ["participation.silos_per_round=4"]))
     one, three = (run(plan, inline=True, groups=InlineGroups(plan, k)) for k in (1, 3))
     assert np.array_equal(one.model, three.model)
-    assert [{k: v.tolist() for k, v in h.items()} for h in one.history] == \
-        [{k: v.tolist() for k, v in h.items()} for h in three.history]
+    assert [sorted(h) for h in one.history] == [sorted(h) for h in three.history]
+    for a, b in zip(one.history, three.history):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])           # NaN (a metric a run lacks) equals NaN
     assert one.final["train_loss"].tolist() == three.final["train_loss"].tolist()
 
 
@@ -143,7 +148,8 @@ def test_only_the_protocols_messages_leave_a_group(algorithm):
         call = groups.call
         groups.call = lambda method, *args: called.append(method) or call(method, *args)
         run(plan, inline=True, groups=groups)
-        assert set(called) == {"set_protocol", "unit_sum", "evaluate"}
+        # the oracle (unit sums; map for per-unit statistics), then the evaluation of the released model
+        assert "unit_sum" in called and set(called) <= {"set_protocol", "unit_sum", "apply", "evaluate"}
         return
     plan = _plan(algorithm, "num_rounds=2")
     groups = InlineGroups(plan, 2)
@@ -168,7 +174,7 @@ def test_only_the_protocols_messages_leave_a_group(algorithm):
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_a_misspelt_key_is_refused_at_planning_with_a_suggestion(algorithm):
-    wrong, right = ("regularisation", "regularization") if algorithm in PROGRAMS else ("stepsize", "step_size")
+    wrong, right = MISSPELT.get(algorithm, ("stepsize", "step_size"))
     with pytest.raises(ConfigError) as err:
         make_plan(compose(*DATA.get(algorithm, SILOS), f"algorithm={algorithm}", "privacy=none",
                           *NON_PRIVATE[algorithm], f"+algorithm.{wrong}=0.3"))

@@ -1,6 +1,8 @@
 """User-level DP protocols (seeds 002 and 003): a user is a silo of m records, neighbours replace
-one user's records. ``OutputPerturbation`` is the driver-side baseline (B0 without privacy, B1)."""
+one user's records. Driver-side programs: ``OutputPerturbation`` (global sensitivity; B0 without
+privacy, B1) and ``SCOutputPert`` (local deletion sensitivity with a gradient certificate)."""
 
 from fedray.protocols.user_level.output_perturbation import OutputPerturbation
+from fedray.protocols.user_level.sc_output_pert import SCOutputPert
 
-__all__ = ["OutputPerturbation"]
+__all__ = ["OutputPerturbation", "SCOutputPert"]

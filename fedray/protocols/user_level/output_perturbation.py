@@ -33,10 +33,9 @@ from fedray.core.evaluation import Metric
 from fedray.core.objective import DataObjective
 from fedray.core.program import ProgramRun
 from fedray.core.protocol import RoundKeys
-from fedray.evaluation import LinearModelEvaluation
 from fedray.objectives import LinearModelObjective
 from fedray.protocols.user_level.planning import OutputPerturbationRecipe
-from fedray.protocols.user_level.solver import minimize_ridge
+from fedray.protocols.user_level.solver import LinearModelProgram, minimize_ridge
 from fedray.rng import Stream
 
 
@@ -46,7 +45,7 @@ def sensitivity(lipschitz: float, regularization: float, num_users: int, toleran
 
 
 @dataclass(frozen=True)
-class OutputPerturbation:
+class OutputPerturbation(LinearModelProgram):
     """The program (``fedray.core.program.CentralProgram``); ``noise_std`` (P,) is sigma per
     replica (0 without privacy)."""
 
@@ -74,9 +73,3 @@ class OutputPerturbation:
                    "solver_calls": Metric(np.full(num_replicas, float(solution.calls)), released=False),
                    "certificate_gradient_norm": Metric(np.full(num_replicas, solution.gradient_norm), released=False)}
         return ProgramRun({"released": released}, charge, metrics)
-
-    def evaluate(self, models: np.ndarray, federation) -> dict:
-        return LinearModelEvaluation(self.objective.loss).shard_parts(models, federation)
-
-    def combine(self, parts: list[dict]) -> dict:
-        return LinearModelEvaluation(self.objective.loss).combine(parts, self.num_units)

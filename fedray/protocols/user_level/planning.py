@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedray.checks import known_keys, number_in, positive
+from fedray.checks import check_bool, known_keys, number_in, positive
 from fedray.core.planning import PlanContext
 from fedray.core.protocol import Routing
 from fedray.core.sampling import AllUnits
@@ -64,52 +64,147 @@ class OutputPerturbationRecipe:
         from fedray.protocols.user_level.output_perturbation import sensitivity
 
         alg, priv, shape = config["algorithm"], config["privacy"], context.shape
-        name = str(alg.get("name"))
-        known_keys("algorithm", alg, FIELDS)
-        if priv["trust_model"] not in self.trust_models:
-            raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {self.trust_models} for {name}")
-        if not isinstance(context.sampler, AllUnits):
-            raise ConfigError("participation", type(context.sampler).__name__,
-                              f"every user (participation=all) for {name}: one release reads all of them")
-        if context.num_rounds != 1:
-            raise ConfigError("num_rounds", context.num_rounds, f"1 for {name} (one release)")
-        bound = getattr(context.loss, "residual_bound", math.inf)
-        if not math.isfinite(bound) or not hasattr(context.loss, "curvature"):
-            raise ConfigError("data.loss", type(context.loss).__name__,
-                              f"a smooth loss with a bounded derivative (Logistic, Softmax) for {name}")
+        _check_program(self, config, context, FIELDS)
         regularization = positive("algorithm.regularization", alg.get("regularization"))
-        feature_bound = positive("algorithm.feature_bound", alg.get("feature_bound"))
         tolerance = positive("algorithm.gradient_tolerance", alg.get("gradient_tolerance"))
-        objective = LinearModelObjective(context.loss, feature_bound)
+        objective = LinearModelObjective(context.loss, positive("algorithm.feature_bound", alg.get("feature_bound")))
         delta_sens = sensitivity(objective.lipschitz, regularization, shape.num_silos, tolerance)
         replicas, cells = context.replicas, (context.replicas.count, shape.num_silos)
         resolved = {"lipschitz": objective.lipschitz, "smoothness": objective.smoothness, "sensitivity": delta_sens}
         if priv["trust_model"] == "none":
-            privacy = PrivacyPlan(trust_model="none", calibration="none", accountant="none", unit=USER,
-                                  relation="replace_one", delta=np.zeros(shape.num_silos),
-                                  noise_multiplier=np.zeros(cells), target_epsilon=None, ledger=None)
-            noise_std = np.zeros(replicas.count)
+            privacy, noise_std = _not_private(cells), np.zeros(replicas.count)
         else:
             calibration = priv["calibration"]
             if calibration not in CALIBRATIONS:
-                raise ConfigError("privacy.calibration", calibration, f"one of {CALIBRATIONS} for {name}")
+                raise ConfigError("privacy.calibration", calibration, f"one of {CALIBRATIONS} for {alg.get('name')}")
             delta = number_in("privacy.delta", priv.get("delta"), 0.0, 1.0, "a number in (0, 1)")
-            levels = replicas.epsilon_levels
-            if levels is None:
-                levels = np.full(replicas.count, positive("privacy.epsilon", priv.get("epsilon")))
+            levels = _levels(priv, replicas)
             if calibration == "paper" and np.any(levels >= 1):
                 raise ConfigError("privacy.epsilon", float(levels.max()), "below 1 with privacy.calibration=paper "
                                   "(the classic Gaussian mechanism); privacy.calibration=accountant serves any epsilon")
             sigma = analytic_sigma if calibration == "accountant" else classic_sigma
             noise_std = np.array([sigma(float(eps), delta, delta_sens) for eps in levels])
-            rule = ApproxDpComposition(levels[:, None], delta, 0.0, route="basic")
-            privacy = PrivacyPlan(
-                trust_model="central", calibration=calibration, accountant="basic", unit=USER,
-                relation="replace_one", delta=np.full(shape.num_silos, delta),
-                noise_multiplier=np.broadcast_to((noise_std / delta_sens)[:, None], cells).copy(),
-                target_epsilon=np.broadcast_to(levels[:, None], cells).copy(),
-                ledger=Ledger(ComposedAccountant(rule, "basic"), cells, "user"),
-                details={"noise_std_max": float(noise_std.max())})
+            privacy = _one_release(calibration, levels, delta, cells, noise_std / delta_sens,
+                                   {"noise_std_max": float(noise_std.max())})
             resolved["noise_std_max"] = float(noise_std.max())
         return OutputPerturbationPlan(algorithm_class, objective, regularization, tolerance, noise_std, shape,
                                       privacy, resolved=resolved)
+
+
+@dataclass(frozen=True)
+class CertifiedPlan:
+    """SCOutputPert resolved against its data (``PlannedProtocol``)."""
+
+    algorithm_class: type
+    objective: LinearModelObjective
+    strong_convexity: float
+    mechanisms: tuple
+    tolerance: float
+    shape: object
+    privacy: PrivacyPlan
+    resolved: dict = field(default_factory=dict)
+    routing: Routing = Routing.DIRECT
+
+    def build(self, oracle):
+        model_shape = (self.shape.dim, self.objective.loss.num_outputs)
+        return self.algorithm_class(self.objective, self.strong_convexity, self.mechanisms, self.tolerance,
+                                    self.shape.num_silos, model_shape, dict(self.resolved))
+
+
+@dataclass(frozen=True)
+class CertifiedPerturbationRecipe:
+    """SCOutputPert (certificate mode): checks as output perturbation, plus every user holding the
+    same m items, beta in (0, 1), eps <= 1 (the paper's range; refused above), and n >= N0 =
+    8 kappa + 2 unless ``algorithm.allow_few_users`` (then the utility guarantee is void; privacy
+    is not affected, Thm 3.3 holds for every n)."""
+
+    trust_models: tuple[str, ...] = ("central", "none")
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+
+    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+        return config
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> CertifiedPlan:
+        from fedray.protocols.user_level.deletion import CertifiedPerturbation
+
+        alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
+        _check_program(self, config, context, CERTIFIED_FIELDS)
+        mu = positive("algorithm.strong_convexity", alg.get("strong_convexity"))
+        objective = LinearModelObjective(context.loss, positive("algorithm.feature_bound", alg.get("feature_bound")))
+        beta = number_in("algorithm.beta", alg.get("beta"), 0.0, 1.0, "a failure probability in (0, 1)")
+        few = alg.get("allow_few_users", False)
+        check_bool("algorithm.allow_few_users", few)
+        items = set(shape.n_train)
+        if len(items) != 1:
+            raise ConfigError("data", f"{min(items)}..{max(items)} items per user",
+                              f"the same number of items for every user ({alg.get('name')})")
+        lipschitz = 2.0 * objective.lipschitz          # item loss + (mu/2)||theta||^2 on K = B(0, G_item/mu)
+        cells, n, m = (replicas.count, shape.num_silos), shape.num_silos, items.pop()
+        resolved = {"lipschitz": lipschitz, "items_per_user": m}
+        if priv["trust_model"] == "none":
+            return CertifiedPlan(algorithm_class, objective, mu, (None,) * replicas.count, 1e-9 * lipschitz, shape,
+                                 _not_private(cells), resolved)
+        if priv["calibration"] != "paper":
+            raise ConfigError("privacy.calibration", priv["calibration"], "paper for SCOutputPert (Thm 3.3's noise)")
+        delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "a number in (0, 1/2]", closed_high=True)
+        levels = _levels(priv, replicas)
+        if np.any(levels > 1):
+            raise ConfigError("privacy.epsilon", float(levels.max()), "at most 1 (the paper's range, eps in (0, 1])")
+        mechanisms = tuple(CertifiedPerturbation(float(eps), delta, beta, lipschitz, mu, n, m) for eps in levels)
+        fewest = max(mech.min_users for mech in mechanisms)
+        if n < fewest and not few:
+            raise ConfigError("data.spec.num_silos", n, f"at least N0 = {fewest} users for (eps, delta) = "
+                              f"({float(levels.min()):g}, {delta:g}) (or algorithm.allow_few_users=true)")
+        sigma = np.array([mech.noise_std for mech in mechanisms])
+        sensitivity = np.array([mech.sensitivity for mech in mechanisms])
+        resolved.update(kappa=max(mech.kappa for mech in mechanisms), min_users=fewest,
+                        sensitivity_max=float(sensitivity.max()), noise_std_max=float(sigma.max()))
+        privacy = _one_release("paper", levels, delta, cells, sigma / sensitivity,
+                               {"noise_std_max": float(sigma.max()), "min_users": fewest})
+        tolerance = min(mech.strong_convexity * mech.tolerance for mech in mechanisms)
+        return CertifiedPlan(algorithm_class, objective, mu, mechanisms, tolerance, shape, privacy, resolved)
+
+
+CERTIFIED_FIELDS = ("_target_", "name", "strong_convexity", "feature_bound", "beta", "allow_few_users")
+
+
+def _check_program(recipe, config: dict, context: PlanContext, fields: tuple) -> None:
+    """What every driver-side user-level program needs: its fields, trust model, one release over
+    every user, a smooth loss with a bounded derivative."""
+    alg, priv = config["algorithm"], config["privacy"]
+    name = str(alg.get("name"))
+    known_keys("algorithm", alg, fields)
+    if priv["trust_model"] not in recipe.trust_models:
+        raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {recipe.trust_models} for {name}")
+    if not isinstance(context.sampler, AllUnits):
+        raise ConfigError("participation", type(context.sampler).__name__,
+                          f"every user (participation=all) for {name}: one release reads all of them")
+    if context.num_rounds != 1:
+        raise ConfigError("num_rounds", context.num_rounds, f"1 for {name} (one release)")
+    bound = getattr(context.loss, "residual_bound", math.inf)
+    if not math.isfinite(bound) or not hasattr(context.loss, "curvature"):
+        raise ConfigError("data.loss", type(context.loss).__name__,
+                          f"a smooth loss with a bounded derivative (Logistic, Softmax) for {name}")
+
+
+def _levels(priv: dict, replicas) -> np.ndarray:
+    if replicas.epsilon_levels is not None:
+        return replicas.epsilon_levels
+    return np.full(replicas.count, positive("privacy.epsilon", priv.get("epsilon")))
+
+
+def _one_release(calibration: str, levels: np.ndarray, delta: float, cells: tuple, multiplier: np.ndarray,
+                 details: dict) -> PrivacyPlan:
+    """Each user is charged one (eps, delta) release per replica (basic composition of one)."""
+    rule = ApproxDpComposition(levels[:, None], delta, 0.0, route="basic")
+    return PrivacyPlan(
+        trust_model="central", calibration=calibration, accountant="basic", unit=USER, relation="replace_one",
+        delta=np.full(cells[1], delta), noise_multiplier=np.broadcast_to(multiplier[:, None], cells).copy(),
+        target_epsilon=np.broadcast_to(levels[:, None], cells).copy(),
+        ledger=Ledger(ComposedAccountant(rule, "basic"), cells, "user"), details=details)
+
+
+def _not_private(cells: tuple) -> PrivacyPlan:
+    return PrivacyPlan(trust_model="none", calibration="none", accountant="none", unit=USER, relation="replace_one",
+                       delta=np.zeros(cells[1]), noise_multiplier=np.zeros(cells), target_epsilon=None, ledger=None)

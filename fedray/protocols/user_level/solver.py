@@ -19,6 +19,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.optimize import minimize
 
+from fedray.evaluation import LinearModelEvaluation
+
 
 class Solution(NamedTuple):
     params: np.ndarray          # (1, ...) the minimiser found
@@ -57,3 +59,14 @@ def minimize_ridge(data, shape: tuple, regularization: float, smoothness: float,
         flat = flat - step * gradient
         _, gradient = value_gradient(flat)
     return Solution(flat.reshape((1,) + shape), float(np.linalg.norm(gradient)), calls)
+
+
+class LinearModelProgram:
+    """Evaluation of a driver-side program's released linear models (diagnostic training loss and
+    test error on the users' records); needs ``objective`` and ``num_units``."""
+
+    def evaluate(self, models: np.ndarray, federation) -> dict:
+        return LinearModelEvaluation(self.objective.loss).shard_parts(models, federation)
+
+    def combine(self, parts: list[dict]) -> dict:
+        return LinearModelEvaluation(self.objective.loss).combine(parts, self.num_units)

@@ -1,0 +1,87 @@
+"""SCOutputPert in certificate mode (seed-003 Alg. 2 with App. C, spec §2.3b): user-level output
+perturbation whose noise scales with the LOCAL deletion sensitivity of the strongly convex ERM
+minimiser, O(G / (mu n sqrt(m))) instead of the global 2 G / (mu n).
+
+Symbols (``fedray.protocols.user_level.deletion``): n users with m items each (every user the
+same m), f_u the user's average loss, the item loss l = (logistic or softmax loss of a linear
+model, records scaled to ||x|| <= B) + (mu/2) ||theta||^2, K = B(0, r B / mu) (never active: every
+sub-dataset's minimiser lies inside), so G = 2 r B with r = sup |dl/dz|.
+
+Trust model: central user-level DP (the trusted server solves through the oracle; per-user
+gradients reach only the program). Unit: a user, all m items. Relation: replace one user.
+Mechanism (one release per replica): solve to residual ||grad|| <= mu eta (deterministic, from
+0, never warm-started from another dataset); compute every user's mean gradient gbar_u and
+gamma = max_u ||gbar_u - mean_v gbar_v||; draw the deletion budget R1 ~ TDLap(eps2, delta2)
+(always, unused on this path); if the certificate holds, release theta + N(0, sigma^2 I), else
+release nothing ("no release", reported as ``released`` = 0, never replaced by an unprotected
+output). Guarantee: (eps, delta)-DP by Thm 3.3 (the release is exactly DelOutputPert's with
+f = the solver's map, whose Delta_{4 kappa} the certificate bounds); the ledger charges each user
+one (eps, delta) release per replica, a certificate-style event (the argument is the paper's,
+not an accountant's). Utility needs the items of users exchangeable (random permutation);
+privacy does not. Refuses n < N0 = 8 kappa + 2 at planning unless ``allow_few_users``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from fedray.core.evaluation import Metric
+from fedray.core.objective import DataObjective
+from fedray.core.program import ProgramRun
+from fedray.core.protocol import RoundKeys
+from fedray.objectives import LinearModelObjective
+from fedray.protocols.user_level.deletion import CertifiedPerturbation, TruncatedDiscreteLaplace
+from fedray.protocols.user_level.planning import CertifiedPerturbationRecipe
+from fedray.protocols.user_level.solver import LinearModelProgram, minimize_ridge
+from fedray.rng import Stream
+
+
+@dataclass(frozen=True)
+class SCOutputPert(LinearModelProgram):
+    """The program (``fedray.core.program.CentralProgram``); ``mechanisms`` holds each replica's
+    constants (its budget), or None without privacy (then the certified solution is released)."""
+
+    objective: LinearModelObjective
+    strong_convexity: float
+    mechanisms: tuple                 # (P,) CertifiedPerturbation or None
+    tolerance: float                  # mu eta of the strictest replica (all solve once)
+    num_units: int
+    model_shape: tuple
+    constants: dict = field(default_factory=dict)
+    recipe: ClassVar[CertifiedPerturbationRecipe] = CertifiedPerturbationRecipe()
+
+    def run(self, oracle, keys: RoundKeys) -> ProgramRun:
+        data = DataObjective(oracle, self.objective, self.num_units)
+        smoothness = self.objective.smoothness
+        solution = minimize_ridge(data, self.model_shape, self.strong_convexity, smoothness, self.tolerance)
+        per_user = data.unit_gradients(solution.params)[:, 0].reshape(self.num_units, -1)
+        gamma = float(np.linalg.norm(per_user - per_user.mean(axis=0), axis=1).max())
+        num_replicas = len(self.mechanisms)
+        released = np.repeat(solution.params, num_replicas, axis=0)
+        passed, bound, budget, sigma = (np.ones(num_replicas) for _ in range(4))
+        for replica, mechanism in enumerate(self.mechanisms):
+            if mechanism is None:
+                sigma[replica], bound[replica], budget[replica] = 0.0, np.nan, np.nan
+                continue
+            budget[replica] = TruncatedDiscreteLaplace(mechanism.epsilon2, mechanism.delta2).sample(
+                keys.generator(Stream.SERVER, replica))
+            bound[replica] = mechanism.certificate(gamma, solution.gradient_norm)
+            sigma[replica] = mechanism.noise_std
+            if mechanism.certifies(gamma, solution.gradient_norm):
+                noise = keys.generator(Stream.OUTPUT_NOISE, replica).standard_normal(self.model_shape)
+                released[replica] += mechanism.noise_std * noise
+            else:
+                passed[replica] = 0.0
+                released[replica] = np.nan          # no release: nothing unprotected leaves
+        charge = np.ones((num_replicas, self.num_units), dtype=np.int64)
+        metrics = {"released": Metric(passed, released=True),
+                   "noise_std": Metric(sigma, released=True),
+                   "certificate": Metric(bound, released=False),
+                   "gradient_spread": Metric(np.full(num_replicas, gamma), released=False),
+                   "residual": Metric(np.full(num_replicas, solution.gradient_norm), released=False),
+                   "deletion_budget": Metric(budget, released=False),
+                   "solver_calls": Metric(np.full(num_replicas, float(solution.calls)), released=False)}
+        return ProgramRun({"released": released}, charge, metrics)

@@ -1,0 +1,116 @@
+"""SCOutputPert in certificate mode (seed-003 spec §2.1-2.3b, §7 T1, T2, T9, T15): the deletion
+budget's law, the worked constants, the certificate's deletion bound on real solves, releases
+and refusals."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedray.core.objective import DataObjective
+from fedray.errors import ConfigError
+from fedray.plan import make_plan
+from fedray.protocols.user_level.deletion import CertifiedPerturbation, TruncatedDiscreteLaplace, kappa
+from fedray.protocols.user_level.solver import minimize_ridge
+from fedray.runtime.driver import InlineGroups, run
+from tests.conftest import compose
+
+USERS = ["experiment=sc_output_pert_synthetic", "data.spec.num_silos=300", "data.spec.samples_per_silo=40",
+         "data.spec.dim=4", "progress=false"]
+
+
+@pytest.mark.parametrize("epsilon, delta", [(0.5, 2.1e-6), (0.25, 1e-3), (1.0, 0.05)])
+def test_deletion_budget_law(epsilon, delta):
+    law = TruncatedDiscreteLaplace(epsilon, delta)
+    pmf, k = law.pmf(), law.kappa
+    assert pmf.size == 2 * k + 1 and math.isclose(pmf.sum(), 1.0)
+    assert pmf[0] == pmf[-1] <= math.exp(-epsilon) * delta                        # (P1)
+    assert np.all(pmf[1:] / pmf[:-1] <= math.exp(epsilon) * (1 + 1e-12))           # (P2)
+    assert np.all(pmf[:-1] / pmf[1:] <= math.exp(epsilon) * (1 + 1e-12))
+    rng = np.random.default_rng(0)
+    draws = np.array([law.sample(rng) for _ in range(20_000)])
+    observed = np.bincount(draws, minlength=pmf.size)
+    keep = pmf * draws.size >= 5
+    expected = pmf[keep] * draws.size
+    statistic = ((observed[keep] - expected) ** 2 / expected).sum()
+    assert stats.chi2.sf(statistic, keep.sum() - 1) > 1e-3
+
+
+def test_worked_constants():
+    # spec §2.9 / T2: eps = 1, delta = 1e-5 -> delta2 = 2.1194e-6, kappa = 28, N0 = 226, c_cert ~ 1.15e7 at n = 1e3
+    mech = CertifiedPerturbation(1.0, 1e-5, 1e-3, 2.0, 1.0, 1000, 100)
+    assert mech.delta2 == pytest.approx(2.1194e-6, rel=1e-4) and mech.kappa == 28 and mech.min_users == 226
+    assert math.sqrt(2 * math.log(2 / mech.delta2)) == pytest.approx(5.25, abs=5e-3)
+    assert mech.noise_std * 1.0 * 1000 * math.sqrt(100) / 2.0 == pytest.approx(1.15e7, rel=0.01)
+    assert kappa(0.5, 1e-6 / (math.e + 2)) == 32 and CertifiedPerturbation(0.5, 1e-5, 1e-3, 2, 1, 1000, 1).kappa == 53
+    delta0 = mech.certificate(mech.gamma0, 0.0) - 2 * mech.tolerance       # (2r + 1) gamma0 / (mu (n - r - 1))
+    assert delta0 == pytest.approx(225 * 5 * 2.0 * math.sqrt(math.log(1e6) / 100) / 887, rel=1e-12)
+    assert mech.tolerance == pytest.approx(delta0 / 100) and mech.sensitivity == pytest.approx(1.04 * delta0)
+
+
+def test_certificate_bounds_the_deletion_of_any_small_set():
+    """||theta(x) - theta*(x_{-S})|| <= (res + s gamma / (n - s)) / mu for solves on real shards
+    (users deleted by weight 0), and the bound is not vacuous."""
+    plan = make_plan(compose(*USERS, "privacy=none", "data.spec.num_silos=60", "data.spec.samples_per_silo=5",
+                             "algorithm.strong_convexity=0.5"))
+    program = plan.protocol.build(None)
+    data = DataObjective(InlineGroups(plan, 2), program.objective, 60)
+    shape, mu = program.model_shape, program.strong_convexity
+    full = minimize_ridge(data, shape, mu, program.objective.smoothness, 1e-6)
+    per_user = data.unit_gradients(full.params)[:, 0].reshape(60, -1)
+    gamma = np.linalg.norm(per_user - per_user.mean(axis=0), axis=1).max()
+    rng = np.random.default_rng(1)
+    ratios = []
+    for size in (1, 2, 3) * 5:
+        deleted = rng.choice(60, size=size, replace=False)
+        weights = np.ones(60)
+        weights[deleted] = 0.0
+        reduced = minimize_ridge(data, shape, mu, program.objective.smoothness, 1e-12, weights).params
+        bound = (full.gradient_norm + size * gamma / (60 - size)) / mu
+        ratios.append(np.linalg.norm(full.params - reduced) / bound)
+    assert max(ratios) <= 1.0 and max(ratios) > 0.2
+
+
+def test_release_is_the_certified_solution_plus_independent_noise():
+    plan = make_plan(compose(*USERS, "repetitions=40"))
+    result = run(plan, inline=True, groups=InlineGroups(plan, 3))
+    history = result.history[0]
+    assert np.all(history["released"] == 1) and np.all(history["certificate"] <= plan.protocol.resolved["sensitivity_max"])
+    sigma = history["noise_std"][0]
+    exact = run(make_plan(compose(*USERS, "privacy=none")), inline=True).outputs["released"][0]
+    noise = (result.outputs["released"] - exact[None]) / sigma                   # 40 x 4 draws
+    assert abs(noise.std() - 1) < 0.15 and abs(noise.mean()) < 0.15
+    assert np.unique(noise[:, 0, 0]).size == 40
+    assert np.all(result.epsilon_spent == 1.0)
+
+
+def test_a_failed_certificate_releases_nothing():
+    """Heterogeneous users (gradient spread above gamma0) fail the certificate: the output is no
+    release (NaN, released = 0), never the unprotected solution, and the budget is still spent."""
+    plan = make_plan(compose(*USERS, "data.spec.samples_per_silo=2000", "data.spec.heterogeneity=3.0",
+                             "algorithm.beta=0.5"))
+    result = run(plan, inline=True)
+    assert result.history[0]["released"][0] == 0
+    assert result.history[0]["certificate"][0] > plan.protocol.resolved["sensitivity_max"]
+    assert np.all(np.isnan(result.outputs["released"])) and np.all(result.epsilon_spent == 1.0)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("data.spec.num_silos=200", "data.spec.num_silos"),            # below N0 = 226
+    ("privacy.epsilon=2", "privacy.epsilon"),
+    ("privacy.calibration=accountant", "privacy.calibration"),
+    ("algorithm.beta=1.5", "algorithm.beta"),
+    ("algorithm.strong_convexity=0", "algorithm.strong_convexity"),
+])
+def test_bad_settings_are_refused_at_planning(override, key):
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*USERS, override))
+    assert err.value.key == key
+    if key == "data.spec.num_silos":
+        assert "N0 = 226" in str(err.value)
+
+
+def test_few_users_run_when_asked():
+    plan = make_plan(compose(*USERS, "data.spec.num_silos=200", "algorithm.allow_few_users=true"))
+    assert plan.protocol.resolved["min_users"] == 226
