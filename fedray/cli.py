@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from omegaconf import DictConfig
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -16,7 +17,7 @@ from fedray.errors import BudgetError, ConfigError
 from fedray.plan import Plan, make_plan
 from fedray.runtime.driver import ActorPool, RunResult, run, start
 from fedray.sweep import parent_run_id
-from fedray.tracking import tracker_from_config
+from fedray.tracking import run_name, tracker_from_config
 
 console = Console()
 
@@ -40,18 +41,21 @@ def shown_replicas(plan: Plan, result: RunResult) -> tuple[np.ndarray, str]:
 
 
 def summary_table(plan: Plan, result: RunResult) -> Table:
+    """One row per shown replica; narrow enough for 80 columns (the algorithm, accountant and wall
+    time are in the title and caption, not in every row)."""
     priv = plan.privacy
     rows, note = shown_replicas(plan, result)
     extra = [name for name in list(result.outputs)[1:] if f"test_error_{name}" in result.final]
     stepped = "step_size" in plan.config["algorithm"]
-    table = Table(title=f"fedray: {plan.algorithm_name} on {plan.dataset_name} ({priv.trust_model}){note}")
-    for column in ("algorithm", "step", "eps target", "eps paper", f"eps spent ({priv.accountant})",
-                   "train loss", "test error", *(f"test error {name}" for name in extra), "time"):
+    spent = f"eps spent: {priv.accountant} accountant, per unit, largest; " if priv.private else ""
+    table = Table(title=f"fedray: {plan.algorithm_name} on {plan.dataset_name} ({priv.trust_model}){note}",
+                  caption=f"{spent}wall time {result.wall_time:.1f} s", box=box.SIMPLE_HEAD, padding=(0, 1))
+    for column in ("step", "eps", "eps paper", "eps spent", "train loss", "test error",
+                   *(f"test error {name}" for name in extra)):
         table.add_column(column, justify="right")
     for p in rows:
         private = priv.private
         table.add_row(
-            plan.algorithm_name,
             f"{plan.step_sizes[p]:.4g}" if stepped else "-",
             _span(priv.target_epsilon[p]) if private else "-",
             _span(priv.nominal_epsilon[p]) if private and priv.nominal_epsilon is not None else "-",
@@ -59,7 +63,6 @@ def summary_table(plan: Plan, result: RunResult) -> Table:
             f"{result.final['train_loss'][p]:.4f}",
             f"{result.final['test_error'][p]:.4f}",
             *(f"{result.final[f'test_error_{name}'][p]:.4f}" for name in extra),
-            f"{result.wall_time:.1f} s",
         )
     return table
 
@@ -76,7 +79,7 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
         sys.exit(2)
 
     def open_tracker():
-        tracker = tracker_from_config(plan.tracking, run_name=f"{plan.algorithm_name}-{plan.dataset_name}",
+        tracker = tracker_from_config(plan.tracking, run_name=run_name(plan),
                                       parent_run_id=parent_run_id())  # set by fedray.sweep.ParentRun
         tracker.log_plan(plan)
         return tracker
@@ -112,6 +115,6 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
                   soft_wrap=True)
     console.print(
         f"MLflow run [bold]{tracker.run_id}[/] in [bold]{tracker.uri}[/]; "
-        f"browse with: mlflow ui --backend-store-uri {tracker.uri}"
+        f"browse with: mlflow ui --backend-store-uri {tracker.uri}", soft_wrap=True
     )
     return result

@@ -125,6 +125,11 @@ class MlflowTracker:
         if plan.privacy.nominal_epsilon is not None:
             resolved["resolved.paper_epsilon_max"] = float(np.max(plan.privacy.nominal_epsilon))
         params.update({k: str(v) for k, v in resolved.items()})
+        # The values used where the config left them to a default (null): the delta, the data source.
+        if plan.privacy.private:
+            low, high = float(np.min(plan.privacy.delta)), float(np.max(plan.privacy.delta))
+            params["privacy.delta"] = f"{low:g}" if low == high else f"{low:g}..{high:g} (per unit)"
+        params["data.source"] = plan.dataset.source()
         tags = {
             "algorithm": plan.algorithm_name,
             "trust_model": plan.privacy.trust_model,
@@ -224,6 +229,21 @@ def _figure(result, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def run_name(plan) -> str:
+    """A name that tells the runs of a sweep apart in the MLflow UI: algorithm, data, budget,
+    participants per round, trial, e.g. ``isrl_dp_mb_sgd mnist eps=3 M=12 t0``."""
+    if not plan.privacy.private:
+        budget = "non-private"
+    elif plan.epsilon_levels is not None:
+        budget = "eps=" + ",".join(f"{v:g}" for v in np.unique(plan.epsilon_levels))
+    else:
+        low, high = float(np.min(plan.privacy.target_epsilon)), float(np.max(plan.privacy.target_epsilon))
+        budget = f"eps={low:g}" if low == high else f"eps={low:g}..{high:g}"
+    per_round = plan.sampler.per_round(plan.shape.num_silos)
+    participation = f"M={per_round}" if per_round is not None else type(plan.sampler).__name__
+    return f"{plan.algorithm_name} {plan.dataset_name} {budget} {participation} t{plan.trial}"
 
 
 def tracker_from_config(tracking: dict, run_name: str | None = None, parent_run_id: str | None = None) -> MlflowTracker:

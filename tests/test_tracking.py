@@ -44,3 +44,20 @@ def test_under_the_cap_every_replica_has_its_curve(tmp_path):
     _, result, client, run_id = _tracked_run(tmp_path, replica_curves=30)
     history = client.get_metric_history(run_id, "epsilon_max/replica_3")
     assert [m.value for m in history] == [h["epsilon_max"][3] for h in result.history]
+
+
+def test_runs_are_named_apart_and_log_the_values_used_for_defaults(tmp_path):
+    from fedray.tracking import run_name
+
+    plan = make_plan(compose(*SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db", f"tracking.artifact_location={tmp_path}/a"))
+    assert run_name(plan) == "isrl_dp_mb_sgd synthetic eps=1,4 M=2 t0"
+    single = make_plan(compose(*SMALL, "privacy.epsilon_grid=null", "privacy.epsilon=3", "trial=2"))
+    assert run_name(single) == "isrl_dp_mb_sgd synthetic eps=3 M=2 t2"
+    assert run_name(make_plan(compose(*SMALL, "privacy=none"))) == "isrl_dp_mb_sgd synthetic non-private M=2 t0"
+    tracker = tracker_from_config(plan.tracking, run_name=run_name(plan))
+    tracker.log_plan(plan)
+    tracker.wait()
+    params = MlflowClient(tracking_uri=tracker.uri).get_run(tracker.run_id).data.params
+    assert plan.config["privacy"]["delta"] is None
+    assert params["privacy.delta"] == f"{1 / 40**2:g}" and params["data.source"].startswith("generated")
+    tracker.fail()

@@ -85,6 +85,10 @@ class InsuranceSorted:
     def path(self) -> Path:
         return resolve_directory("", self.directory) / FILENAME
 
+    def source(self) -> str:
+        """Where the records come from (logged with the run)."""
+        return str(self.path())
+
     def validate(self) -> None:
         check_int("data.num_silos", self.num_silos, 1)
         check_real("data.train_fraction", self.train_fraction, 0.0, 1.0, low_open=True, high_open=True)

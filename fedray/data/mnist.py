@@ -257,6 +257,10 @@ class MnistPairs:
     def num_silos(self) -> int:
         return len(EVENS) * len(ODDS)
 
+    def source(self) -> str:
+        """Where the records come from (logged with the run)."""
+        return str(self.data_directory())
+
     def data_directory(self) -> Path:
         return resolve_directory(SUBDIR, self.directory)
 

@@ -89,6 +89,10 @@ class ObesityByClass:
     train_fraction: float = 0.8
     balance: str = "without_replacement"
 
+    def source(self) -> str:
+        """Where the records come from (logged with the run)."""
+        return str(self.path())
+
     def path(self) -> Path:
         """The first of ``FILENAMES`` present (the first name if none is)."""
         folder = resolve_directory("", self.directory)

@@ -87,6 +87,10 @@ class SyntheticLinear:
             task=self.task,
         )
 
+    def source(self) -> str:
+        """Where the records come from (logged with the run): generated from the run seed."""
+        return "generated (fedray.data.SyntheticLinear, keyed by seed and trial)"
+
     def load(self, seed: int, trial: int = 0, silo_ids=None) -> Federation:
         """The federation of (seed, trial), or only the silos ``silo_ids`` in that order."""
         ids = np.arange(self.num_silos) if silo_ids is None else np.asarray(silo_ids, dtype=np.int64)
