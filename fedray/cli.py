@@ -87,7 +87,14 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
     # The MLflow store (schema creation on a fresh one) is set up while Ray and the silo actors start.
     with ThreadPoolExecutor(max_workers=1) as background:
         pending = background.submit(open_tracker)
-        groups = start(plan, pool)
+        try:
+            groups = start(plan, pool)
+        except BaseException as err:
+            pending.result().fail()          # the run opened meanwhile: never leave it RUNNING
+            if isinstance(err, ConnectionError):
+                console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
+                sys.exit(1)
+            raise
         tracker = pending.result()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[status]}"))

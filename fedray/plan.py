@@ -27,7 +27,8 @@ from fedray.privacy.ledger import check_budget
 from fedray.privacy.statement import PrivacyPlan
 from fedray.rng import setting_words
 
-RUNTIME_KEYS = ("address", "num_actors", "num_cpus", "checkpoint_path", "checkpoint_every", "resume", "faithful")
+RUNTIME_KEYS = ("address", "connect_timeout", "num_actors", "num_cpus", "checkpoint_path", "checkpoint_every", "resume",
+                "faithful")
 TRACKING_KEYS = ("uri", "artifact_location", "experiment_name", "log_every", "replica_curves", "figure")
 # "grids": values presets interpolate from (step-size grids per algorithm); read by nothing else.
 TOP_LEVEL_KEYS = ("data", "algorithm", "privacy", "participation", "runtime", "tracking", "seed", "trial",
@@ -205,6 +206,10 @@ def make_plan(cfg: DictConfig) -> Plan:
     known_keys("tracking", tracking, TRACKING_KEYS)
     for key in ("num_actors", "num_cpus", "checkpoint_every"):
         positive(f"runtime.{key}", runtime.get(key), int, allow_none=True)
+    positive("runtime.connect_timeout", runtime.get("connect_timeout"), allow_none=True)
+    address = runtime.get("address")
+    if address is not None and (not isinstance(address, str) or not address.strip()):
+        raise ConfigError("runtime.address", address, 'null (a private local Ray), "auto", or "host:port" / "ray://host:port"')
     positive("tracking.log_every", tracking.get("log_every"), int)
     positive("tracking.replica_curves", tracking.get("replica_curves", 30), int)
 

@@ -18,7 +18,7 @@ def data_dir():
 @pytest.fixture(scope="session")
 def _ray_session():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never a cluster already running here
     yield ray
     ray.shutdown()
 

@@ -21,6 +21,8 @@ from tests.conftest import REPO, compose
         ("participation.silos_per_round=30", "participation.silos_per_round must be an integer in [1, 25] (num_silos); got 30"),
         ("algorithm.batch_size=2000", "algorithm.batch_size must be at most the smallest silo's training size n = 1238; got 2000"),
         ("num_rounds=0", "num_rounds must be a positive integer; got 0"),
+        ("runtime.connect_timeout=0", "runtime.connect_timeout must be a positive number; got 0"),
+        ("runtime.address=5", 'runtime.address must be null (a private local Ray), "auto", or "host:port" / "ray://host:port"; got 5'),
         ("algorithm.step_size=-1", "algorithm.step_size must be a positive number; got -1"),
         ("privacy.calibration=magic", "privacy.calibration must be one of ('paper', 'theory', 'accountant') for isrl_dp_mb_sgd; got 'magic'"),
         ("runtime.num_actors=0", "runtime.num_actors must be a positive integer; got 0"),
@@ -47,7 +49,7 @@ def test_bad_values_name_the_key_and_the_allowed_range(override, message):
          "calibration, delta, enforce_budget, epsilon, epsilon_grid, l2_clip, silo_level, trust_model; got 2"),
         (["+runtime.num_actor=2"],
          "runtime.num_actor must be a known key of runtime (did you mean runtime.num_actors?): address, "
-         "checkpoint_every, checkpoint_path, faithful, num_actors, num_cpus, resume; got 2"),
+         "checkpoint_every, checkpoint_path, connect_timeout, faithful, num_actors, num_cpus, resume; got 2"),
         (["+num_round=10"],
          "num_round must be a known key at the top level (did you mean num_rounds?): algorithm, data, "
          "evaluate_every, grids, num_rounds, participation, privacy, progress, repetitions, replicas, runtime, "

@@ -43,3 +43,48 @@ def test_main_job_writes_an_mlflow_run_with_round_metrics(tmp_path):
     assert "simulation (the driver holds the noise seed)" in run.data.tags["privacy_statement"]
     assert run.data.tags["replicas.common_random_numbers"] == "false"
     assert "privacy: isrl_dp: unit = record of one silo" in proc.stdout
+
+
+def test_an_unreachable_address_fails_fast_in_one_line_and_marks_the_run_failed(tmp_path):
+    import socket
+    import time
+
+    with socket.socket() as probe:                  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedray", "experiment=isrl_dp_convex", "progress=false", f"tracking.uri={uri}",
+         f"tracking.artifact_location={tmp_path}/artifacts", f"runtime.address=127.0.0.1:{port}",
+         "runtime.connect_timeout=3"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )
+    assert proc.returncode == 1 and time.monotonic() - started < 60
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("error:")]
+    assert lines == [f"error: runtime.address=127.0.0.1:{port}: no Ray cluster answered within 3 s "
+                     "(ConnectionRefusedError: [Errno 111] Connection refused)"], proc.stdout + proc.stderr[-2000:]
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])
+    assert run.info.status == "FAILED"
+
+
+def test_without_an_address_a_run_starts_its_own_ray_even_beside_a_running_cluster(tmp_path):
+    """A cluster on this machine, advertised in RAY_ADDRESS (as `ray start` leaves it), which a
+    bare ray.init() would join: the run starts a private local Ray instead."""
+    import os
+
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "fedray", "experiment=isrl_dp_convex", "num_rounds=1", "progress=false",
+             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.artifact_location={tmp_path}/artifacts",
+             "runtime.num_cpus=1"],
+            capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, "RAY_ADDRESS": cluster.address},
+        )
+    finally:
+        cluster.shutdown()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Started a local Ray instance" in proc.stderr and "Connecting to existing Ray cluster" not in proc.stderr

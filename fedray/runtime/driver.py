@@ -12,6 +12,7 @@ is behind ``fedray.core.protocol.RoundProtocol``.
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -55,12 +56,29 @@ class RunResult:
 
 
 def _connect(runtime: dict) -> None:
+    """Join ``runtime.address``, or start a private local Ray: ``address="local"`` never joins a
+    cluster somebody else started on this machine (which a bare ``ray.init()`` would)."""
     if ray.is_initialized():
         return
-    if runtime.get("address"):
-        ray.init(address=runtime["address"], log_to_driver=False)
-    else:
-        ray.init(num_cpus=runtime.get("num_cpus"), include_dashboard=False, log_to_driver=False)
+    address = runtime.get("address")
+    if not address:
+        ray.init(address="local", num_cpus=runtime.get("num_cpus"), include_dashboard=False, log_to_driver=False)
+        return
+    _reachable(str(address), float(runtime.get("connect_timeout") or 30.0))
+    ray.init(address=address, log_to_driver=False)
+
+
+def _reachable(address: str, timeout: float) -> None:
+    """Fail fast, naming the address, when nothing listens at ``host:port`` (``ray.init`` would
+    wait for minutes). ``auto`` is left to Ray, which answers at once when no cluster runs here."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as err:
+        raise ConnectionError(f"runtime.address={address}: no Ray cluster answered within {timeout:g} s "
+                              f"({err.__class__.__name__}: {err})") from None
 
 
 def _num_actors(runtime: dict, num_silos: int) -> int:
