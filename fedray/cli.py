@@ -67,6 +67,20 @@ def summary_table(plan: Plan, result: RunResult) -> Table:
     return table
 
 
+def record_refused(cfg: DictConfig, err: Exception) -> None:
+    """A sweep's refused job as a FAILED child run tagged with the reason, so the sweep goes on and
+    the parent counts it."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    tracking = OmegaConf.to_container(cfg.tracking, resolve=True)
+    tracker = tracker_from_config(tracking, run_name=f"{cfg.algorithm.get('name')} refused",
+                                  parent_run_id=parent_run_id())
+    tracker.client.set_tag(tracker.run_id, "refused", str(err)[:5000])
+    tracker.client.set_tag(tracker.run_id, "overrides", " ".join(HydraConfig.get().overrides.task)[:5000])
+    tracker.fail()
+
+
 def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
     """One job: plan, start (or reuse ``pool``'s) actors while the MLflow run opens, rounds, summary."""
     try:
@@ -76,7 +90,10 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
             prepare()
     except (ConfigError, BudgetError, DownloadError, ChecksumError) as err:
         console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-        sys.exit(2)
+        if parent_run_id() is None:
+            sys.exit(2)
+        record_refused(cfg, err)             # in a sweep: a FAILED child run; the sweep goes on
+        return None
 
     def open_tracker():
         tracker = tracker_from_config(plan.tracking, run_name=run_name(plan),

@@ -88,3 +88,23 @@ def test_without_an_address_a_run_starts_its_own_ray_even_beside_a_running_clust
         cluster.shutdown()
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Started a local Ray instance" in proc.stderr and "Connecting to existing Ray cluster" not in proc.stderr
+
+
+def test_a_sweep_is_a_parent_run_and_a_refused_job_is_a_failed_child_that_does_not_stop_it(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedray", "-m", "experiment=isrl_dp_convex", "num_rounds=2", "progress=false",
+         "privacy.epsilon=-1,3", f"tracking.uri={uri}", f"tracking.artifact_location={tmp_path}/artifacts",
+         f"hydra.sweep.dir={tmp_path}/multirun", "runtime.num_cpus=2"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "parent"]
+    children = {r.info.status: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert set(children) == {"FAILED", "FINISHED"}
+    assert "privacy.epsilon must be a positive number" in children["FAILED"].data.tags["refused"]
+    assert "privacy.epsilon=-1" in children["FAILED"].data.tags["overrides"]
+    assert children["FINISHED"].info.run_name == "isrl_dp_mb_sgd mnist eps=3 M=12 t0"
+    assert parent.data.metrics["jobs"] == 2 and parent.data.metrics["jobs_failed"] == 1
