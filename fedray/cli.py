@@ -70,15 +70,21 @@ def summary_table(plan: Plan, result: RunResult) -> Table:
 def record_refused(cfg: DictConfig, err: Exception) -> None:
     """A sweep's refused job as a FAILED child run tagged with the reason, so the sweep goes on and
     the parent counts it."""
-    from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
     tracking = OmegaConf.to_container(cfg.tracking, resolve=True)
     tracker = tracker_from_config(tracking, run_name=f"{cfg.algorithm.get('name')} refused",
                                   parent_run_id=parent_run_id())
     tracker.client.set_tag(tracker.run_id, "refused", str(err)[:5000])
-    tracker.client.set_tag(tracker.run_id, "overrides", " ".join(HydraConfig.get().overrides.task)[:5000])
+    tracker.client.set_tag(tracker.run_id, "overrides", job_overrides())
     tracker.fail()
+
+
+def job_overrides() -> str:
+    """This job's command-line overrides (what tells the jobs of a sweep apart)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return " ".join(HydraConfig.get().overrides.task)[:5000]
 
 
 def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
@@ -99,6 +105,8 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
         tracker = tracker_from_config(plan.tracking, run_name=run_name(plan),
                                       parent_run_id=parent_run_id())  # set by fedray.sweep.ParentRun
         tracker.log_plan(plan)
+        if parent_run_id() is not None:
+            tracker.client.set_tag(tracker.run_id, "overrides", job_overrides())
         return tracker
 
     # The MLflow store (schema creation on a fresh one) is set up while Ray and the silo actors start.

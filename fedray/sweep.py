@@ -70,6 +70,76 @@ class ParentRun(Callback):
         failed = sum(r.info.status != "FINISHED" for r in children)
         self._client.log_metric(self._run_id, "jobs", len(children))
         self._client.log_metric(self._run_id, "jobs_failed", failed)
+        if children:
+            table = comparison(children)
+            self._log_comparison(table)
+            print(markdown(table))
         self._client.set_terminated(self._run_id, "FINISHED" if failed == 0 else "FAILED")
         os.environ.pop(PARENT_ENV, None)
         self._run_id = None
+
+    def _log_comparison(self, table) -> None:
+        """The parent's artifacts: the table as CSV and Markdown, and the final test error of every
+        finished job against the first swept override."""
+        import tempfile
+        from pathlib import Path
+
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            table.to_csv(folder / "sweep_table.csv", index=False)
+            (folder / "sweep_table.md").write_text(markdown(table) + "\n")
+            swept = _swept_values(table)
+            if swept is not None:
+                import matplotlib
+
+                matplotlib.use("Agg")
+                import matplotlib.pyplot as plt
+
+                key, values = swept
+                done = table["status"] == "FINISHED"
+                fig, ax = plt.subplots(figsize=(6, 4))
+                ax.plot([v for v, d in zip(values, done) if d], table.loc[done, "final_test_error"], "o")
+                ax.set(xlabel=key, ylabel="final test error (best replica)", title="sweep: final test error per job")
+                fig.tight_layout()
+                fig.savefig(folder / "sweep_figure.png", dpi=120)
+                plt.close(fig)
+            self._client.log_artifacts(self._run_id, str(folder))
+
+
+# The final metrics the comparison shows, and how a many-replica job's replicas (``/replica_p``)
+# are summarised: its best error and loss, its largest spend.
+COMPARED = {"final_test_error": min, "final_train_loss": min, "epsilon_spent_max": max, "wall_time_s": max}
+
+
+def _summary(metrics: dict, key: str) -> float:
+    if key in metrics:
+        return metrics[key]
+    replicas = [value for name, value in metrics.items() if name.startswith(f"{key}/replica_")]
+    return COMPARED[key](replicas) if replicas else float("nan")
+
+
+def comparison(children: list):
+    """One row per job, in start order: its name, status, overrides and final metrics."""
+    import pandas as pd
+
+    rows = [{"run": r.info.run_name, "status": r.info.status, "overrides": r.data.tags.get("overrides", ""),
+             **{key: _summary(r.data.metrics, key) for key in COMPARED}}
+            for r in sorted(children, key=lambda r: r.info.start_time)]
+    return pd.DataFrame(rows)
+
+
+def _swept_values(table) -> tuple[str, list] | None:
+    """The first override that varies across the jobs, with each job's value."""
+    parsed = [dict(item.split("=", 1) for item in text.split() if "=" in item) for text in table["overrides"]]
+    for key in parsed[0] if parsed else ():
+        values = [job.get(key) for job in parsed]
+        if len(set(values)) > 1:
+            return key, values
+    return None
+
+
+def markdown(table) -> str:
+    """The table as Markdown, numbers to 4 significant digits."""
+    cells = [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row] for row in table.itertuples(index=False)]
+    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])

@@ -108,3 +108,11 @@ def test_a_sweep_is_a_parent_run_and_a_refused_job_is_a_failed_child_that_does_n
     assert "privacy.epsilon=-1" in children["FAILED"].data.tags["overrides"]
     assert children["FINISHED"].info.run_name == "isrl_dp_mb_sgd mnist eps=3 M=12 t0"
     assert parent.data.metrics["jobs"] == 2 and parent.data.metrics["jobs_failed"] == 1
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"sweep_table.csv", "sweep_table.md", "sweep_figure.png"} <= artifacts
+    import pandas as pd
+
+    table = pd.read_csv(client.download_artifacts(parent.info.run_id, "sweep_table.csv", str(tmp_path)))
+    assert table["status"].tolist() == ["FAILED", "FINISHED"]
+    assert table["final_test_error"].isna().tolist() == [True, False] and 0 < table["final_test_error"][1] < 0.5
+    assert "| run | status | overrides | final_test_error |" in proc.stdout
