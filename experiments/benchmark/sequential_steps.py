@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     numpy_per_step, fedray_per_step = numpy_seconds / args.steps, result.wall_time / args.steps
     print(f"P_SGD without privacy: n = {users:,} users, B = {args.batch}, T = {args.steps:,} steps, d = {args.dim}, "
           f"blocks of {args.block_steps} steps, 2 actors")
-    print(f"| runner | s/step | total (s) | ratio to numpy |")
-    print(f"|---|---:|---:|---:|")
+    print("| runner | s/step | total (s) | ratio to numpy |")
+    print("|---|---:|---:|---:|")
     print(f"| numpy loop, one process (median of 3) | {numpy_per_step:.3g} | {numpy_seconds:.2f} | 1.00 |")
     print(f"| fedray, whole run (actors, data, steps, evaluation) | {fedray_per_step:.3g} | {result.wall_time:.2f} | "
           f"{result.wall_time / numpy_seconds:.2f} |")

@@ -178,12 +178,8 @@ class PhasedBatches:
     def max_rounds(self, num_units: int) -> int | None:
         return int(sum(self.steps))
 
-    def phase_of(self, step: int) -> int:
-        """The phase (0-based) round ``step`` belongs to."""
-        return int(np.searchsorted(np.cumsum(self.steps), step, side="right"))
-
     def step_units(self, step: int) -> tuple[int, int]:
-        phase = self.phase_of(step)
+        phase = phase_of(self.steps, step)
         first_step = int(sum(self.steps[:phase]))
         first_unit = int(sum(b * t for b, t in zip(self.batch_sizes[:phase], self.steps[:phase])))
         lo = first_unit + (step - first_step) * int(self.batch_sizes[phase])
@@ -194,6 +190,11 @@ class PhasedBatches:
 
     def counts(self, seed: int, repetitions: np.ndarray, num_rounds: int, num_units: int) -> np.ndarray:
         return _batch_counts(self, len(repetitions), num_rounds, num_units)
+
+
+def phase_of(steps, step: int) -> int:
+    """The phase (0-based) that round ``step`` falls in, for phases of ``steps`` rounds each."""
+    return int(np.searchsorted(np.cumsum(steps), step, side="right"))
 
 
 def _batch_mask(sampler, num_replicas: int, round_index: int, num_units: int) -> np.ndarray:

@@ -159,7 +159,19 @@ def _shuffler_args(plan: Plan) -> tuple | None:
     return None if routing is Routing.DIRECT else (seed, plan.replicas.streams, SHUFFLER_OUTPUT[routing])
 
 
-class RayGroups:
+class GroupOracle:
+    """The oracle (``fedray.core.oracle``) over silo groups, through their ``call(method, *args)``
+    (one call per group) and ``num_units``."""
+
+    def map(self, fn, *args) -> list:
+        """``fn(federation, *args)`` in every group."""
+        return self.call("apply", fn, *args)
+
+    def unit_sum(self, fn, *args) -> np.ndarray:
+        return sum_partials([p for parts in self.call("unit_sum", fn, self.num_units, *args) for p in parts])
+
+
+class RayGroups(GroupOracle):
     """Silo groups as Ray actors: one call per actor per method, gathered with one ray.get."""
 
     def __init__(self, plan: Plan, num_actors: int, pooled: tuple | None = None):
@@ -188,12 +200,6 @@ class RayGroups:
         """One call of ``method`` per actor, gathered with one ray.get."""
         return ray.get([getattr(actor, method).remote(*args) for actor in self.actors])
 
-    def map(self, fn, *args) -> list:
-        """The oracle (``fedray.core.oracle``): ``fn(federation, *args)`` in every actor."""
-        return self.call("apply", fn, *args)
-
-    def unit_sum(self, fn, *args) -> np.ndarray:
-        return sum_partials([p for parts in self.call("unit_sum", fn, self.num_units, *args) for p in parts])
 
     def exchange(self, payload: RoundPayload) -> tuple[Messages, list]:
         """One round's messages as the server may see them, and the units' evaluation parts."""
@@ -253,7 +259,7 @@ class ActorPool:
         self.layout, self.data, self.actors = None, None, None
 
 
-class InlineGroups:
+class InlineGroups(GroupOracle):
     """The same silo groups in this process, without Ray (tests, the single-process reference)."""
 
     def __init__(self, plan: Plan, num_groups: int = 1):
@@ -268,11 +274,6 @@ class InlineGroups:
     def call(self, method: str, *args) -> list:
         return [getattr(group, method)(*args) for group in self.groups]
 
-    def map(self, fn, *args) -> list:
-        return self.call("apply", fn, *args)
-
-    def unit_sum(self, fn, *args) -> np.ndarray:
-        return sum_partials([p for parts in self.call("unit_sum", fn, self.num_units, *args) for p in parts])
 
     def exchange(self, payload: RoundPayload) -> tuple[Messages, list]:
         if self.shuffler is None:

@@ -32,7 +32,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedray.acsa import AcceleratedState, AcSa, Phases
+from fedray.acsa import AcceleratedState, AcSa, Phases, SingleStage
+from fedray.core.sampling import phase_of
 from fedray.data.federation import SiloArrays
 from fedray.protocols.shuffle_sco.hyperparameters import agd_schedule
 from fedray.protocols.shuffle_sco.p_sgd import batch_gradient, user_messages
@@ -63,9 +64,8 @@ class PAGD:
 
     @property
     def server(self) -> AcSa:
-        if self.phases is None:
-            return AcSa(self.step_size, radius=self.radius, first_round=2)
-        stages = Phases(tuple(self.phases["step_sizes"]), tuple(self.phases["steps"]), first_round=2)
+        stages = SingleStage() if self.phases is None else \
+            Phases(tuple(self.phases["step_sizes"]), tuple(self.phases["steps"]), first_round=2)
         return AcSa(self.step_size, radius=self.radius, stages=stages, first_round=2)
 
     def phase(self, index: int) -> "PAGD":
@@ -83,8 +83,7 @@ class PAGD:
         if self.phases is None:
             return user_messages(self, query, users, draws)
         # The step index (which keys the draws) says which phase's P_vec the users run.
-        phase = int(np.searchsorted(np.cumsum(self.phases["steps"]), draws.round_index, side="right"))
-        return user_messages(self.phase(phase), query, users, draws)
+        return user_messages(self.phase(phase_of(self.phases["steps"], draws.round_index)), query, users, draws)
 
     def server_step(self, state: AcceleratedState, summed: np.ndarray) -> AcceleratedState:
         current = self if self.phases is None else self.phase(state.stage - 1)

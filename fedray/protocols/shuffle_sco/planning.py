@@ -111,8 +111,8 @@ class PvecSteps:
 
     def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PvecStepsPlan:
         alg, priv, shape, sampler = config["algorithm"], config["privacy"], context.shape, context.sampler
-        name, own = _check_users(self, algorithm_class, config, context, (SequentialBatches, PhasedBatches),
-                                 "sequential disjoint batches of users (participation=sequential)")
+        own = _check_users(self, algorithm_class, config, context, (SequentialBatches, PhasedBatches),
+                           "sequential disjoint batches of users (participation=sequential)")
         block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
         phased = isinstance(sampler, PhasedBatches)
         if phased != (own.get("phases") is not None):
@@ -199,7 +199,7 @@ class PvecRounds:
 
     def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PvecRoundsPlan:
         alg, priv, shape = config["algorithm"], config["privacy"], context.shape
-        name, own = _check_users(self, algorithm_class, config, context, AllUnits, "every user (participation=all)")
+        own = _check_users(self, algorithm_class, config, context, AllUnits, "every user (participation=all)")
         users, rounds = shape.num_silos, context.num_rounds
         if priv["trust_model"] == "none":
             vector_sum, privacy = ExactSum(), _not_private(priv, context)
@@ -262,8 +262,8 @@ def _formula_inputs(alg: dict, priv: dict, mode: str) -> tuple[float, float, flo
 
 
 def _check_users(recipe, algorithm_class: type, config: dict, context: PlanContext, sampler_class: type,
-                 participation: str) -> tuple[str, dict]:
-    """The checks every seed-000 protocol shares; returns its name and its own algorithm fields."""
+                 participation: str) -> dict:
+    """The checks every seed-000 protocol shares; returns the algorithm's own fields (radius, ...)."""
     alg, priv, shape = config["algorithm"], config["privacy"], context.shape
     name = str(alg.get("name"))
     if priv["trust_model"] not in recipe.trust_models:
@@ -280,7 +280,7 @@ def _check_users(recipe, algorithm_class: type, config: dict, context: PlanConte
     own = {k: alg[k] for k in allowed - {"step_size", "name"} if k in alg}          # radius, smoothness, ...
     if own.get("radius") is not None:
         positive("algorithm.radius", own["radius"])
-    return name, own
+    return own
 
 
 def _clip(priv: dict) -> float:

@@ -36,7 +36,6 @@ from fedray.core.protocol import RoundKeys
 from fedray.objectives import LinearModelObjective
 from fedray.protocols.user_level.planning import OutputPerturbationRecipe
 from fedray.protocols.user_level.solver import LinearModelProgram, minimize_ridge
-from fedray.rng import Stream
 
 
 def sensitivity(lipschitz: float, regularization: float, num_users: int, tolerance: float) -> float:
@@ -66,8 +65,7 @@ class OutputPerturbation(LinearModelProgram):
         released = np.repeat(solution.params, num_replicas, axis=0)
         for replica in range(num_replicas):
             if self.noise_std[replica] > 0:
-                noise = keys.generator(Stream.OUTPUT_NOISE, replica).standard_normal(self.model_shape)
-                released[replica] += self.noise_std[replica] * noise
+                released[replica] += self.noise_std[replica] * self.output_noise(keys, replica)
         charge = np.ones((num_replicas, self.num_units), dtype=np.int64)
         metrics = {"noise_std": Metric(self.noise_std.astype(np.float64), released=True),
                    "solver_calls": Metric(np.full(num_replicas, float(solution.calls)), released=False),

@@ -9,7 +9,6 @@ release: exactly (eps, delta)).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.gaussian import analytic_sigma, classic_sigma
 from fedray.privacy.ledger import ComposedAccountant, Ledger
 from fedray.privacy.statement import PrivacyPlan
+from fedray.protocols.user_level.deletion import CertifiedPerturbation
 
 USER = "user (all records of one silo)"
 FIELDS = ("_target_", "name", "regularization", "feature_bound", "gradient_tolerance")
@@ -126,8 +126,6 @@ class CertifiedPerturbationRecipe:
         return config
 
     def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> CertifiedPlan:
-        from fedray.protocols.user_level.deletion import CertifiedPerturbation
-
         alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
         _check_program(self, config, context, CERTIFIED_FIELDS)
         mu = positive("algorithm.strong_convexity", alg.get("strong_convexity"))

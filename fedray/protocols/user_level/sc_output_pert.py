@@ -33,7 +33,7 @@ from fedray.core.objective import DataObjective
 from fedray.core.program import ProgramRun
 from fedray.core.protocol import RoundKeys
 from fedray.objectives import LinearModelObjective
-from fedray.protocols.user_level.deletion import CertifiedPerturbation, TruncatedDiscreteLaplace
+from fedray.protocols.user_level.deletion import TruncatedDiscreteLaplace
 from fedray.protocols.user_level.planning import CertifiedPerturbationRecipe
 from fedray.protocols.user_level.solver import LinearModelProgram, minimize_ridge
 from fedray.rng import Stream
@@ -71,8 +71,7 @@ class SCOutputPert(LinearModelProgram):
             bound[replica] = mechanism.certificate(gamma, solution.gradient_norm)
             sigma[replica] = mechanism.noise_std
             if mechanism.certifies(gamma, solution.gradient_norm):
-                noise = keys.generator(Stream.OUTPUT_NOISE, replica).standard_normal(self.model_shape)
-                released[replica] += mechanism.noise_std * noise
+                released[replica] += mechanism.noise_std * self.output_noise(keys, replica)
             else:
                 passed[replica] = 0.0
                 released[replica] = np.nan          # no release: nothing unprotected leaves

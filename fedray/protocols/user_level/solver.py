@@ -20,6 +20,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from fedray.evaluation import LinearModelEvaluation
+from fedray.rng import Stream
 
 
 class Solution(NamedTuple):
@@ -62,8 +63,13 @@ def minimize_ridge(data, shape: tuple, regularization: float, smoothness: float,
 
 
 class LinearModelProgram:
-    """Evaluation of a driver-side program's released linear models (diagnostic training loss and
-    test error on the users' records); needs ``objective`` and ``num_units``."""
+    """What a driver-side program releasing linear models shares: its server noise draws and the
+    evaluation of its releases (diagnostic training loss and test error on the users' records);
+    needs ``objective``, ``num_units`` and ``model_shape``."""
+
+    def output_noise(self, keys, replica: int) -> np.ndarray:
+        """Replica ``replica``'s standard normal draw for its released model (its own stream)."""
+        return keys.generator(Stream.OUTPUT_NOISE, replica).standard_normal(self.model_shape)
 
     def evaluate(self, models: np.ndarray, federation) -> dict:
         return LinearModelEvaluation(self.objective.loss).shard_parts(models, federation)
