@@ -378,9 +378,14 @@ class SplitVectorSum:
         # is M1's. This partial sum reaches only the shuffler, which sees more (each message) in M1.
         return counts.sum(axis=2)
 
-    def estimate(self, total: np.ndarray, users: np.ndarray) -> np.ndarray:
-        """Unbiased estimate (P, D) of the sum of the ``users`` (P,) record gradients."""
+    def estimate(self, total: np.ndarray, users: np.ndarray, step: int = 0) -> np.ndarray:
+        """Unbiased estimate (P, D) of the sum of the ``users`` (P,) record gradients (the analyzer
+        draws nothing, so ``step`` is unused)."""
         return analyze_counts(total, self.params, num_users=users)
+
+    def sum_mse(self, users: int, dim: int) -> float:
+        """The closed bound on E||estimate - sum||^2 (``VectorSumParameters.mse_bound``)."""
+        return self.params.mse_bound()
 
 
 @dataclass(frozen=True)
@@ -390,5 +395,8 @@ class ExactSum:
     def randomize(self, vectors: np.ndarray, draws: SiloDraws) -> np.ndarray:
         return vectors.sum(axis=2)
 
-    def estimate(self, total: np.ndarray, users: np.ndarray) -> np.ndarray:
+    def estimate(self, total: np.ndarray, users: np.ndarray, step: int = 0) -> np.ndarray:
         return total
+
+    def sum_mse(self, users: int, dim: int) -> float:
+        return 0.0

@@ -65,3 +65,27 @@ def test_without_privacy_the_run_is_projected_gradient_descent():
         theta *= min(1.0, 0.5 / np.linalg.norm(theta))
     np.testing.assert_allclose(result.outputs["last"][0, :, 0], theta, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(result.outputs["avg"][0, :, 0], np.mean(iterates, axis=0), rtol=1e-12, atol=1e-15)
+
+
+def test_central_baseline_is_gradient_descent_plus_one_keyed_server_draw_per_round():
+    """privacy=central_gaussian: the trusted server adds N(0, sigma^2 I), sigma for (eps_0, delta_0)
+    at sensitivity 2 L, to the exact sum each round; the ledger composes the rounds as P_vec's."""
+    from fedray.privacy.gaussian_sum import release_sigma
+    from fedray.rng import Stream, generator
+
+    plan = make_plan(compose(*USERS, "privacy=central_gaussian", "algorithm.parameters=manual",
+                             "algorithm.step_size=3.0", "num_rounds=30", "algorithm.radius=0.5"))
+    eps0, delta0 = plan.protocol.resolved["eps0"], plan.protocol.resolved["delta0"]
+    sigma = plan.protocol.resolved["noise_std"]
+    assert sigma == release_sigma(eps0, delta0, 1.0)
+    result = run(plan, inline=True, groups=InlineGroups(plan, 2))
+    fed = plan.dataset.load(plan.seed, plan.trial)
+    x, y = fed.x_train[:, 0], fed.y_train[:, 0]
+    theta = np.zeros(3)
+    for t in range(30):
+        residual = 1 / (1 + np.exp(-np.clip(x @ theta, -15, 15))) - y
+        noise = generator(plan.seed, Stream.OUTPUT_NOISE, *plan.replicas.streams[0], t).standard_normal(3)
+        theta = theta - 3.0 * ((x * residual[:, None]).sum(axis=0) + sigma * noise) / 400
+        theta *= min(1.0, 0.5 / np.linalg.norm(theta))
+    np.testing.assert_allclose(result.outputs["last"][0, :, 0], theta, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(result.epsilon_spent, advanced_composition(eps0, delta0, 30, delta0)[0], rtol=1e-12)

@@ -22,7 +22,8 @@ def _run(*overrides, groups=1):
     return plan, run(plan, inline=True, groups=InlineGroups(plan, groups))
 
 
-@pytest.mark.parametrize("privacy", ["privacy=none", "privacy=shuffle_vector_sum"])
+@pytest.mark.parametrize("privacy", ["privacy=none", "privacy=shuffle_vector_sum", "privacy=local_gaussian",
+                                     "privacy=central_gaussian"])
 def test_block_size_and_actor_layout_change_no_bit(privacy):
     _, reference = _run(privacy, "algorithm.block_steps=1")
     # 600 users in 1, 3 or 4 groups: with B = 7, steps straddle the group boundaries at 200 and 400.
@@ -67,4 +68,61 @@ def test_non_private_p_sgd_reaches_the_optimum_region_and_private_spends_its_bud
 def test_what_p_sgd_cannot_run_is_refused_at_planning(override, key):
     with pytest.raises(ConfigError) as err:
         make_plan(compose(*USERS, override))
+    assert err.value.key == key
+
+
+def _replay(plan, result):
+    """P_SGD re-run in plain numpy from the plan's own sum step: the users' messages, their sum,
+    the server's estimate keyed by the step, the projected step; returns the average iterate."""
+    from fedray.data.federation import SiloArrays
+    from fedray.rng import SiloDraws
+
+    alg, fed = plan.protocol.algorithm, plan.dataset.load(plan.seed)
+    state, everyone = alg.init(np.zeros((1, 3, 1))), SiloArrays.of(fed, np.arange(plan.shape.num_silos))
+    for step in range(plan.num_rounds):
+        lo, hi = plan.protocol.sampler.step_units(step)
+        users = everyone.select(slice(lo, hi))
+        messages = alg.silo_step(state.params, users, SiloDraws(plan.seed, plan.replicas.streams, step, np.arange(lo, hi)))
+        state = alg.server_step(state, messages.sum(axis=1))
+    return alg.output(state)["avg"]
+
+
+@pytest.mark.parametrize("privacy,placement,trust", [("privacy=local_gaussian", "each user", "local"),
+                                                     ("privacy=central_gaussian", "trusted server", "central")])
+def test_gaussian_baselines_calibrate_one_release_per_step_and_spend_it_once(privacy, placement, trust):
+    from fedray.core.protocol import Routing
+    from fedray.privacy.gaussian import analytic_sigma
+
+    plan, result = _run(privacy, "privacy.epsilon=2", "privacy.l2_clip=0.5")
+    assert plan.privacy.trust_model == trust and plan.protocol.routing is Routing.DIRECT
+    assert plan.protocol.resolved["noise_std"] == analytic_sigma(2.0, 1e-6, 1.0)
+    assert plan.protocol.resolved["noise_placement"].startswith(placement)
+    assert result.epsilon_spent.max() == 2.0 and plan.privacy.accountant == "parallel"
+    np.testing.assert_array_equal(result.outputs["avg"], _replay(plan, result))
+
+
+def test_exact_mode_gives_each_arm_the_step_its_own_noise_calls_for():
+    """Same B and T for every trust model; eta = D / sqrt(T (L^2 + MSE(B) / B^2)), MSE the arm's own."""
+    from fedray.privacy.gaussian_sum import release_sigma
+
+    base = [*USERS, "algorithm.parameters=exact", "algorithm.radius=1", "privacy.epsilon=4", "data.spec.num_silos=6000"]
+    plans = {p: make_plan(compose(*base, f"privacy={p}")) for p in ("shuffle_vector_sum", "local_gaussian",
+                                                                     "central_gaussian", "none")}
+    batch = {p.protocol.algorithm.batch_size for p in plans.values()}
+    steps = {p.num_rounds for p in plans.values()}
+    assert len(batch) == 1 and len(steps) == 1
+    b, t, d, sigma = batch.pop(), steps.pop(), 3, release_sigma(4.0, 1e-6, 1.0)
+    for name, mse in (("local_gaussian", b * d * sigma**2), ("central_gaussian", d * sigma**2), ("none", 0.0)):
+        eta = 2.0 / np.sqrt(t * (1.0 + mse / b**2))
+        assert plans[name].protocol.algorithm.step_size[0] == pytest.approx(eta, rel=1e-12)
+    etas = [plans[p].protocol.algorithm.step_size[0] for p in ("shuffle_vector_sum", "local_gaussian",
+                                                                "central_gaussian", "none")]
+    assert etas == sorted(etas)                 # here P_vec's bound is the largest error, then local, central
+
+
+@pytest.mark.parametrize("override,key", [("algorithm.parameters=paper", "algorithm.parameters"),
+                                          ("privacy.calibration=paper", "privacy.calibration")])
+def test_gaussian_baselines_refuse_p_vecs_settings(override, key):
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*USERS, "privacy=local_gaussian", "algorithm.radius=1", override))
     assert err.value.key == key

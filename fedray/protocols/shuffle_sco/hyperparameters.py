@@ -8,6 +8,10 @@ Modes (A2): ``paper`` uses the formulas as printed (the paper drops P_vec's cons
 step sizes are far too large at moderate n: expect poor utility and say so); ``exact`` keeps the
 batch-size formulas and sets eta = D / (L_G sqrt T) with the oracle's real second moment
 L_G^2 = L^2 + MSE_vec(B) / B^2, the value Lemma 4.2 requires.
+
+``sum_mse(eps, delta, d, B, L)`` is the error of the step's sum: P_vec's closed bound by default
+(``pvec_mse``); the baselines pass their own (a Gaussian sum's, or 0 without privacy), so
+``exact`` gives every arm the same B and T and the step size its own noise calls for.
 """
 
 from __future__ import annotations
@@ -44,21 +48,26 @@ def sgd_step_size_paper(epsilon: float, delta: float, dim: int, batch: int, step
     return epsilon * batch * diameter / (lipschitz * math.sqrt(steps) * bracket)
 
 
-def oracle_second_moment(epsilon: float, delta: float, dim: int, batch: int, lipschitz: float) -> float:
-    """L_G^2 = L^2 + MSE_vec(B) / B^2: a bound on E||g_t||^2 of the step's gradient estimate."""
-    mse = vector_sum_parameters(epsilon, delta, dim, batch, lipschitz).mse_bound()
-    return lipschitz**2 + mse / batch**2
+def pvec_mse(epsilon: float, delta: float, dim: int, batch: int, lipschitz: float) -> float:
+    """MSE_vec(B): P_vec's closed bound on E||o - sum||^2 for B users (seed-000 §2.2)."""
+    return vector_sum_parameters(epsilon, delta, dim, batch, lipschitz).mse_bound()
+
+
+def oracle_second_moment(epsilon: float, delta: float, dim: int, batch: int, lipschitz: float,
+                         sum_mse=pvec_mse) -> float:
+    """L_G^2 = L^2 + MSE(B) / B^2: a bound on E||g_t||^2 of the step's gradient estimate."""
+    return lipschitz**2 + sum_mse(epsilon, delta, dim, batch, lipschitz) / batch**2
 
 
 def sgd_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float, lipschitz: float,
-                 diameter: float, smoothness: float | None = None) -> Schedule:
+                 diameter: float, smoothness: float | None = None, sum_mse=pvec_mse) -> Schedule:
     """(B, T, eta) of P_SGD in ``mode`` ``paper`` or ``exact`` (module docstring)."""
     batch = clamp_batch(sgd_batch_size_raw(dim, epsilon, delta), n)
     steps = n // batch
     if mode == "paper":
         eta = sgd_step_size_paper(epsilon, delta, dim, batch, steps, lipschitz, diameter)
     else:
-        eta = diameter / math.sqrt(oracle_second_moment(epsilon, delta, dim, batch, lipschitz) * steps)
+        eta = diameter / math.sqrt(oracle_second_moment(epsilon, delta, dim, batch, lipschitz, sum_mse) * steps)
     return Schedule(batch, steps, eta)
 
 
@@ -70,22 +79,22 @@ def agd_batch_size_raw(n: int, dim: int, epsilon: float, delta: float, lipschitz
             / (epsilon**0.4 * smoothness**0.4 * diameter**0.4))
 
 
-def agd_oracle_std(mode: str, epsilon: float, delta: float, dim: int, batch: int, lipschitz: float) -> float:
+def agd_oracle_std(mode: str, epsilon: float, delta: float, dim: int, batch: int, lipschitz: float,
+                   sum_mse=pvec_mse) -> float:
     """sigma: ``paper`` sigma^2 = L^2/B + d L^2 ln^2(d/delta)/(B^2 eps^2) (constants dropped, T3:
-    sigma is the standard deviation); ``exact`` sigma^2 = L^2/B + MSE_vec(B)/B^2."""
+    sigma is the standard deviation); ``exact`` sigma^2 = L^2/B + MSE(B)/B^2."""
     if mode == "paper":
         return math.sqrt(lipschitz**2 / batch + dim * lipschitz**2 * math.log(dim / delta) ** 2 / (batch * epsilon) ** 2)
-    mse = vector_sum_parameters(epsilon, delta, dim, batch, lipschitz).mse_bound()
-    return math.sqrt(lipschitz**2 / batch + mse / batch**2)
+    return math.sqrt(lipschitz**2 / batch + sum_mse(epsilon, delta, dim, batch, lipschitz) / batch**2)
 
 
 def agd_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float, lipschitz: float,
-                 diameter: float, smoothness: float | None = None) -> Schedule:
+                 diameter: float, smoothness: float | None = None, sum_mse=pvec_mse) -> Schedule:
     """(B, T, step size) of P_AGD: L_t = ((T + 2)^(3/2) sigma / D + beta) / (t + 1), carried as the
     AC-SA step size 2 / ((T + 2)^(3/2) sigma / D + beta) (``fedray.acsa``)."""
     batch = clamp_batch(agd_batch_size_raw(n, dim, epsilon, delta, lipschitz, smoothness, diameter), n)
     steps = n // batch
-    sigma = agd_oracle_std(mode, epsilon, delta, dim, batch, lipschitz)
+    sigma = agd_oracle_std(mode, epsilon, delta, dim, batch, lipschitz, sum_mse)
     return Schedule(batch, steps, 2.0 / ((steps + 2) ** 1.5 * sigma / diameter + smoothness))
 
 
@@ -95,14 +104,14 @@ def gd_num_rounds(n: int, dim: int, epsilon: float, delta: float) -> int:
 
 
 def gd_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float, lipschitz: float, diameter: float,
-                per_round_budget) -> Schedule:
+                per_round_budget, sum_mse=pvec_mse) -> Schedule:
     """(n, T, eta) of P_GD: eta = D / (L sqrt T) (``paper``), or D / (L_G sqrt T) with L_G^2 =
-    L^2 + MSE_vec(n) / n^2 at the per-round (eps_0, delta_0) ``per_round_budget`` gives (``exact``)."""
+    L^2 + MSE(n) / n^2 at the per-round (eps_0, delta_0) ``per_round_budget`` gives (``exact``)."""
     steps = gd_num_rounds(n, dim, epsilon, delta)
     if mode == "paper":
         return Schedule(n, steps, diameter / (lipschitz * math.sqrt(steps)))
     eps0, delta0, _, _ = per_round_budget(epsilon, delta, steps)
-    return Schedule(n, steps, diameter / math.sqrt(oracle_second_moment(eps0, delta0, dim, n, lipschitz) * steps))
+    return Schedule(n, steps, diameter / math.sqrt(oracle_second_moment(eps0, delta0, dim, n, lipschitz, sum_mse) * steps))
 
 
 def smoothing_parameter(n: int, dim: int, epsilon: float, delta: float, lipschitz: float, diameter: float) -> float:
@@ -125,7 +134,7 @@ def num_phases(n: int) -> int:
 
 
 def agd_phase_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float, lipschitz: float,
-                       diameter: float, smoothness: float, strong_convexity: float) -> PhaseSchedule:
+                       diameter: float, smoothness: float, strong_convexity: float, sum_mse=pvec_mse) -> PhaseSchedule:
     """Thm 4.8 (lambda-strongly convex, beta-smooth) with the choices of A6: k phases on disjoint
     groups of n_j = floor(n / k) users; phase j runs P_AGD with n := n_j and D := R_{j-1}, where
     R_0 = min(D, 2L / lambda), Delta_j = R_{j-1} L / sqrt(n_j) + A R_{j-1}^(6/5) / n_j^(4/5) (C = 1),
@@ -135,7 +144,7 @@ def agd_phase_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float
     a = dim**0.4 * smoothness**0.2 * lipschitz**0.8 * math.log(dim / delta) ** 0.8 / epsilon**0.8
     radii, batches, steps, step_sizes = [min(diameter, 2.0 * lipschitz / strong_convexity)], [], [], []
     for _ in range(k):
-        schedule = agd_schedule(mode, group, dim, epsilon, delta, lipschitz, radii[-1], smoothness)
+        schedule = agd_schedule(mode, group, dim, epsilon, delta, lipschitz, radii[-1], smoothness, sum_mse)
         batches.append(schedule.batch_size)
         steps.append(schedule.num_steps)
         step_sizes.append(schedule.step_size)

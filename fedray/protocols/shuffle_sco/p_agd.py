@@ -54,7 +54,7 @@ class PAGD:
     step_size: np.ndarray          # (P,) 2 / ((T + 2)^(3/2) sigma / D + beta)
     batch_size: int                # B
     l2_clip: float                 # L = Delta2
-    vector_sum: object             # SplitVectorSum (private) or ExactSum (trust model none)
+    vector_sum: object             # SplitVectorSum (sdp), Local/CentralGaussianSum (baselines), ExactSum (none)
     radius: float | None = None
     smoothness: float | None = None          # beta, for the paper / exact step size
     strong_convexity: float | None = None    # lambda > 0: the phased method of Thm 4.8
@@ -87,7 +87,7 @@ class PAGD:
 
     def server_step(self, state: AcceleratedState, summed: np.ndarray) -> AcceleratedState:
         current = self if self.phases is None else self.phase(state.stage - 1)
-        return self.server.step(state, batch_gradient(current, summed), np.ones(summed.shape[0]))
+        return self.server.step(state, batch_gradient(current, summed, state.round), np.ones(summed.shape[0]))
 
     def output(self, state: AcceleratedState) -> dict[str, np.ndarray]:
         return {"last": state.params}

@@ -55,7 +55,7 @@ class PSGD:
     step_size: np.ndarray          # (P,) eta
     batch_size: int                # B
     l2_clip: float                 # L = Delta2
-    vector_sum: object             # SplitVectorSum (private) or ExactSum (trust model none)
+    vector_sum: object             # SplitVectorSum (sdp), Local/CentralGaussianSum (baselines), ExactSum (none)
     radius: float | None = None
 
     recipe: ClassVar[PvecSteps] = PvecSteps()
@@ -72,7 +72,7 @@ class PSGD:
 
     def server_step(self, state: PSGDState, summed: np.ndarray) -> PSGDState:
         """The batch's gradient estimate, then the projected step."""
-        theta = project_l2_ball(state.params - self.step_size[:, None, None] * batch_gradient(self, summed), self.radius)
+        theta = project_l2_ball(state.params - self.step_size[:, None, None] * batch_gradient(self, summed, state.round), self.radius)
         return PSGDState(state.round + 1, theta, state.iterate_sum + state.params)
 
     def output(self, state: PSGDState) -> dict[str, np.ndarray]:
@@ -91,7 +91,8 @@ def user_messages(alg, params: np.ndarray, users: SiloArrays, draws: SiloDraws) 
     return alg.vector_sum.randomize(grads.reshape(p, s, 1, d * c), draws).reshape(p, s, d, c)
 
 
-def batch_gradient(alg, summed: np.ndarray) -> np.ndarray:
-    """A_vec on a step's summed messages (P, d, C), divided by B: the batch's mean gradient estimate."""
-    estimate = alg.vector_sum.estimate(summed.reshape(summed.shape[0], -1), alg.batch_size)
+def batch_gradient(alg, summed: np.ndarray, step: int) -> np.ndarray:
+    """The server's estimate of step ``step``'s sum from the summed messages (P, d, C) (A_vec, or a
+    central release), divided by B: the batch's mean gradient estimate."""
+    estimate = alg.vector_sum.estimate(summed.reshape(summed.shape[0], -1), alg.batch_size, step)
     return estimate.reshape(summed.shape) / alg.batch_size

@@ -13,6 +13,13 @@ as ``eps0_shrunk``).
 P_vec is calibrated from (eps, delta, d C, users per invocation, L) in the silo actors; the
 planner builds the same parameters first, so a budget or dimension P_vec cannot meet is a config
 error before any actor starts.
+
+Baselines in the same protocols (``privacy.trust_model``): ``local`` (every user adds Gaussian
+noise calibrated alone, ``LocalGaussianSum``) and ``central`` (a trusted server adds it once to
+the sum, ``CentralGaussianSum``), each step at the same (eps, delta), or (eps_0, delta_0) for P_GD,
+as P_vec, so the ledgers compose exactly as above; ``none`` sums exactly. ``parameters=exact``
+gives each its own step size from its own sum error (``hyperparameters``); ``paper`` is P_vec's
+formulas and is refused for the Gaussian baselines.
 """
 
 from __future__ import annotations
@@ -32,16 +39,20 @@ from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
 from fedray.privacy.composition import ApproxDpComposition, advanced_composition_budget
+from fedray.privacy.gaussian_sum import CentralGaussianSum, LocalGaussianSum, release_sigma
 from fedray.privacy.ledger import ComposedAccountant, Ledger, one_pass_ledger
 from fedray.privacy.statement import PrivacyPlan
 from fedray.privacy.vector_sum import ExactSum, SplitVectorSum, vector_sum_parameters
 from fedray.protocols.shuffle_sco.hyperparameters import (
-    MODES, agd_phase_schedule, gd_schedule, sgd_schedule, smoothing_parameter,
+    MODES, agd_phase_schedule, gd_schedule, pvec_mse, sgd_schedule, smoothing_parameter,
 )
 from fedray.smoothing import MoreauEnvelope
 
 RESOLVED_KEYS = ("_target_", "name", "step_size", "trust_model", "block_steps", "parameters")
 USER = "user (one record) anywhere in the population"
+TRUST_MODELS = ("sdp", "local", "central", "none")
+CALIBRATION = {"sdp": "paper", "local": "analytic", "central": "analytic"}   # P_vec's own; the Gaussians'
+ROUTING = {"sdp": Routing.SHUFFLE_SUM, "local": Routing.DIRECT, "central": Routing.DIRECT, "none": Routing.SHUFFLE_SUM}
 
 
 @dataclass(frozen=True)
@@ -73,7 +84,7 @@ class PvecSteps:
 
     schedule: Callable = sgd_schedule
     needs_smoothness: bool = False
-    trust_models: tuple[str, ...] = ("sdp", "none")
+    trust_models: tuple[str, ...] = TRUST_MODELS
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
@@ -88,6 +99,7 @@ class PvecSteps:
                                   "parameters=manual (Thm 4.8's phases come from the formulas: paper or exact)")
             return config
         eps, delta, lipschitz, diameter = _formula_inputs(alg, priv, mode)
+        sum_mse = _sum_mse(priv, mode)
         n, dim, data = shape.num_silos, shape.dim * loss.num_outputs, config["data"]
         smoothness = None
         if self.needs_smoothness and isinstance(loss, MoreauEnvelope) and loss.smoothing is None:
@@ -101,8 +113,8 @@ class PvecSteps:
             smoothness = positive("algorithm.smoothness", alg.get("smoothness"))
         lam = alg.get("strong_convexity")
         if lam is not None:
-            return _phased(config, mode, n, dim, eps, delta, lipschitz, diameter, smoothness, lam, loss)
-        schedule = self.schedule(mode, n, dim, eps, delta, lipschitz, diameter, smoothness)
+            return _phased(config, mode, n, dim, eps, delta, lipschitz, diameter, smoothness, lam, loss, sum_mse)
+        schedule = self.schedule(mode, n, dim, eps, delta, lipschitz, diameter, smoothness, sum_mse)
         algorithm = {**alg, "step_size": schedule.step_size}
         if smoothness is not None:
             algorithm["smoothness"] = smoothness
@@ -125,15 +137,15 @@ class PvecSteps:
         else:
             eps, delta = _budget(priv)
             dim = shape.dim * context.loss.num_outputs
-            every = [_pvec(eps, delta, dim, b, _clip(priv), "participation.batch_size", b) for b in batches]
-            vector_sums, parameters = [SplitVectorSum(p) for p in every], every[0]
+            steps = [_private_sum(priv, context, eps, delta, dim, b, "participation.batch_size", b) for b in batches]
+            vector_sums = [step for step, _ in steps]
             cells = (context.replicas.count, shape.num_silos)
             privacy = PrivacyPlan(
-                trust_model=priv["trust_model"], calibration="paper", accountant="parallel", unit=USER,
+                trust_model=priv["trust_model"], calibration=priv["calibration"], accountant="parallel", unit=USER,
                 relation="replace_one", delta=np.full(shape.num_silos, delta), noise_multiplier=np.zeros(cells),
                 target_epsilon=np.full(cells, eps),
                 ledger=Ledger(one_pass_ledger(eps, delta), cells, "population"),
-                details={"users_per_invocation": batch, "messages_per_user": parameters.messages_per_user})
+                details={"users_per_invocation": batch, **steps[0][1]})
         if phased:
             own["phases"] = {**own["phases"], "vector_sums": vector_sums}
         algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=batch,
@@ -143,7 +155,7 @@ class PvecSteps:
         if phased:
             resolved["phases"] = {k: v for k, v in own["phases"].items() if k != "vector_sums"}
         return PvecStepsPlan(algorithm, sampler, context.loss, shape, context.replicas, context.num_rounds,
-                             block_steps, privacy, resolved=resolved)
+                             block_steps, privacy, ROUTING[priv["trust_model"]], resolved=resolved)
 
 
 @dataclass(frozen=True)
@@ -181,7 +193,7 @@ class PvecRounds:
     """The recipe of a fully interactive P_vec protocol (module docstring); ``paper`` / ``exact``
     set T and eta (``hyperparameters.gd_schedule``)."""
 
-    trust_models: tuple[str, ...] = ("sdp", "none")
+    trust_models: tuple[str, ...] = TRUST_MODELS
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
@@ -194,7 +206,8 @@ class PvecRounds:
             return config
         eps, delta, lipschitz, diameter = _formula_inputs(alg, priv, mode)
         dim = shape.dim * loss.num_outputs
-        schedule = gd_schedule(mode, shape.num_silos, dim, eps, delta, lipschitz, diameter, per_round_budget)
+        schedule = gd_schedule(mode, shape.num_silos, dim, eps, delta, lipschitz, diameter, per_round_budget,
+                               _sum_mse(priv, mode))
         return {**config, "num_rounds": schedule.num_steps, "algorithm": {**alg, "step_size": schedule.step_size}}
 
     def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PvecRoundsPlan:
@@ -206,33 +219,31 @@ class PvecRounds:
         else:
             eps, delta = _budget(priv)
             eps0, delta0, slack, shrunk = per_round_budget(eps, delta, rounds)
-            parameters = _pvec(eps0, delta0, shape.dim * context.loss.num_outputs, users, _clip(priv), "num_rounds",
-                               rounds)
-            vector_sum = SplitVectorSum(parameters)
+            vector_sum, details = _private_sum(priv, context, eps0, delta0, shape.dim * context.loss.num_outputs,
+                                               users, "num_rounds", rounds)
             cells = (context.replicas.count, users)
             rule = ApproxDpComposition(eps0, delta0, slack, route="advanced")
             privacy = PrivacyPlan(
-                trust_model=priv["trust_model"], calibration="paper", accountant="advanced", unit=USER,
+                trust_model=priv["trust_model"], calibration=priv["calibration"], accountant="advanced", unit=USER,
                 relation="replace_one", delta=np.full(users, delta), noise_multiplier=np.zeros(cells),
                 target_epsilon=np.full(cells, eps), ledger=Ledger(ComposedAccountant(rule, "advanced"), cells, "user"),
-                details={"eps0": eps0, "delta0": delta0, "delta_slack": slack, "eps0_shrunk": shrunk,
-                         "messages_per_user": parameters.messages_per_user})
+                details={"eps0": eps0, "delta0": delta0, "delta_slack": slack, "eps0_shrunk": shrunk, **details})
         algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=users,
                                     l2_clip=_clip(priv), vector_sum=vector_sum, **own)
         resolved = {"num_rounds": rounds, "parameters": alg.get("parameters", "manual"), **privacy.details}
         return PvecRoundsPlan(algorithm, context.sampler, context.loss, shape, context.replicas, rounds, privacy,
-                              resolved=resolved)
+                              ROUTING[priv["trust_model"]], resolved=resolved)
 
 
 def _phased(config: dict, mode: str, n: int, dim: int, eps: float, delta: float, lipschitz: float,
-            diameter: float, smoothness: float | None, strong_convexity, loss) -> dict:
+            diameter: float, smoothness: float | None, strong_convexity, loss, sum_mse) -> dict:
     """Thm 4.8's phases (``hyperparameters.agd_phase_schedule``) as the config: a ``PhasedBatches``
     participation, num_rounds = sum T_j, and the phases' B_j, T_j and step sizes."""
     lam = positive("algorithm.strong_convexity", strong_convexity)
     if smoothness is None or isinstance(loss, MoreauEnvelope):
         raise ConfigError("data.loss", type(loss).__name__, "a smooth loss with algorithm.smoothness for the "
                           "phases of Thm 4.8b (the non-smooth phases, 4.8a, are not built)")
-    phases = agd_phase_schedule(mode, n, dim, eps, delta, lipschitz, diameter, smoothness, lam)
+    phases = agd_phase_schedule(mode, n, dim, eps, delta, lipschitz, diameter, smoothness, lam, sum_mse)
     alg = {**config["algorithm"], "step_size": phases.step_sizes[0], "smoothness": smoothness,
            "phases": {"batch_sizes": list(phases.batch_sizes), "steps": list(phases.steps),
                       "step_sizes": list(phases.step_sizes), "radii": list(phases.radii)}}
@@ -288,20 +299,47 @@ def _clip(priv: dict) -> float:
 
 
 def _budget(priv: dict) -> tuple[float, float]:
-    if priv["calibration"] != "paper":
-        raise ConfigError("privacy.calibration", priv["calibration"], "paper for P_vec (seed-000 §2.2)")
-    eps = number_in("privacy.epsilon", priv.get("epsilon"), 0.0, 15.0, "a number in (0, 15] for P_vec",
+    trust, calibration = priv["trust_model"], CALIBRATION[priv["trust_model"]]
+    if priv["calibration"] != calibration:
+        raise ConfigError("privacy.calibration", priv["calibration"], f"{calibration} for trust_model={trust} "
+                          "(P_vec: seed-000 §2.2; the Gaussian baselines: the analytic Gaussian)")
+    eps = number_in("privacy.epsilon", priv.get("epsilon"), 0.0, 15.0, "a number in (0, 15] (seed 000's range)",
                     closed_high=True)
-    delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "an explicit number in (0, 1/2) for P_vec")
+    delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "an explicit number in (0, 1/2)")
     return eps, delta
 
 
-def _pvec(eps: float, delta: float, dim: int, users: int, l2_clip: float, key: str, value):
-    """P_vec's parameters, or a ConfigError on ``key`` (what the user would change)."""
-    try:
-        return vector_sum_parameters(eps, delta, dim, users, l2_clip)
-    except ConfigError as err:
-        raise ConfigError(key, value, f"a value whose P_vec invocations can be served ({err})") from err
+def _private_sum(priv: dict, context: PlanContext, eps: float, delta: float, dim: int, users: int, key: str,
+                 value) -> tuple[object, dict]:
+    """The step's private sum for the trust model, each release (eps, delta)-DP for a user, and the
+    values to log; a ConfigError on ``key`` (what the user would change) if P_vec cannot serve it."""
+    l2_clip = _clip(priv)
+    if priv["trust_model"] == "sdp":
+        try:
+            parameters = vector_sum_parameters(eps, delta, dim, users, l2_clip)
+        except ConfigError as err:
+            raise ConfigError(key, value, f"a value whose P_vec invocations can be served ({err})") from err
+        return SplitVectorSum(parameters), {"messages_per_user": parameters.messages_per_user}
+    sigma = release_sigma(eps, delta, l2_clip)
+    if priv["trust_model"] == "local":
+        return LocalGaussianSum(sigma), {"noise_std": sigma, "noise_placement": "each user"}
+    return (CentralGaussianSum(sigma, context.seed, context.replicas.streams),
+            {"noise_std": sigma, "noise_placement": "trusted server, once per sum"})
+
+
+def _sum_mse(priv: dict, mode: str):
+    """The step-sum error ``exact`` calibrates the step size for (``hyperparameters``)."""
+    trust = priv["trust_model"]
+    if trust in ("local", "central") and mode == "paper":
+        raise ConfigError("algorithm.parameters", mode, f"exact or manual for trust_model={trust} (the paper's "
+                          "formulas are P_vec's)")
+    if trust == "local":
+        return lambda eps, delta, dim, batch, l2: batch * dim * release_sigma(eps, delta, l2) ** 2
+    if trust == "central":
+        return lambda eps, delta, dim, batch, l2: dim * release_sigma(eps, delta, l2) ** 2
+    if trust == "none":
+        return lambda eps, delta, dim, batch, l2: 0.0
+    return pvec_mse
 
 
 def _not_private(priv: dict, context: PlanContext) -> PrivacyPlan:
