@@ -49,6 +49,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from fedray.plan import compose_plan  # noqa: E402  (after the thread settings above)
+
 SEED = 20261124          # the numpy loops' own generator (fedray draws from its run seed)
 GIB = 1024.0 ** 3
 
@@ -259,15 +261,6 @@ def vm_hwm() -> float:
     """This process's peak resident memory so far, GiB."""
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) * 1024 / GIB
-
-
-def compose_plan(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    from fedray.plan import make_plan
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return make_plan(compose("config", overrides=overrides))
 
 
 def run_fedray(plan) -> tuple[object, list[float], float]:

@@ -18,6 +18,7 @@ from fedray.data.federation import Federation, FederationShape, SiloArrays, stac
 from fedray.data.insurance import InsuranceSorted
 from fedray.data.mnist import IdxFormatError, MnistPairs, read_idx, write_idx
 from fedray.data.obesity import ObesityByClass
+from fedray.data.sphere_regression import SphereRegression
 from fedray.data.synthetic import SyntheticLinear
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "MnistPairs",
     "ObesityByClass",
     "SiloArrays",
+    "SphereRegression",
     "SyntheticLinear",
     "fetch",
     "read_idx",

@@ -1,0 +1,200 @@
+"""X2: excess population risk of seed 000's protocols against n and eps, next to the local-DP,
+central-DP and non-private baselines in the same runtime (issue 11; seed-000 §4 Table 1 and B).
+
+Problems (``fedray.data.SphereRegression``, closed-form population risk; d = 10, ||w*|| = 0.5,
+label noise Uniform[-0.5, 0.5], Theta = the ball of radius 1, so D = 2):
+
+- ``smooth``: half squared loss, L = 2 (P_vec's Delta2 and every arm's clip), beta = 1, and
+  population strong convexity lambda = 1/d for the phased method (Thm 4.8b);
+- ``nonsmooth``: absolute loss, L = 1.
+
+Every arm is one fedray job per (problem, n, eps) with ``experiment=x2_sphere``: n users with one
+record each, delta = 1e-6, repetitions carried as replicas of the job (each its own noise; 20 at
+n <= 1e4, 10 at 1e5, 5 at 1e6; the fully interactive arms only at n = 1e3 and 3e3, with 5), B,
+T and the step from the paper's formulas with the arm's own sum error (``parameters=exact``), so
+the private arms and their baselines share B and T. The jobs run on a local Ray (2 actors, kept
+between jobs). The excess risk of each replica's released model (P_SGD / P_GD: the average
+iterate; P_AGD: theta^ag) is computed in closed form. Writes results.csv (one row per cell),
+slopes.csv (log-log slope in n per arm and eps with a 95% bootstrap CI over replicas) and
+figure.png next to this file, and prints them.
+
+    python experiments/x2_optimization/run.py            # the full grid
+    python experiments/x2_optimization/run.py --quick    # n = 1e3 and 3e3, 5 repetitions (a smoke run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+from fedray.plan import compose_plan  # noqa: E402
+
+NS = (10**3, 10**4, 10**5, 10**6)
+REPETITIONS = {10**3: 20, 10**4: 20, 10**5: 10, 10**6: 5}   # fewer where a run is T = n / B sequential steps
+GD_NS = (10**3, 3 * 10**3)      # P_GD: T = min(n, eps^2 n^2 / (d ln^2(nd/delta))) rounds of all n users
+GD_REPETITIONS = 5
+EPSILONS = (1.0, 4.0)
+BOOTSTRAP = 2000
+
+SMOOTH = ["data.loss._target_=fedray.losses.Squared", "privacy.l2_clip=2.0"]
+NONSMOOTH = ["data.loss._target_=fedray.smoothing.Absolute", "privacy.l2_clip=1.0"]
+ENVELOPE = ["data.loss._target_=fedray.smoothing.MoreauEnvelope", "+data.loss.base={_target_: fedray.smoothing.Absolute}",
+            "+data.loss.smoothing=null", "privacy.l2_clip=1.0"]
+SGD, AGD = ["algorithm=p_sgd"], ["algorithm=p_agd", "algorithm.smoothness=1.0"]
+GD = ["algorithm=p_gd", "participation=all"]
+
+# arm -> (problem, overrides, released output, fully interactive, kind)
+ARMS = {
+    "P_SGD": ("smooth", SMOOTH + SGD, "avg", False, "shuffle"),
+    "P_AGD": ("smooth", SMOOTH + AGD, "last", False, "shuffle"),
+    "P_AGD phases (4.8b)": ("smooth", SMOOTH + AGD + ["algorithm.strong_convexity=0.1"], "last", False, "shuffle"),
+    "P_GD": ("smooth", SMOOTH + GD, "avg", True, "shuffle"),
+    "local SGD": ("smooth", SMOOTH + SGD + ["privacy=local_gaussian"], "avg", False, "local"),
+    "central SGD": ("smooth", SMOOTH + SGD + ["privacy=central_gaussian"], "avg", False, "central"),
+    "central GD": ("smooth", SMOOTH + GD + ["privacy=central_gaussian"], "avg", True, "central"),
+    "non-private SGD": ("smooth", SMOOTH + SGD + ["privacy=none", "privacy.l2_clip=2.0"], "avg", False, "none"),
+    "P_SGD (abs)": ("nonsmooth", NONSMOOTH + SGD, "avg", False, "shuffle"),
+    "smoothed P_AGD (abs)": ("nonsmooth", ENVELOPE + ["algorithm=p_agd"], "last", False, "shuffle"),
+    "local SGD (abs)": ("nonsmooth", NONSMOOTH + SGD + ["privacy=local_gaussian"], "avg", False, "local"),
+    "central SGD (abs)": ("nonsmooth", NONSMOOTH + SGD + ["privacy=central_gaussian"], "avg", False, "central"),
+    "non-private SGD (abs)": ("nonsmooth", NONSMOOTH + SGD + ["privacy=none", "privacy.l2_clip=1.0"], "avg", False,
+                              "none"),
+}
+LOSS = {"smooth": "squared", "nonsmooth": "absolute"}
+
+
+def run_cell(arm: str, n: int, eps: float, repetitions: int, pool) -> dict:
+    from fedray.runtime.driver import run
+
+    problem, overrides, output, _, kind = ARMS[arm]
+    plan = compose_plan(["experiment=x2_sphere", f"data.spec.num_silos={n}", f"privacy.epsilon={eps}",
+                         f"repetitions={repetitions}", "progress=false", *overrides])
+    started = time.perf_counter()
+    result = run(plan, pool=pool)
+    seconds = time.perf_counter() - started
+    w_star = plan.dataset.optimum(plan.seed, plan.trial)
+    excess = plan.dataset.excess_risk(result.outputs[output], w_star, LOSS[problem])
+    zero = float(plan.dataset.excess_risk(np.zeros_like(w_star), w_star, LOSS[problem]))
+    spent = float(np.max(result.epsilon_spent)) if plan.privacy.private else float("nan")
+    return {"arm": arm, "problem": problem, "kind": kind, "n": n, "eps": eps, "reps": excess.size,
+            "excess_mean": float(excess.mean()), "excess_se": float(excess.std(ddof=1) / np.sqrt(excess.size)),
+            "excess_median": float(np.median(excess)), "excess_at_zero": zero, "eps_spent": spent,
+            "batch": int(getattr(plan.protocol.algorithm, "batch_size", n)), "steps": plan.num_rounds,
+            "step_size": float(plan.protocol.algorithm.step_size[0]), "seconds": round(seconds, 2),
+            "samples": excess}
+
+
+def slopes(rows: list[dict], rng: np.random.Generator) -> list[dict]:
+    """Least-squares slope of log10 mean excess risk against log10 n per (arm, eps), with a 95%
+    percentile bootstrap CI (replicas resampled within each n)."""
+    out = []
+    for arm in ARMS:
+        for eps in sorted({r["eps"] for r in rows}):
+            cells = sorted((r for r in rows if r["arm"] == arm and r["eps"] == eps), key=lambda r: r["n"])
+            if len(cells) < 2:
+                continue
+            logn = np.log10([c["n"] for c in cells])
+            fit = np.polyfit(logn, np.log10([c["excess_mean"] for c in cells]), 1)[0]
+            boot = [np.polyfit(logn, np.log10([rng.choice(c["samples"], c["samples"].size).mean() for c in cells]), 1)[0]
+                    for _ in range(BOOTSTRAP)]
+            low, high = np.percentile(boot, [2.5, 97.5])
+            out.append({"arm": arm, "eps": eps, "n_min": cells[0]["n"], "n_max": cells[-1]["n"],
+                        "slope": round(float(fit), 3), "ci_low": round(float(low), 3), "ci_high": round(float(high), 3)})
+    return out
+
+
+def figure(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    epsilons = sorted({r["eps"] for r in rows})
+    fig, axes = plt.subplots(2, len(epsilons), figsize=(5.2 * len(epsilons), 8.4), squeeze=False)
+    styles = {"shuffle": "-", "local": "--", "central": ":", "none": "-."}
+    for row_index, problem in enumerate(("smooth", "nonsmooth")):
+        for col, eps in enumerate(epsilons):
+            ax = axes[row_index, col]
+            for arm, (arm_problem, _, _, _, kind) in ARMS.items():
+                cells = sorted((r for r in rows if r["arm"] == arm and r["eps"] == eps), key=lambda r: r["n"])
+                if arm_problem != problem or not cells:
+                    continue
+                n = [c["n"] for c in cells]
+                mean = np.array([c["excess_mean"] for c in cells])
+                se = np.array([c["excess_se"] for c in cells])
+                ax.errorbar(n, mean, yerr=1.96 * se, linestyle=styles[kind], marker="o", markersize=3, capsize=2,
+                            label=arm)
+            zero = next(r["excess_at_zero"] for r in rows if r["problem"] == problem)
+            ax.axhline(zero, color="grey", linewidth=0.8, label="the model 0 (releases nothing)")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.set_title(f"{'half squared' if problem == 'smooth' else 'absolute'} loss, eps = {eps:g}")
+            ax.set_xlabel("n (users, one record each)")
+            ax.set_ylabel("excess population risk (mean, 95% CI)")
+            ax.grid(True, which="major", alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    import ray
+
+    from fedray.runtime.driver import ActorPool
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="n = 1e3 and 3e3, 5 repetitions")
+    parser.add_argument("--out", type=Path, default=HERE, help="where the CSVs and the figure go")
+    args = parser.parse_args()
+    if args.quick:
+        ns, gd_ns, repetitions = (10**3, 3 * 10**3), (10**3, 3 * 10**3), dict.fromkeys((10**3, 3 * 10**3), 5)
+    else:
+        ns, gd_ns, repetitions = NS, GD_NS, {**REPETITIONS, **dict.fromkeys(GD_NS, GD_REPETITIONS)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    pool, rows = ActorPool(), []
+    try:
+        for eps in EPSILONS:
+            for n in sorted(set(ns) | set(gd_ns)):
+                for arm, (_, _, _, interactive, _) in ARMS.items():
+                    if n not in (gd_ns if interactive else ns):
+                        continue
+                    reps = GD_REPETITIONS if interactive and not args.quick else repetitions[n]
+                    row = run_cell(arm, n, eps, reps, pool)
+                    rows.append(row)
+                    print(f"{arm:24s} n={n:>8d} eps={eps:g}  excess {row['excess_mean']:.3e} +- {row['excess_se']:.1e}"
+                          f"  B={row['batch']} T={row['steps']} eta={row['step_size']:.3g}  {row['seconds']:.1f} s",
+                          flush=True)
+    finally:
+        pool.drop_all()
+        ray.shutdown()
+    fitted = slopes(rows, np.random.default_rng(0))
+    columns = [k for k in rows[0] if k != "samples"]
+    with open(args.out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        writer.writerows({k: r[k] for k in columns} for r in rows)
+    with open(args.out / "slopes.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, list(fitted[0]))
+        writer.writeheader()
+        writer.writerows(fitted)
+    figure(rows, args.out / "figure.png")
+    for s in fitted:
+        print(f"slope {s['arm']:24s} eps={s['eps']:g}: {s['slope']:+.3f} [{s['ci_low']:+.3f}, {s['ci_high']:+.3f}]")
+    print(f"X2 done in {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
