@@ -16,7 +16,7 @@ Data folders resolve as explained in ``fedray.data.download`` (``FEDRAY_DATA_DIR
 from fedray.data.download import ChecksumError, DownloadError, fetch, resolve_directory
 from fedray.data.federation import Federation, FederationShape, SiloArrays, stack_silos
 from fedray.data.insurance import InsuranceSorted
-from fedray.data.mnist import IdxFormatError, MnistPairs, read_idx, write_idx
+from fedray.data.mnist import IdxFormatError, MnistPairs, MnistUsers, read_idx, write_idx
 from fedray.data.obesity import ObesityByClass
 from fedray.data.sphere_regression import SphereRegression
 from fedray.data.synthetic import SyntheticLinear
@@ -29,6 +29,7 @@ __all__ = [
     "IdxFormatError",
     "InsuranceSorted",
     "MnistPairs",
+    "MnistUsers",
     "ObesityByClass",
     "SiloArrays",
     "SphereRegression",

@@ -293,12 +293,7 @@ class MnistPairs:
 
     def prepare(self) -> Path:
         """Make sure the files are present (downloading if allowed and none are); return the folder."""
-        directory = self.data_directory()
-        if not find_pairs(directory):
-            if not self.download:
-                raise missing_data_error(directory, _wanted(), SUBDIR, "or set data.download=true")
-            download_mnist(directory)
-        return directory
+        return _prepare(self.data_directory(), self.download)
 
     def describe(self) -> FederationShape:
         n_train, _ = split_sizes(2 * self.images_per_digit, self.train_fraction)
@@ -371,6 +366,92 @@ class MnistPairs:
         chosen = np.take_along_axis(chosen, order, axis=1)
         n_train, _ = split_sizes(per_silo, self.train_fraction)
         return chosen[:, :n_train], chosen[:, n_train:]
+
+
+def _prepare(directory: Path, download: bool) -> Path:
+    if not find_pairs(directory):
+        if not download:
+            raise missing_data_error(directory, _wanted(), SUBDIR, "or set data.download=true")
+        download_mnist(directory)
+    return directory
+
+
+@dataclass(frozen=True)
+class MnistUsers:
+    """MNIST even vs odd with one image per user (seed 000's X3): a public part, test images, users.
+
+    Per trial, a seeded permutation of all images present (``data_generator(seed, trial)``) puts
+    the first ``public_images`` aside as PUBLIC data (they fit the PCA basis and the feature scale
+    and are never anyone's record), the next ``test_images`` as held-out test records (attached one
+    each to users 0.., for the driver's test error) and the rest as the users, one training image
+    each. Features: the PCA projection to ``pca_dim`` (scikit-learn, fitted on the public part
+    only), divided by max(c, ||x||) with c the largest norm among the public projections, so every
+    record has ||x|| <= 1 (a logistic loss is then 1-Lipschitz) from public information alone.
+    Label 1 for an even digit, 0 for odd. With the t10k files only (10,000 images) the defaults give
+    8,000 users, 1,000 test images and 1,000 public images.
+    """
+
+    directory: str | None = None
+    public_images: int = 1000
+    test_images: int = 1000
+    pca_dim: int = 20
+    download: bool = True
+
+    def source(self) -> str:
+        return str(self.data_directory())
+
+    def data_directory(self) -> Path:
+        return resolve_directory(SUBDIR, self.directory)
+
+    def prepare(self) -> Path:
+        return _prepare(self.data_directory(), self.download)
+
+    @property
+    def num_silos(self) -> int:
+        return self._total() - self.public_images - self.test_images
+
+    def _total(self) -> int:
+        """Images present (70,000 once the four files are downloaded)."""
+        directory = self.data_directory()
+        return len(read_labels(directory)) if find_pairs(directory) else 70_000
+
+    def validate(self) -> None:
+        check_int("data.public_images", self.public_images, 1)
+        check_int("data.test_images", self.test_images, 1)
+        check_int("data.pca_dim", self.pca_dim, 1, min(NUM_PIXELS, self.public_images))
+        check_bool("data.download", self.download)
+        directory = self.data_directory()
+        if not find_pairs(directory) and not self.download:
+            raise missing_data_error(directory, _wanted(), SUBDIR, "or set data.download=true")
+        if find_pairs(directory) and self.num_silos < 1:
+            raise ConfigError("data.public_images", self.public_images,
+                              f"a number leaving users among the {self._total()} images in {directory}")
+
+    def describe(self) -> FederationShape:
+        return FederationShape(num_silos=self.num_silos, n_train=(1,) * self.num_silos, dim=self.pca_dim,
+                               num_outputs=1, task="binary")
+
+    def load(self, seed: int, trial: int = 0, silo_ids=None) -> Federation:
+        from sklearn.decomposition import PCA
+
+        images, labels = read_mnist(self.prepare())
+        order = data_generator(seed, trial).permutation(len(labels))
+        public, test = order[:self.public_images], order[self.public_images:self.public_images + self.test_images]
+        users = order[self.public_images + self.test_images:]
+        pca = PCA(n_components=self.pca_dim, svd_solver="covariance_eigh").fit(images[public])
+        scale = float(np.linalg.norm(pca.transform(images[public]), axis=1).max())
+
+        def features(rows: np.ndarray) -> np.ndarray:
+            x = pca.transform(images[rows])
+            return x / np.maximum(scale, np.linalg.norm(x, axis=1, keepdims=True))
+
+        n = users.size
+        x_test, y_test = np.zeros((n, 1, self.pca_dim)), np.zeros((n, 1))
+        x_test[:test.size, 0], y_test[:test.size, 0] = features(test), _even(labels[test])
+        fed = Federation(x_train=features(users)[:, None, :], y_train=_even(labels[users])[:, None],
+                         n_train=np.ones(n, dtype=np.int64), x_test=x_test, y_test=y_test,
+                         n_test=(np.arange(n) < test.size).astype(np.int64), task="binary", num_outputs=1)
+        return fed if silo_ids is None else fed.select(np.asarray(silo_ids))
 
 
 def _even(digits: np.ndarray) -> np.ndarray:

@@ -246,3 +246,30 @@ def test_trials_and_seeds_draw_fresh_data(paper, shared_data):
 def test_paper_images_per_digit_cannot_exceed_the_files(shared_data):
     with pytest.raises(ConfigError, match="at most 892"):
         MnistPairs(images_per_digit=893).validate()
+
+
+def test_mnist_users_are_one_image_each_with_features_from_public_images_only(shared_data_dir):
+    """Public, test and user images are disjoint parts of one seeded permutation; the PCA basis
+    and the scale come from the public part alone (recomputed here), and every ||x|| <= 1."""
+    from sklearn.decomposition import PCA
+
+    from fedray.data import MnistUsers
+    from fedray.data.mnist import read_mnist
+    from fedray.rng import data_generator
+
+    spec = MnistUsers(directory=str(shared_data_dir / "mnist"), public_images=500, test_images=300, pca_dim=8)
+    spec.validate()
+    fed = spec.load(4, 1)
+    images, labels = read_mnist(spec.prepare())
+    order = data_generator(4, 1).permutation(len(labels))
+    public, test, users = order[:500], order[500:800], order[800:]
+    assert fed.x_train.shape == (len(labels) - 800, 1, 8) and spec.describe().num_silos == len(users)
+    pca = PCA(n_components=8, svd_solver="covariance_eigh").fit(images[public])
+    scale = np.linalg.norm(pca.transform(images[public]), axis=1).max()
+    x = pca.transform(images[users])
+    np.testing.assert_allclose(fed.x_train[:, 0], x / np.maximum(scale, np.linalg.norm(x, axis=1, keepdims=True)))
+    np.testing.assert_array_equal(fed.y_train[:, 0], labels[users] % 2 == 0)
+    assert fed.n_test.sum() == 300 and np.array_equal(fed.y_test[:300, 0], labels[test] % 2 == 0)
+    assert np.linalg.norm(fed.x_train, axis=2).max() <= 1.0 + 1e-12
+    part = spec.load(4, 1, silo_ids=np.array([7, 3]))
+    np.testing.assert_array_equal(part.x_train, fed.x_train[[7, 3]])
