@@ -27,6 +27,7 @@ from fedray.errors import ConfigError
 from fedray.privacy.ledger import check_budget
 from fedray.privacy.statement import PrivacyPlan
 from fedray.rng import setting_words
+from fedray.smoothing import MoreauEnvelope
 
 RUNTIME_KEYS = ("address", "connect_timeout", "num_actors", "num_cpus", "checkpoint_path", "checkpoint_every", "resume",
                 "faithful")
@@ -210,6 +211,9 @@ def make_plan(cfg: DictConfig) -> Plan:
     sampler = _instantiate("participation", config["participation"])
     loss = _instantiate("data.loss", config["data"]["loss"])
     sampler.validate(shape.num_silos)
+    if isinstance(loss, MoreauEnvelope) and loss.smoothing is None:
+        raise ConfigError("data.loss.smoothing", None, "a positive number (null only where a protocol sets it from "
+                          "its theorem: p_agd or p_gd with algorithm.parameters=paper|exact)")
 
     num_rounds = positive("num_rounds", config.get("num_rounds"), int)
     max_rounds = sampler.max_rounds(shape.num_silos)

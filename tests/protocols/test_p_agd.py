@@ -146,3 +146,42 @@ def test_phase_settings_are_checked(override, key):
     with pytest.raises(ConfigError) as err:
         make_plan(compose(*USERS, *PHASED, override))
     assert err.value.key == key
+
+
+def test_non_smooth_phases_run_smoothed_p_agd_with_each_phases_envelope():
+    """Thm 4.8a: a hinge Moreau envelope of null smoothing; phase j's beta_j is Thm 4.7's at
+    (n_j, R_{j-1}) and B_j, sigma use L_eff = 2 L; without privacy the run equals smoothed AC-SA
+    phase by phase with each phase's own Huber width ||x||^2 / beta_j."""
+    from fedray.protocols.shuffle_sco.hyperparameters import agd_phase_schedule, smoothing_parameter
+
+    envelope = ["data.loss._target_=fedray.smoothing.MoreauEnvelope", "+data.loss.base._target_=fedray.smoothing.Hinge",
+                "+data.loss.smoothing=null", "~data.loss.margin_clip", "algorithm.parameters=exact",
+                "algorithm.strong_convexity=0.05", "algorithm.radius=2.0", "data.spec.num_silos=30000", "privacy=none",
+                "privacy.epsilon=4", "privacy.delta=1e-6", "privacy.l2_clip=1.0"]
+    plan = make_plan(compose(*USERS, *envelope))
+    phases = plan.protocol.resolved["phases"]
+    zero_mse = lambda *args: 0.0                                     # noqa: E731  (privacy=none's sum error)
+    expected = agd_phase_schedule("exact", 30_000, 3, 4.0, 1e-6, 1.0, 4.0, None, 0.05, zero_mse)
+    assert phases["smoothings"] == list(expected.smoothings) and phases["batch_sizes"] == list(expected.batch_sizes)
+    assert expected.smoothings[0] == smoothing_parameter(30_000 // len(expected.steps), 3, 4.0, 1e-6, 1.0,
+                                                         expected.radii[0])
+    assert len(set(expected.smoothings)) == len(expected.smoothings)   # a new envelope each phase
+    result = run(plan, inline=True, groups=InlineGroups(plan, 2))
+    fed = plan.dataset.load(plan.seed, plan.trial)
+    x, y = fed.x_train[:, 0], fed.y_train[:, 0]
+    sign = 2 * y - 1
+    theta_ag, start = np.zeros(3), 0
+    for b, steps, step, beta in zip(phases["batch_sizes"], phases["steps"], phases["step_sizes"], phases["smoothings"]):
+        theta, c = theta_ag.copy(), 2.0 / step
+        for t in range(1, steps + 1):
+            alpha = 2.0 / (t + 2)
+            theta_md = alpha * theta + (1 - alpha) * theta_ag
+            xb, sb = x[start:start + b], sign[start:start + b]
+            start += b
+            width = (xb**2).sum(axis=1) / beta
+            slope = np.clip((1 - sb * (xb @ theta_md)) / width, 0.0, 1.0)            # Huber slope of the hinge
+            g = xb.T @ (-sb * slope) / b
+            theta = theta - g * (t + 1) / c
+            theta *= min(1.0, 2.0 / np.linalg.norm(theta))
+            theta_ag = alpha * theta + (1 - alpha) * theta_ag
+    np.testing.assert_allclose(result.outputs["last"][0, :, 0], theta_ag, rtol=1e-10, atol=1e-13)

@@ -89,3 +89,30 @@ def test_central_baseline_is_gradient_descent_plus_one_keyed_server_draw_per_rou
         theta *= min(1.0, 0.5 / np.linalg.norm(theta))
     np.testing.assert_allclose(result.outputs["last"][0, :, 0], theta, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(result.epsilon_spent, advanced_composition(eps0, delta0, 30, delta0)[0], rtol=1e-12)
+
+
+def test_smoothed_p_gd_takes_the_envelope_smoothness_from_theorem_4_9():
+    """A Moreau-envelope loss of null smoothing: beta = (L/D) min(sqrt n, eps n / (sqrt d ln^1.5(nd/delta)))
+    and eta with L_eff = 2 L (exact mode: D / sqrt(T ((2L)^2 + MSE_vec(n) / n^2)))."""
+    from fedray.protocols.shuffle_sco.hyperparameters import gd_smoothing_parameter, oracle_second_moment
+
+    assert gd_smoothing_parameter(10_000, 10, 1.0, 1e-6, 1.0, 2.0) == pytest.approx(12.4039, abs=5e-4)
+    envelope = ["data.loss._target_=fedray.smoothing.MoreauEnvelope", "+data.loss.base._target_=fedray.smoothing.Hinge",
+                "+data.loss.smoothing=null", "~data.loss.margin_clip", "algorithm.parameters=exact"]
+    plan = make_plan(compose(*USERS, *envelope))
+    assert plan.loss.smoothing == pytest.approx(gd_smoothing_parameter(400, 3, 4.0, 1e-6, 1.0, 10.0), rel=1e-12)
+    eps0, delta0 = plan.protocol.resolved["eps0"], plan.protocol.resolved["delta0"]
+    eta = 10.0 / np.sqrt(oracle_second_moment(eps0, delta0, 3, 400, 2.0) * plan.num_rounds)
+    assert plan.protocol.algorithm.step_size[0] == pytest.approx(eta, rel=1e-12)
+    result = run(plan, inline=True)
+    assert np.isfinite(result.final["train_loss"]).all()
+
+
+def test_an_unset_envelope_smoothness_is_refused_where_no_theorem_sets_it():
+    from fedray.errors import ConfigError
+
+    envelope = ["data.loss._target_=fedray.smoothing.MoreauEnvelope", "+data.loss.base._target_=fedray.smoothing.Hinge",
+                "+data.loss.smoothing=null", "~data.loss.margin_clip", "algorithm.parameters=manual"]
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*USERS, *envelope))
+    assert err.value.key == "data.loss.smoothing"

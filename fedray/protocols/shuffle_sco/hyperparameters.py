@@ -121,11 +121,19 @@ def smoothing_parameter(n: int, dim: int, epsilon: float, delta: float, lipschit
     return epsilon ** (2 / 3) * n ** (2 / 3) * lipschitz / (dim ** (1 / 3) * diameter * math.log(dim / delta) ** (2 / 3))
 
 
+def gd_smoothing_parameter(n: int, dim: int, epsilon: float, delta: float, lipschitz: float, diameter: float) -> float:
+    """Thm 4.9 part 1: beta = (L / D) min(sqrt(n), eps n / (sqrt(d) ln^(3/2)(n d / delta))), the Moreau
+    envelope's smoothness for smoothed P_GD (reference: n = 1e4, d = 10, eps = 1, delta = 1e-6, L = 1,
+    D = 2 -> 12.40)."""
+    return lipschitz / diameter * min(math.sqrt(n), epsilon * n / (math.sqrt(dim) * math.log(n * dim / delta) ** 1.5))
+
+
 class PhaseSchedule(NamedTuple):
     batch_sizes: tuple     # B_j
     steps: tuple           # T_j
     step_sizes: tuple      # P_AGD's step size of phase j
     radii: tuple           # R_0 .. R_k, the D phase j's formulas use is R_{j-1}
+    smoothings: tuple      # beta_j: the loss's (4.8b), or phase j's Moreau envelope's (4.8a)
 
 
 def num_phases(n: int) -> int:
@@ -134,20 +142,36 @@ def num_phases(n: int) -> int:
 
 
 def agd_phase_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float, lipschitz: float,
-                       diameter: float, smoothness: float, strong_convexity: float, sum_mse=pvec_mse) -> PhaseSchedule:
-    """Thm 4.8 (lambda-strongly convex, beta-smooth) with the choices of A6: k phases on disjoint
-    groups of n_j = floor(n / k) users; phase j runs P_AGD with n := n_j and D := R_{j-1}, where
-    R_0 = min(D, 2L / lambda), Delta_j = R_{j-1} L / sqrt(n_j) + A R_{j-1}^(6/5) / n_j^(4/5) (C = 1),
-    A = d^(2/5) beta^(1/5) L^(4/5) ln^(4/5)(d/delta) / eps^(4/5), R_j = min(D, sqrt(2 Delta_j / lambda))."""
+                       diameter: float, smoothness: float | None, strong_convexity: float,
+                       sum_mse=pvec_mse) -> PhaseSchedule:
+    """Thm 4.8 with the choices of A6: k phases on disjoint groups of n_j = floor(n / k) users; phase
+    j runs P_AGD with n := n_j and D := R_{j-1}, R_0 = min(D, 2L / lambda), R_j = min(D, sqrt(2 Delta_j /
+    lambda)), Delta_j the convex rate at (n_j, R_{j-1}) with C = 1:
+
+    4.8b (lambda-strongly convex, beta-smooth): Delta_j = R L / sqrt(n_j) + A R^(6/5) / n_j^(4/5),
+        A = d^(2/5) beta^(1/5) L^(4/5) ln^(4/5)(d/delta) / eps^(4/5) (Thm 4.3);
+    4.8a (``smoothness`` None, non-smooth): phase j is smoothed P_AGD, beta_j = ``smoothing_parameter``
+        at (n_j, R_{j-1}) and L_eff = 2 L in B and sigma (Thm 4.7), and
+        Delta_j = R L / sqrt(n_j) + R L d^(1/3) ln^(2/3)(d/delta) / (eps n_j)^(2/3)."""
     k = num_phases(n)
     group = n // k
-    a = dim**0.4 * smoothness**0.2 * lipschitz**0.8 * math.log(dim / delta) ** 0.8 / epsilon**0.8
-    radii, batches, steps, step_sizes = [min(diameter, 2.0 * lipschitz / strong_convexity)], [], [], []
+    log = math.log(dim / delta)
+    radii, batches, steps, step_sizes, smoothings = [min(diameter, 2.0 * lipschitz / strong_convexity)], [], [], [], []
     for _ in range(k):
-        schedule = agd_schedule(mode, group, dim, epsilon, delta, lipschitz, radii[-1], smoothness, sum_mse)
+        radius = radii[-1]
+        if smoothness is None:
+            beta = smoothing_parameter(group, dim, epsilon, delta, lipschitz, radius)
+            schedule = agd_schedule(mode, group, dim, epsilon, delta, 2.0 * lipschitz, radius, beta, sum_mse)
+            gap = radius * lipschitz / math.sqrt(group) + radius * lipschitz * dim ** (1 / 3) * log ** (2 / 3) / (
+                epsilon * group) ** (2 / 3)
+        else:
+            beta = smoothness
+            schedule = agd_schedule(mode, group, dim, epsilon, delta, lipschitz, radius, beta, sum_mse)
+            a = dim**0.4 * beta**0.2 * lipschitz**0.8 * log**0.8 / epsilon**0.8
+            gap = radius * lipschitz / math.sqrt(group) + a * radius**1.2 / group**0.8
         batches.append(schedule.batch_size)
         steps.append(schedule.num_steps)
         step_sizes.append(schedule.step_size)
-        gap = radii[-1] * lipschitz / math.sqrt(group) + a * radii[-1] ** 1.2 / group**0.8
+        smoothings.append(beta)
         radii.append(min(diameter, math.sqrt(2.0 * gap / strong_convexity)))
-    return PhaseSchedule(tuple(batches), tuple(steps), tuple(step_sizes), tuple(radii))
+    return PhaseSchedule(tuple(batches), tuple(steps), tuple(step_sizes), tuple(radii), tuple(smoothings))

@@ -17,10 +17,12 @@ which is the AC-SA server ``fedray.acsa.AcSa`` with mu = 0, step size 2 / (L_t (
 schedule started at r = 2 (``first_round``). ``step_size`` carries 2 / ((T + 2)^(3/2) sigma / D +
 beta) per replica: set it (``parameters=manual``) or let ``paper`` / ``exact`` compute B, T and
 it (``fedray.protocols.shuffle_sco.hyperparameters``).
-Strongly convex losses (Thm 4.8b, ``strong_convexity`` = lambda with ``parameters=paper|exact``):
+Strongly convex losses (Thm 4.8, ``strong_convexity`` = lambda with ``parameters=paper|exact``):
 k = ceil(log2 log2 n) phases on disjoint groups of floor(n / k) users; phase j is P_AGD with its
 own B_j, T_j, step size and P_vec (for B_j users), with D := R_{j-1} in its formulas (spec A6),
-restarted from the previous phase's output; parallel composition still gives (eps, delta).
+restarted from the previous phase's output; parallel composition still gives (eps, delta). 4.8b
+takes a smooth loss and ``smoothness``; 4.8a a Moreau-envelope loss of null smoothing, each phase
+smoothed P_AGD with its own envelope beta_j (``hyperparameters.agd_phase_schedule``).
 Randomness: P_vec's draws from the NOISE stream at (replica key, step, user block).
 """
 
@@ -69,8 +71,11 @@ class PAGD:
         return AcSa(self.step_size, radius=self.radius, stages=stages, first_round=2)
 
     def phase(self, index: int) -> "PAGD":
-        """Phase ``index`` (0-based) as a plain P_AGD: its B and its P_vec."""
-        return dataclasses.replace(self, batch_size=int(self.phases["batch_sizes"][index]),
+        """Phase ``index`` (0-based) as a plain P_AGD: its B, its P_vec and (4.8a) its envelope."""
+        loss = self.loss
+        if self.phases.get("envelope"):
+            loss = dataclasses.replace(loss, smoothing=self.phases["smoothings"][index])
+        return dataclasses.replace(self, loss=loss, batch_size=int(self.phases["batch_sizes"][index]),
                                    vector_sum=self.phases["vector_sums"][index], phases=None)
 
     def init(self, params0: np.ndarray) -> AcceleratedState:

@@ -44,7 +44,7 @@ from fedray.privacy.ledger import ComposedAccountant, Ledger, one_pass_ledger
 from fedray.privacy.statement import PrivacyPlan
 from fedray.privacy.vector_sum import ExactSum, SplitVectorSum, vector_sum_parameters
 from fedray.protocols.shuffle_sco.hyperparameters import (
-    MODES, agd_phase_schedule, gd_schedule, pvec_mse, sgd_schedule, smoothing_parameter,
+    MODES, agd_phase_schedule, gd_schedule, gd_smoothing_parameter, pvec_mse, sgd_schedule, smoothing_parameter,
 )
 from fedray.smoothing import MoreauEnvelope
 
@@ -101,8 +101,14 @@ class PvecSteps:
         eps, delta, lipschitz, diameter = _formula_inputs(alg, priv, mode)
         sum_mse = _sum_mse(priv, mode)
         n, dim, data = shape.num_silos, shape.dim * loss.num_outputs, config["data"]
+        envelope = self.needs_smoothness and isinstance(loss, MoreauEnvelope) and loss.smoothing is None
+        lam = alg.get("strong_convexity")
+        if lam is not None:
+            # Thm 4.8: 4.8a (an envelope of null smoothing: smoothed P_AGD per phase) or 4.8b.
+            smoothness = None if envelope else positive("algorithm.smoothness", alg.get("smoothness"))
+            return _phased(config, mode, n, dim, eps, delta, lipschitz, diameter, smoothness, lam, loss, sum_mse)
         smoothness = None
-        if self.needs_smoothness and isinstance(loss, MoreauEnvelope) and loss.smoothing is None:
+        if envelope:
             # Smoothed P_AGD (Thm 4.7): the envelope's beta from the formula; B and sigma with
             # L_eff = 2L (A7: the constrained envelope is 2L-Lipschitz; fedray's is over R^d and
             # L-Lipschitz, so clipping at L stays a no-op).
@@ -111,9 +117,6 @@ class PvecSteps:
             data = {**data, "loss": {**data["loss"], "smoothing": smoothness}}
         elif self.needs_smoothness:
             smoothness = positive("algorithm.smoothness", alg.get("smoothness"))
-        lam = alg.get("strong_convexity")
-        if lam is not None:
-            return _phased(config, mode, n, dim, eps, delta, lipschitz, diameter, smoothness, lam, loss, sum_mse)
         schedule = self.schedule(mode, n, dim, eps, delta, lipschitz, diameter, smoothness, sum_mse)
         algorithm = {**alg, "step_size": schedule.step_size}
         if smoothness is not None:
@@ -199,16 +202,21 @@ class PvecRounds:
 
     def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
         """``algorithm.parameters`` paper or exact: T and eta from spec §3.5, replacing num_rounds
-        and step_size."""
+        and step_size; with a Moreau-envelope loss of null smoothing, smoothed P_GD (Thm 4.9 part 1):
+        beta from ``gd_smoothing_parameter`` and L_eff = 2 L in eta (A7, as smoothed P_AGD)."""
         alg, priv = config["algorithm"], config["privacy"]
         mode = _mode(alg)
         if mode == "manual":
             return config
         eps, delta, lipschitz, diameter = _formula_inputs(alg, priv, mode)
-        dim = shape.dim * loss.num_outputs
-        schedule = gd_schedule(mode, shape.num_silos, dim, eps, delta, lipschitz, diameter, per_round_budget,
-                               _sum_mse(priv, mode))
-        return {**config, "num_rounds": schedule.num_steps, "algorithm": {**alg, "step_size": schedule.step_size}}
+        n, dim, data = shape.num_silos, shape.dim * loss.num_outputs, config["data"]
+        if isinstance(loss, MoreauEnvelope) and loss.smoothing is None:
+            smoothness = gd_smoothing_parameter(n, dim, eps, delta, lipschitz, diameter)
+            lipschitz = 2.0 * lipschitz
+            data = {**data, "loss": {**data["loss"], "smoothing": smoothness}}
+        schedule = gd_schedule(mode, n, dim, eps, delta, lipschitz, diameter, per_round_budget, _sum_mse(priv, mode))
+        return {**config, "num_rounds": schedule.num_steps, "data": data,
+                "algorithm": {**alg, "step_size": schedule.step_size}}
 
     def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PvecRoundsPlan:
         alg, priv, shape = config["algorithm"], config["privacy"], context.shape
@@ -238,18 +246,21 @@ class PvecRounds:
 def _phased(config: dict, mode: str, n: int, dim: int, eps: float, delta: float, lipschitz: float,
             diameter: float, smoothness: float | None, strong_convexity, loss, sum_mse) -> dict:
     """Thm 4.8's phases (``hyperparameters.agd_phase_schedule``) as the config: a ``PhasedBatches``
-    participation, num_rounds = sum T_j, and the phases' B_j, T_j and step sizes."""
+    participation, num_rounds = sum T_j, and the phases' B_j, T_j, step sizes and (4.8a, smoothness
+    None: the loss is a Moreau envelope) envelope smoothness beta_j; the loss carries beta_1."""
     lam = positive("algorithm.strong_convexity", strong_convexity)
-    if smoothness is None or isinstance(loss, MoreauEnvelope):
-        raise ConfigError("data.loss", type(loss).__name__, "a smooth loss with algorithm.smoothness for the "
-                          "phases of Thm 4.8b (the non-smooth phases, 4.8a, are not built)")
     phases = agd_phase_schedule(mode, n, dim, eps, delta, lipschitz, diameter, smoothness, lam, sum_mse)
-    alg = {**config["algorithm"], "step_size": phases.step_sizes[0], "smoothness": smoothness,
+    alg = {**config["algorithm"], "step_size": phases.step_sizes[0], "smoothness": phases.smoothings[0],
            "phases": {"batch_sizes": list(phases.batch_sizes), "steps": list(phases.steps),
-                      "step_sizes": list(phases.step_sizes), "radii": list(phases.radii)}}
+                      "step_sizes": list(phases.step_sizes), "radii": list(phases.radii),
+                      "smoothings": list(phases.smoothings), "envelope": smoothness is None}}
     participation = {"_target_": "fedray.core.sampling.PhasedBatches", "batch_sizes": list(phases.batch_sizes),
                      "steps": list(phases.steps)}
-    return {**config, "num_rounds": int(sum(phases.steps)), "algorithm": alg, "participation": participation}
+    data = config["data"]
+    if smoothness is None:
+        data = {**data, "loss": {**data["loss"], "smoothing": phases.smoothings[0]}}
+    return {**config, "num_rounds": int(sum(phases.steps)), "algorithm": alg, "participation": participation,
+            "data": data}
 
 
 def _mode(alg: dict) -> str:
