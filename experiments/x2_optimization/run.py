@@ -15,11 +15,13 @@ T and the step from the paper's formulas with the arm's own sum error (``paramet
 the private arms and their baselines share B and T. The jobs run on a local Ray (2 actors, kept
 between jobs). The excess risk of each replica's released model (P_SGD / P_GD: the average
 iterate; P_AGD: theta^ag) is computed in closed form. Writes results.csv (one row per cell),
-slopes.csv (log-log slope in n per arm and eps with a 95% bootstrap CI over replicas) and
-figure.png next to this file, and prints them.
+slopes.csv (log-log slope in n per arm and eps with a 95% bootstrap CI over replicas),
+sum_error_ratios.csv (closed forms: P_vec's sum error against the local and central Gaussian sums
+at each protocol's B, n up to 1e12) and figure.png next to this file, and prints them.
 
     python experiments/x2_optimization/run.py            # the full grid
     python experiments/x2_optimization/run.py --quick    # n = 1e3 and 3e3, 5 repetitions (a smoke run)
+    python experiments/x2_optimization/run.py --ratios-only   # sum_error_ratios.csv alone, in a second
 """
 
 from __future__ import annotations
@@ -92,6 +94,30 @@ def run_cell(arm: str, n: int, eps: float, repetitions: int, pool) -> dict:
             "samples": excess}
 
 
+def sum_error_ratios(epsilons=EPSILONS, dim: int = 10, delta: float = 1e-6, lipschitz: float = 2.0) -> list[dict]:
+    """Where P_vec's sum would catch up with the local Gaussian sum, from the closed forms alone: at
+    the B each protocol's formula gives for n (P_SGD: B does not depend on n; P_AGD: B ~ n^(3/5)),
+    MSE_vec(B) / (B d sigma^2) (below 1: the shuffled sum is the more accurate) and MSE_vec(B) /
+    (d sigma^2) (against the central sum), sigma the analytic Gaussian of one user at (eps, delta)."""
+    from fedray.privacy.gaussian_sum import release_sigma
+    from fedray.protocols.shuffle_sco.hyperparameters import (
+        agd_batch_size_raw, clamp_batch, pvec_mse, sgd_batch_size_raw,
+    )
+
+    rows = []
+    for eps in epsilons:
+        sigma2 = release_sigma(eps, delta, lipschitz) ** 2
+        for exponent in range(3, 13):
+            n = 10**exponent
+            for protocol, raw in (("P_SGD", sgd_batch_size_raw(dim, eps, delta)),
+                                  ("P_AGD", agd_batch_size_raw(n, dim, eps, delta, lipschitz, 1.0, 2.0))):
+                batch = clamp_batch(raw, n)
+                mse = pvec_mse(eps, delta, dim, batch, lipschitz)
+                rows.append({"protocol": protocol, "eps": eps, "n": n, "batch": batch,
+                             "shuffle_over_local": mse / (batch * dim * sigma2), "shuffle_over_central": mse / (dim * sigma2)})
+    return rows
+
+
 def slopes(rows: list[dict], rng: np.random.Generator) -> list[dict]:
     """Least-squares slope of log10 mean excess risk against log10 n per (arm, eps), with a 95%
     percentile bootstrap CI (replicas resampled within each n)."""
@@ -156,12 +182,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="n = 1e3 and 3e3, 5 repetitions")
     parser.add_argument("--out", type=Path, default=HERE, help="where the CSVs and the figure go")
+    parser.add_argument("--ratios-only", action="store_true", help="only sum_error_ratios.csv (closed forms, no runs)")
     args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    ratios = sum_error_ratios()
+    with open(args.out / "sum_error_ratios.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, list(ratios[0]))
+        writer.writeheader()
+        writer.writerows(ratios)
+    for protocol in ("P_SGD", "P_AGD"):
+        for eps in EPSILONS:
+            cells = [r for r in ratios if r["protocol"] == protocol and r["eps"] == eps]
+            first = next((r for r in cells if r["shuffle_over_local"] < 1), None)
+            where = f"from n = {first['n']:.0e} (B = {first['batch']})" if first else f"at no n <= {cells[-1]['n']:.0e}"
+            print(f"{protocol} eps={eps:g}: P_vec's sum beats the local Gaussian sum {where}; "
+                  f"P_vec / central = {cells[0]['shuffle_over_central']:.3g}")
+    if args.ratios_only:
+        return
     if args.quick:
         ns, gd_ns, repetitions = (10**3, 3 * 10**3), (10**3, 3 * 10**3), dict.fromkeys((10**3, 3 * 10**3), 5)
     else:
         ns, gd_ns, repetitions = NS, GD_NS, {**REPETITIONS, **dict.fromkeys(GD_NS, GD_REPETITIONS)}
-    args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
     pool, rows = ActorPool(), []
