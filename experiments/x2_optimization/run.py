@@ -22,6 +22,7 @@ at each protocol's B, n up to 1e12) and figure.png next to this file, and prints
     python experiments/x2_optimization/run.py            # the full grid
     python experiments/x2_optimization/run.py --quick    # n = 1e3 and 3e3, 5 repetitions (a smoke run)
     python experiments/x2_optimization/run.py --ratios-only   # sum_error_ratios.csv alone, in a second
+    python experiments/x2_optimization/run.py --figure-only   # figure.png again from results.csv
 """
 
 from __future__ import annotations
@@ -145,6 +146,9 @@ def figure(rows: list[dict], path: Path) -> None:
     from matplotlib.ticker import NullFormatter
 
     epsilons = sorted({r["eps"] for r in rows})
+    # One colour per method in both problems (the absolute-loss arms share their squared-loss twin's).
+    palette = dict(zip(("P_SGD", "P_AGD", "P_AGD phases (4.8b)", "P_GD", "local SGD", "central SGD", "central GD",
+                        "non-private SGD"), (f"C{i}" for i in range(8))))
     fig, axes = plt.subplots(2, len(epsilons), figsize=(5.2 * len(epsilons), 8.4), squeeze=False)
     styles = {"shuffle": "-", "local": "--", "central": ":", "none": "-."}
     for row_index, problem in enumerate(("smooth", "nonsmooth")):
@@ -157,8 +161,9 @@ def figure(rows: list[dict], path: Path) -> None:
                 n = [c["n"] for c in cells]
                 mean = np.array([c["excess_mean"] for c in cells])
                 se = np.array([c["excess_se"] for c in cells])
+                base = arm.removesuffix(" (abs)").removeprefix("smoothed ")
                 ax.errorbar(n, mean, yerr=1.96 * se, linestyle=styles[kind], marker="o", markersize=3, capsize=2,
-                            label=arm)
+                            color=palette[base], label=arm)
             zero = next(r["excess_at_zero"] for r in rows if r["problem"] == problem)
             ax.axhline(zero, color="grey", linewidth=0.8, label="the model 0 (releases nothing)")
             ax.set_xscale("log")
@@ -183,6 +188,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="n = 1e3 and 3e3, 5 repetitions")
     parser.add_argument("--out", type=Path, default=HERE, help="where the CSVs and the figure go")
     parser.add_argument("--ratios-only", action="store_true", help="only sum_error_ratios.csv (closed forms, no runs)")
+    parser.add_argument("--figure-only", action="store_true", help="redraw figure.png from results.csv (no runs)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ratios = sum_error_ratios()
@@ -198,6 +204,11 @@ def main() -> None:
             print(f"{protocol} eps={eps:g}: P_vec's sum beats the local Gaussian sum {where}; "
                   f"P_vec / central = {cells[0]['shuffle_over_central']:.3g}")
     if args.ratios_only:
+        return
+    if args.figure_only:
+        with open(args.out / "results.csv") as f:
+            rows = [{k: (v if k in ("arm", "problem", "kind") else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+        figure(rows, args.out / "figure.png")
         return
     if args.quick:
         ns, gd_ns, repetitions = (10**3, 3 * 10**3), (10**3, 3 * 10**3), dict.fromkeys((10**3, 3 * 10**3), 5)
