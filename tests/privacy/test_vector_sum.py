@@ -238,3 +238,17 @@ def test_randomizer_step_reports_metrics():
     assert metrics["messages_per_user"] == 3758
     assert metrics["sum_noise_std"] == pytest.approx(math.sqrt(765.5), rel=0.01)
     assert VectorSumRandomizer(p).event(0, 0) == EpsilonDeltaDpEvent(15.0, 0.49)
+
+
+def test_split_randomizer_draws_the_same_bits_as_the_m2_randomizer_per_block():
+    """SplitVectorSum.randomize rounds every user at once and draws per block; the counts must equal,
+    bit for bit, VectorSumRandomizer (randomize_counts) run on each padded block of users."""
+    from fedray.privacy.vector_sum import SplitVectorSum, VectorSumRandomizer
+    from fedray.rng import SiloDraws, Stream
+
+    params = vector_sum_parameters(2.0, 1e-6, 3, 150, 1.0)
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((2, 150, 1, 3)) * 0.7                     # some outside the ball
+    draws = SiloDraws(9, np.array([[0, 1], [0, 2]]), 4, np.arange(30, 180))
+    reference = draws.blockwise(Stream.NOISE, vectors, lambda block, g: VectorSumRandomizer(params).apply(block, g)[0])
+    np.testing.assert_array_equal(SplitVectorSum(params).randomize(vectors, draws), reference.sum(axis=2))
