@@ -11,7 +11,9 @@
 from fedray.core.evaluation import Metric
 from fedray.core.oracle import Oracle
 from fedray.core.protocol import Aggregated, Messages, RoundKeys, RoundProtocol, RoundSpec, Routing, SampledRounds
-from fedray.core.sampling import AllUnits, PhasedBatches, PoissonParticipation, SequentialBatches, UniformParticipation
+from fedray.core.sampling import (
+    AllUnits, PhasedBatches, PhasedGroups, PoissonParticipation, SequentialBatches, UniformParticipation,
+)
 
 __all__ = [
     "Aggregated",
@@ -20,6 +22,7 @@ __all__ = [
     "Metric",
     "Oracle",
     "PhasedBatches",
+    "PhasedGroups",
     "PoissonParticipation",
     "RoundKeys",
     "RoundProtocol",

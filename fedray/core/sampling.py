@@ -192,6 +192,47 @@ class PhasedBatches:
         return _batch_counts(self, len(repetitions), num_rounds, num_units)
 
 
+@dataclass(frozen=True)
+class PhasedGroups:
+    """Phases on disjoint groups: phase j runs ``rounds`` rounds with every unit of group j, units
+    [j g, (j + 1) g) for g = ``group_size`` (fully interactive phased methods: each unit takes part in
+    the ``rounds`` rounds of its own phase only). Units after the last group never take part."""
+
+    group_size: int
+    rounds: int
+    phases: int
+
+    def validate(self, num_units: int) -> None:
+        values = (self.group_size, self.rounds, self.phases)
+        if not all(_integer(v) and v >= 1 for v in values):
+            raise ConfigError("participation", dict(zip(("group_size", "rounds", "phases"), values)),
+                              "integers >= 1 (units per group, rounds per phase, phases)")
+        if self.group_size * self.phases > num_units:
+            raise ConfigError("participation", {"group_size": self.group_size, "phases": self.phases},
+                              f"groups that fit in the {num_units} units")
+
+    def per_round(self, num_units: int) -> int | None:
+        return int(self.group_size)
+
+    def max_rounds(self, num_units: int) -> int | None:
+        return int(self.rounds * self.phases)
+
+    def sample(self, seed: int, repetitions: np.ndarray, round_index: int, num_units: int) -> np.ndarray:
+        if round_index >= self.max_rounds(num_units):
+            raise ValueError(f"round {round_index}: at most {self.max_rounds(num_units)} rounds of phased groups")
+        lo = (round_index // self.rounds) * self.group_size
+        mask = np.zeros((len(repetitions), num_units), dtype=bool)
+        mask[:, lo:lo + self.group_size] = True
+        return mask
+
+    def counts(self, seed: int, repetitions: np.ndarray, num_rounds: int, num_units: int) -> np.ndarray:
+        counts = np.zeros((len(repetitions), num_units), dtype=np.int64)
+        for phase in range(self.phases):
+            done = min(max(num_rounds - phase * self.rounds, 0), self.rounds)
+            counts[:, phase * self.group_size:(phase + 1) * self.group_size] = done
+        return counts
+
+
 def phase_of(steps, step: int) -> int:
     """The phase (0-based) that round ``step`` falls in, for phases of ``steps`` rounds each."""
     return int(np.searchsorted(np.cumsum(steps), step, side="right"))

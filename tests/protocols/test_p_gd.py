@@ -116,3 +116,46 @@ def test_an_unset_envelope_smoothness_is_refused_where_no_theorem_sets_it():
     with pytest.raises(ConfigError) as err:
         make_plan(compose(*USERS, *envelope))
     assert err.value.key == "data.loss.smoothing"
+
+
+PHASED = ["algorithm.parameters=exact", "algorithm.radius=1.0", "+algorithm.strong_convexity=0.05",
+          "data.spec.num_silos=600", "privacy.epsilon=8"]
+
+
+def test_strongly_convex_phases_are_p_gd_on_fresh_groups_from_the_last_average():
+    """Thm 4.9b: k phases of the same T rounds on disjoint groups; without privacy the run equals
+    projected GD phase by phase (phase j's own eta), each from the previous phase's average."""
+    from fedray.protocols.shuffle_sco.hyperparameters import gd_phase_schedule, num_phases
+
+    plan = make_plan(compose(*USERS, *PHASED, "privacy=none", "privacy.epsilon=8", "privacy.delta=1e-6",
+                             "privacy.l2_clip=1.0"))
+    phases = plan.protocol.resolved["phases"]
+    k = num_phases(600)
+    expected = gd_phase_schedule("exact", 600, 3, 8.0, 1e-6, 1.0, 2.0, 0.05, per_round_budget, lambda *a: 0.0)
+    assert phases["group_size"] == 600 // k and phases["step_sizes"] == list(expected.step_sizes)
+    assert plan.num_rounds == k * phases["rounds"]
+    result = run(plan, inline=True, groups=InlineGroups(plan, 3))
+    fed = plan.dataset.load(plan.seed, plan.trial)
+    x, y = fed.x_train[:, 0], fed.y_train[:, 0]
+    theta, g = np.zeros(3), phases["group_size"]
+    for j, eta in enumerate(phases["step_sizes"]):
+        xs, ys, iterates = x[j * g:(j + 1) * g], y[j * g:(j + 1) * g], []
+        for _ in range(phases["rounds"]):
+            iterates.append(theta)
+            grad = xs.T @ (1 / (1 + np.exp(-np.clip(xs @ theta, -15, 15))) - ys) / g
+            theta = theta - eta * grad
+            theta *= min(1.0, 1.0 / np.linalg.norm(theta))
+        theta = np.mean(iterates, axis=0)
+    np.testing.assert_allclose(result.outputs["avg"][0, :, 0], theta, rtol=1e-11, atol=1e-14)
+
+
+def test_private_phases_charge_each_user_its_phases_rounds_only():
+    plan = make_plan(compose(*USERS, *PHASED))
+    phases, eps0 = plan.protocol.resolved["phases"], plan.protocol.resolved["eps0"]
+    g, rounds = phases["group_size"], phases["rounds"]
+    assert plan.protocol.algorithm.vector_sum.params.num_users == g
+    result = run(plan, inline=True)
+    used = g * len(phases["step_sizes"])
+    expected = advanced_composition(eps0, plan.protocol.resolved["delta0"], rounds, plan.protocol.resolved["delta_slack"])[0]
+    np.testing.assert_allclose(result.epsilon_spent[:, :used], expected, rtol=1e-12)
+    assert expected <= 8.0 and np.all(result.epsilon_spent[:, used:] == 0)

@@ -175,3 +175,32 @@ def agd_phase_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float
         smoothings.append(beta)
         radii.append(min(diameter, math.sqrt(2.0 * gap / strong_convexity)))
     return PhaseSchedule(tuple(batches), tuple(steps), tuple(step_sizes), tuple(radii), tuple(smoothings))
+
+
+class GdPhaseSchedule(NamedTuple):
+    group_size: int        # n_j = floor(n / k), the same for every phase
+    rounds: int            # T_j = T(n_j), the same for every phase, so every round spends (eps_0, delta_0)
+    step_sizes: tuple      # eta_j, with D := R_{j-1}
+    radii: tuple           # R_0 .. R_k
+
+
+def gd_phase_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float, lipschitz: float, diameter: float,
+                      strong_convexity: float, per_round_budget, sum_mse=pvec_mse) -> GdPhaseSchedule:
+    """Thm 4.9 part 2 (the Feldman-Koren-Talwar reduction, Lemma B.7) with the choices of A6, as
+    ``agd_phase_schedule``: k = ceil(log2 log2 n) phases of P_GD on disjoint groups of n_j = floor(n / k)
+    users, warm-started from the previous phase's average; phase j's eta from ``gd_schedule`` at
+    (n_j, D := R_{j-1}), R_0 = min(D, 2L / lambda), R_j = min(D, sqrt(2 Delta_j / lambda)) with the convex
+    rate Delta_j = R L / sqrt(n_j) + R L sqrt(d) ln^(3/2)(n_j d / delta) / (eps n_j) (C = 1; the paper
+    gives no group sizes, spec §3.5)."""
+    k = num_phases(n)
+    group = n // k
+    radii, step_sizes, rounds = [min(diameter, 2.0 * lipschitz / strong_convexity)], [], None
+    for _ in range(k):
+        radius = radii[-1]
+        schedule = gd_schedule(mode, group, dim, epsilon, delta, lipschitz, radius, per_round_budget, sum_mse)
+        rounds = schedule.num_steps
+        step_sizes.append(schedule.step_size)
+        gap = radius * lipschitz / math.sqrt(group) + radius * lipschitz * math.sqrt(dim) * math.log(
+            group * dim / delta) ** 1.5 / (epsilon * group)
+        radii.append(min(diameter, math.sqrt(2.0 * gap / strong_convexity)))
+    return GdPhaseSchedule(group, rounds, tuple(step_sizes), tuple(radii))

@@ -16,12 +16,21 @@ Round t = 0..T-1 (T1, T9): g_t = (1/n) A_vec(sum of all users' messages at theta
 Pi_Theta(theta_t - eta g_t) from theta_0 = Pi_Theta(0) (A4). Output: theta_bar = (1/T) sum_{t<T}
 theta_t (and the last iterate). T and eta as set, or from the paper's formulas
 (``algorithm.parameters=paper|exact``, ``hyperparameters.gd_schedule``).
-Runs as ``fedray.core.protocol.SampledRounds`` with ``AllUnits``: one Ray call per actor per round.
+Strongly convex losses (Thm 4.9 part 2, ``strong_convexity`` = lambda with ``parameters=paper|exact``):
+the Feldman-Koren-Talwar reduction, k = ceil(log2 log2 n) phases of P_GD on disjoint groups of
+n_j = floor(n / k) users (``PhasedGroups``), each phase T = T(n_j) rounds of its own group with
+P_vec for n_j users, phase j's eta with D := R_{j-1}, started from the previous phase's average
+iterate (``hyperparameters.gd_phase_schedule``); a user takes part in the T rounds of its phase
+only, so advanced composition over T rounds gives (eps, delta) and the groups compose in parallel.
+The output is the last phase's average.
+Runs as ``fedray.core.protocol.SampledRounds`` with ``AllUnits`` (``PhasedGroups`` when phased):
+one Ray call per actor per round.
 Randomness: P_vec's draws from the NOISE stream at (replica key, round, user block).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -37,7 +46,25 @@ class PGD(PSGD):
     """P_SGD's halves with every user in every step: ``batch_size`` is n, and the server step
     takes the round's messages as ``SampledRounds`` delivers them (the summing shuffler's sum)."""
 
+    strong_convexity: float | None = None    # lambda > 0: the phases of Thm 4.9b
+    phases: dict | None = None               # group_size, rounds, step_sizes, radii
+
     recipe: ClassVar[PvecRounds] = PvecRounds()
 
     def server_step(self, state: PSGDState, messages: np.ndarray, mask: np.ndarray) -> PSGDState:
-        return super().server_step(state, step_sum(messages, mask))
+        summed = step_sum(messages, mask)
+        if self.phases is None:
+            return super().server_step(state, summed)
+        rounds = int(self.phases["rounds"])
+        step = self.phases["step_sizes"][state.round // rounds]
+        current = dataclasses.replace(self, step_size=np.full_like(self.step_size, step), phases=None)
+        state = PSGD.server_step(current, state, summed)
+        if state.round % rounds:
+            return state
+        # The phase ends: the next starts from this phase's average iterate (theta_0 .. theta_{T-1}).
+        return PSGDState(state.round, state.iterate_sum / rounds, np.zeros_like(state.iterate_sum))
+
+    def output(self, state: PSGDState) -> dict[str, np.ndarray]:
+        if self.phases is None:
+            return super().output(state)
+        return {"avg": state.params}                # the last phase's average

@@ -34,7 +34,7 @@ import numpy as np
 from fedray.checks import known_keys, number_in, positive
 from fedray.core.planning import PlanContext, Replicas
 from fedray.core.protocol import Routing, SampledRounds, SequentialSteps
-from fedray.core.sampling import AllUnits, PhasedBatches, SequentialBatches
+from fedray.core.sampling import AllUnits, PhasedBatches, PhasedGroups, SequentialBatches
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
@@ -44,7 +44,7 @@ from fedray.privacy.ledger import ComposedAccountant, Ledger, one_pass_ledger
 from fedray.privacy.statement import PrivacyPlan
 from fedray.privacy.vector_sum import ExactSum, SplitVectorSum, vector_sum_parameters
 from fedray.protocols.shuffle_sco.hyperparameters import (
-    MODES, agd_phase_schedule, gd_schedule, gd_smoothing_parameter, pvec_mse, sgd_schedule, smoothing_parameter,
+    MODES, agd_phase_schedule, gd_phase_schedule, gd_schedule, gd_smoothing_parameter, pvec_mse, sgd_schedule, smoothing_parameter,
 )
 from fedray.smoothing import MoreauEnvelope
 
@@ -94,9 +94,7 @@ class PvecSteps:
         alg, priv = config["algorithm"], config["privacy"]
         mode = _mode(alg)
         if mode == "manual":
-            if alg.get("strong_convexity") is not None:
-                raise ConfigError("algorithm.strong_convexity", alg["strong_convexity"], "null with algorithm."
-                                  "parameters=manual (Thm 4.8's phases come from the formulas: paper or exact)")
+            _refuse_manual_phases(alg)
             return config
         eps, delta, lipschitz, diameter = _formula_inputs(alg, priv, mode)
         sum_mse = _sum_mse(priv, mode)
@@ -207,10 +205,18 @@ class PvecRounds:
         alg, priv = config["algorithm"], config["privacy"]
         mode = _mode(alg)
         if mode == "manual":
+            _refuse_manual_phases(alg)
             return config
         eps, delta, lipschitz, diameter = _formula_inputs(alg, priv, mode)
         n, dim, data = shape.num_silos, shape.dim * loss.num_outputs, config["data"]
-        if isinstance(loss, MoreauEnvelope) and loss.smoothing is None:
+        envelope = isinstance(loss, MoreauEnvelope) and loss.smoothing is None
+        if alg.get("strong_convexity") is not None:
+            if envelope:
+                raise ConfigError("data.loss.smoothing", None, "a number with algorithm.strong_convexity for p_gd "
+                                  "(Thm 4.9's phases are built for a given loss; smoothed phases are not)")
+            return _gd_phased(config, mode, n, dim, eps, delta, lipschitz, diameter, alg["strong_convexity"],
+                              _sum_mse(priv, mode))
+        if envelope:
             smoothness = gd_smoothing_parameter(n, dim, eps, delta, lipschitz, diameter)
             lipschitz = 2.0 * lipschitz
             data = {**data, "loss": {**data["loss"], "smoothing": smoothness}}
@@ -220,15 +226,22 @@ class PvecRounds:
 
     def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PvecRoundsPlan:
         alg, priv, shape = config["algorithm"], config["privacy"], context.shape
-        own = _check_users(self, algorithm_class, config, context, AllUnits, "every user (participation=all)")
+        own = _check_users(self, algorithm_class, config, context, (AllUnits, PhasedGroups),
+                           "every user (participation=all)")
+        phased = isinstance(context.sampler, PhasedGroups)
+        if phased != (own.get("phases") is not None):
+            raise ConfigError("algorithm.phases", own.get("phases"), "set only by algorithm.parameters=paper|exact "
+                              "with algorithm.strong_convexity (with the matching phased participation)")
+        # Phased (Thm 4.9b): a user takes part in the T rounds of its own phase, with its group.
         users, rounds = shape.num_silos, context.num_rounds
+        per_invocation, per_user = (context.sampler.group_size, context.sampler.rounds) if phased else (users, rounds)
         if priv["trust_model"] == "none":
             vector_sum, privacy = ExactSum(), _not_private(priv, context)
         else:
             eps, delta = _budget(priv)
-            eps0, delta0, slack, shrunk = per_round_budget(eps, delta, rounds)
+            eps0, delta0, slack, shrunk = per_round_budget(eps, delta, per_user)
             vector_sum, details = _private_sum(priv, context, eps0, delta0, shape.dim * context.loss.num_outputs,
-                                               users, "num_rounds", rounds)
+                                               per_invocation, "num_rounds", rounds)
             cells = (context.replicas.count, users)
             rule = ApproxDpComposition(eps0, delta0, slack, route="advanced")
             privacy = PrivacyPlan(
@@ -236,9 +249,11 @@ class PvecRounds:
                 relation="replace_one", delta=np.full(users, delta), noise_multiplier=np.zeros(cells),
                 target_epsilon=np.full(cells, eps), ledger=Ledger(ComposedAccountant(rule, "advanced"), cells, "user"),
                 details={"eps0": eps0, "delta0": delta0, "delta_slack": slack, "eps0_shrunk": shrunk, **details})
-        algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=users,
+        algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=per_invocation,
                                     l2_clip=_clip(priv), vector_sum=vector_sum, **own)
         resolved = {"num_rounds": rounds, "parameters": alg.get("parameters", "manual"), **privacy.details}
+        if phased:
+            resolved["phases"] = own["phases"]
         return PvecRoundsPlan(algorithm, context.sampler, context.loss, shape, context.replicas, rounds, privacy,
                               ROUTING[priv["trust_model"]], resolved=resolved)
 
@@ -261,6 +276,27 @@ def _phased(config: dict, mode: str, n: int, dim: int, eps: float, delta: float,
         data = {**data, "loss": {**data["loss"], "smoothing": phases.smoothings[0]}}
     return {**config, "num_rounds": int(sum(phases.steps)), "algorithm": alg, "participation": participation,
             "data": data}
+
+
+def _gd_phased(config: dict, mode: str, n: int, dim: int, eps: float, delta: float, lipschitz: float,
+               diameter: float, strong_convexity, sum_mse) -> dict:
+    """Thm 4.9b's phases (``hyperparameters.gd_phase_schedule``) as the config: a ``PhasedGroups``
+    participation, num_rounds = k T, and the phases' step sizes and radii."""
+    lam = positive("algorithm.strong_convexity", strong_convexity)
+    phases = gd_phase_schedule(mode, n, dim, eps, delta, lipschitz, diameter, lam, per_round_budget, sum_mse)
+    k = len(phases.step_sizes)
+    alg = {**config["algorithm"], "step_size": phases.step_sizes[0],
+           "phases": {"group_size": phases.group_size, "rounds": phases.rounds, "step_sizes": list(phases.step_sizes),
+                      "radii": list(phases.radii)}}
+    participation = {"_target_": "fedray.core.sampling.PhasedGroups", "group_size": phases.group_size,
+                     "rounds": phases.rounds, "phases": k}
+    return {**config, "num_rounds": phases.rounds * k, "algorithm": alg, "participation": participation}
+
+
+def _refuse_manual_phases(alg: dict) -> None:
+    if alg.get("strong_convexity") is not None:
+        raise ConfigError("algorithm.strong_convexity", alg["strong_convexity"], "null with algorithm.parameters="
+                          "manual (the strongly convex phases come from the formulas: paper or exact)")
 
 
 def _mode(alg: dict) -> str:
