@@ -23,10 +23,20 @@ draws the same noise.
 
 Calibration (both): sigma = analytic_sigma(eps, delta, 2 L) (Balle & Wang 2018), the smallest
 noise for which one release is (eps, delta)-DP; how releases compose is the caller's ledger.
+
+``CentralGaussianSum(..., draws=2)`` with ``pan_private_sigma``: seed 000's pan-private AC-SA
+(App. C, Alg. 6). Trust model: a curator that is trusted to run the algorithm but whose internal
+state may be seen ONCE by an intruder (pan-privacy, Def C.2). Each step's gradient accumulator
+starts from a fresh N(0, zeta^2 I) before any user's data enters it, and a second fresh draw is
+added before the step uses it; on the sum of B clipped gradients that is two draws of B zeta each,
+zeta^2 = 8 L^2 ln(2/delta) / (B^2 eps^2): the classic Gaussian mechanism (Lemma C.5, eps < 1) with
+Delta_2 = 2 L / B on the mean, so the state at any one moment and the output are (eps, delta)-DP
+(Lemma C.4, 0 < eps, delta < 1).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -35,6 +45,14 @@ import numpy as np
 from fedray.core.mechanism import Placement
 from fedray.privacy.gaussian import analytic_sigma
 from fedray.rng import SiloDraws, Stream, generator
+
+
+def pan_private_sigma(epsilon: float, delta: float, l2_bound: float, batch: int) -> float:
+    """B zeta, the std of each of the two draws pan-private AC-SA adds to a step's SUM of B vectors:
+    zeta^2 = 8 L^2 ln(2/delta) / (B^2 eps^2) (seed-000 §3.6), so B zeta = sqrt(8 ln(2/delta)) L / eps."""
+    if not (0 < epsilon < 1 and 0 < delta < 1):
+        raise ValueError(f"pan-private AC-SA needs 0 < epsilon < 1 and 0 < delta < 1 (Lemma C.5); got {epsilon}, {delta}")
+    return batch * math.sqrt(8.0 * l2_bound**2 * math.log(2.0 / delta) / (batch**2 * epsilon**2))
 
 
 def release_sigma(epsilon: float, delta: float, l2_bound: float) -> float:
@@ -71,17 +89,19 @@ class CentralGaussianSum:
     sigma: float
     seed: int
     streams: np.ndarray            # (P, k) each replica's stream key (``Replicas.streams``)
+    draws: int = 1                 # independent N(0, sigma^2 I) draws per release (2: pan-private AC-SA)
     placement: ClassVar[Placement] = Placement.SERVER
 
     def randomize(self, vectors: np.ndarray, draws: SiloDraws) -> np.ndarray:
         return vectors.sum(axis=2)
 
     def estimate(self, total: np.ndarray, users, step: int) -> np.ndarray:
-        """(P, D) the released sum: ``total`` plus N(0, sigma^2 I) per replica, keyed by ``step``."""
-        noise = np.stack([generator(self.seed, Stream.OUTPUT_NOISE, *row, step).standard_normal(total.shape[1:])
-                          for row in np.asarray(self.streams).reshape(total.shape[0], -1)])
+        """(P, D) the released sum: ``total`` plus ``draws`` N(0, sigma^2 I) per replica, keyed by ``step``."""
+        rows = np.asarray(self.streams).reshape(total.shape[0], -1)
+        noise = np.stack([generator(self.seed, Stream.OUTPUT_NOISE, *row, step).standard_normal(
+            (self.draws,) + total.shape[1:]).sum(axis=0) for row in rows])
         return total + self.sigma * noise
 
     def sum_mse(self, users: int, dim: int) -> float:
-        """E||estimate - sum||^2 = d sigma^2, whatever the number of users."""
-        return dim * self.sigma**2
+        """E||estimate - sum||^2 = draws d sigma^2, whatever the number of users."""
+        return self.draws * dim * self.sigma**2

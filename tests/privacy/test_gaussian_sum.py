@@ -56,3 +56,15 @@ def test_central_noise_is_one_draw_per_release_keyed_by_step_and_replica():
     assert low < scaled < high
     assert central.sum_mse(users, dim) == dim * sigma**2
     assert LocalGaussianSum(sigma).sum_mse(users, dim) == users * dim * sigma**2
+
+
+def test_pan_private_draws_keep_the_state_private_after_the_first_draw_alone():
+    """Lemma C.4's structure: an intruder who sees the accumulator after the first draw only sees the
+    batch's sum plus N(0, (B zeta)^2 I): that alone must be (eps, delta)-DP at sensitivity 2 L (exact
+    Gaussian profile), and the release with both draws more so."""
+    from fedray.privacy.gaussian_sum import pan_private_sigma
+
+    for eps, delta, batch in ((0.5, 1e-6, 7), (0.9, 1e-3, 1000), (0.1, 1e-8, 50)):
+        one = pan_private_sigma(eps, delta, 1.0, batch)
+        assert gaussian_delta(one, 2.0, eps) <= delta
+        assert gaussian_delta(np.sqrt(2) * one, 2.0, eps) <= gaussian_delta(one, 2.0, eps)

@@ -185,3 +185,37 @@ def test_non_smooth_phases_run_smoothed_p_agd_with_each_phases_envelope():
             theta *= min(1.0, 2.0 / np.linalg.norm(theta))
             theta_ag = alpha * theta + (1 - alpha) * theta_ag
     np.testing.assert_allclose(result.outputs["last"][0, :, 0], theta_ag, rtol=1e-10, atol=1e-13)
+
+
+def test_pan_private_ac_sa_adds_two_fresh_curator_draws_of_b_zeta_per_batch():
+    """App. C: the curator's accumulator starts from N(0, zeta^2 I) and gets a second draw, zeta^2 =
+    8 L^2 ln(2/delta) / (B^2 eps^2), on the batch MEAN: two draws of std B zeta on the sum; replayed
+    here from the OUTPUT_NOISE stream; eps >= 1 is refused (Lemma C.5)."""
+    from fedray.errors import ConfigError
+    from fedray.rng import Stream, generator
+
+    plan = make_plan(compose(*USERS, "privacy=pan_private", "privacy.epsilon=0.5", "num_rounds=30",
+                             "algorithm.step_size=0.02"))
+    b, sigma = 7, plan.protocol.resolved["noise_std"]
+    assert sigma == pytest.approx(b * np.sqrt(8 * np.log(2 / 1e-6) / (b**2 * 0.25)), rel=1e-12)
+    assert plan.privacy.trust_model == "pan_private" and plan.protocol.routing.value == "direct"
+    result = run(plan, inline=True, groups=InlineGroups(plan, 2))
+    fed = plan.dataset.load(plan.seed, plan.trial)
+    x, y = fed.x_train[:, 0], fed.y_train[:, 0]
+    c = 2.0 / 0.02
+    theta = theta_ag = np.zeros(3)
+    for t in range(1, 31):
+        alpha = 2.0 / (t + 2)
+        theta_md = alpha * theta + (1 - alpha) * theta_ag
+        xb, yb = x[(t - 1) * b:t * b], y[(t - 1) * b:t * b]
+        total = xb.T @ (1 / (1 + np.exp(-np.clip(xb @ theta_md, -15, 15))) - yb)
+        total = total + sigma * generator(plan.seed, Stream.OUTPUT_NOISE, *plan.replicas.streams[0], t - 1
+                                          ).standard_normal((2, 3)).sum(axis=0)
+        theta = theta - (total / b) * (t + 1) / c
+        theta *= min(1.0, 0.8 / np.linalg.norm(theta))
+        theta_ag = alpha * theta + (1 - alpha) * theta_ag
+    np.testing.assert_allclose(result.outputs["last"][0, :, 0], theta_ag, rtol=1e-10, atol=1e-13)
+    assert np.allclose(result.epsilon_spent[:, :210], 0.5)
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*USERS, "privacy=pan_private", "privacy.epsilon=1"))
+    assert err.value.key == "privacy.epsilon"

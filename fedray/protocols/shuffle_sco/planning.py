@@ -39,7 +39,7 @@ from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
 from fedray.privacy.composition import ApproxDpComposition, advanced_composition_budget
-from fedray.privacy.gaussian_sum import CentralGaussianSum, LocalGaussianSum, release_sigma
+from fedray.privacy.gaussian_sum import CentralGaussianSum, LocalGaussianSum, pan_private_sigma, release_sigma
 from fedray.privacy.ledger import ComposedAccountant, Ledger, one_pass_ledger
 from fedray.privacy.statement import PrivacyPlan
 from fedray.privacy.vector_sum import ExactSum, SplitVectorSum, vector_sum_parameters
@@ -51,8 +51,11 @@ from fedray.smoothing import MoreauEnvelope
 RESOLVED_KEYS = ("_target_", "name", "step_size", "trust_model", "block_steps", "parameters")
 USER = "user (one record) anywhere in the population"
 TRUST_MODELS = ("sdp", "local", "central", "none")
-CALIBRATION = {"sdp": "paper", "local": "analytic", "central": "analytic"}   # P_vec's own; the Gaussians'
-ROUTING = {"sdp": Routing.SHUFFLE_SUM, "local": Routing.DIRECT, "central": Routing.DIRECT, "none": Routing.SHUFFLE_SUM}
+SEQUENTIAL_TRUST_MODELS = TRUST_MODELS + ("pan_private",)      # App. C's online curator: sequential protocols only
+# P_vec's own calibration; the Gaussian baselines' analytic one; App. C's classic Gaussian (Lemma C.5)
+CALIBRATION = {"sdp": "paper", "local": "analytic", "central": "analytic", "pan_private": "paper"}
+ROUTING = {"sdp": Routing.SHUFFLE_SUM, "local": Routing.DIRECT, "central": Routing.DIRECT,
+           "pan_private": Routing.DIRECT, "none": Routing.SHUFFLE_SUM}
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ class PvecSteps:
 
     schedule: Callable = sgd_schedule
     needs_smoothness: bool = False
-    trust_models: tuple[str, ...] = TRUST_MODELS
+    trust_models: tuple[str, ...] = SEQUENTIAL_TRUST_MODELS
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
@@ -367,6 +370,10 @@ def _private_sum(priv: dict, context: PlanContext, eps: float, delta: float, dim
         except ConfigError as err:
             raise ConfigError(key, value, f"a value whose P_vec invocations can be served ({err})") from err
         return SplitVectorSum(parameters), {"messages_per_user": parameters.messages_per_user}
+    if priv["trust_model"] == "pan_private":
+        sigma = pan_private_sigma(_below_one(eps), delta, l2_clip, users)
+        return (CentralGaussianSum(sigma, context.seed, context.replicas.streams, draws=2),
+                {"noise_std": sigma, "noise_placement": "curator: one draw before the batch's data, one after"})
     sigma = release_sigma(eps, delta, l2_clip)
     if priv["trust_model"] == "local":
         return LocalGaussianSum(sigma), {"noise_std": sigma, "noise_placement": "each user"}
@@ -374,16 +381,24 @@ def _private_sum(priv: dict, context: PlanContext, eps: float, delta: float, dim
             {"noise_std": sigma, "noise_placement": "trusted server, once per sum"})
 
 
+def _below_one(eps: float) -> float:
+    if not eps < 1:
+        raise ConfigError("privacy.epsilon", eps, "a number in (0, 1) for trust_model=pan_private (Lemma C.5)")
+    return eps
+
+
 def _sum_mse(priv: dict, mode: str):
     """The step-sum error ``exact`` calibrates the step size for (``hyperparameters``)."""
     trust = priv["trust_model"]
-    if trust in ("local", "central") and mode == "paper":
+    if trust in ("local", "central", "pan_private") and mode == "paper":
         raise ConfigError("algorithm.parameters", mode, f"exact or manual for trust_model={trust} (the paper's "
                           "formulas are P_vec's)")
     if trust == "local":
         return lambda eps, delta, dim, batch, l2: batch * dim * release_sigma(eps, delta, l2) ** 2
     if trust == "central":
         return lambda eps, delta, dim, batch, l2: dim * release_sigma(eps, delta, l2) ** 2
+    if trust == "pan_private":
+        return lambda eps, delta, dim, batch, l2: 2 * dim * pan_private_sigma(_below_one(eps), delta, l2, batch) ** 2
     if trust == "none":
         return lambda eps, delta, dim, batch, l2: 0.0
     return pvec_mse
