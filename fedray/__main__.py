@@ -1,5 +1,7 @@
 """Hydra entry point: `python -m fedray experiment=isrl_dp_convex [key=value ...]`."""
 
+import os
+
 import hydra
 from omegaconf import DictConfig
 
@@ -14,7 +16,8 @@ POOL = ActorPool()
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    run_job(cfg, POOL)
+    # A job the ray_jobs launcher started keeps no actors: idle ones would hold CPUs other jobs need.
+    run_job(cfg, None if os.environ.get("FEDRAY_LAUNCHED_JOB") else POOL)
 
 
 if __name__ == "__main__":

@@ -136,6 +136,7 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
 
         on_round.loss = float("nan")
         try:
+            tracker.client.set_tag(tracker.run_id, "ray.actor_nodes", str(len(set(groups.node_ids()))))
             result = run(plan, tracker=tracker, progress=on_round, groups=groups, pool=pool)
         except BaseException:
             tracker.fail()

@@ -10,6 +10,7 @@ as one expandable row. On multirun end the parent is closed and the variable rem
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from typing import Any
@@ -60,6 +61,14 @@ class ParentRun(Callback):
         tracker.client.log_batch(tracker.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         self._client, self._run_id = tracker.client, tracker.run_id
         os.environ[PARENT_ENV] = tracker.run_id
+        atexit.register(self._abandoned)
+
+    def _abandoned(self) -> None:
+        """At exit without ``on_multirun_end`` (the sweep aborted: a launcher error, Ctrl-C): the
+        parent ends FAILED rather than RUNNING."""
+        if self._run_id is not None:
+            self._client.set_terminated(self._run_id, "FAILED")
+            self._run_id = None
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self._run_id is None:
@@ -134,7 +143,10 @@ def _swept_values(table) -> tuple[str, list] | None:
     for key in parsed[0] if parsed else ():
         values = [job.get(key) for job in parsed]
         if len(set(values)) > 1:
-            return key, values
+            try:                        # numbers on a numeric axis, in order (matplotlib would treat
+                return key, [float(v) for v in values]   # strings as categories in job order)
+            except (TypeError, ValueError):
+                return key, values
     return None
 
 

@@ -12,6 +12,7 @@ is behind ``fedray.core.protocol.RoundProtocol``.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from dataclasses import dataclass, field, replace
@@ -55,7 +56,7 @@ class RunResult:
         return next(iter(self.outputs.values()))
 
 
-def _connect(runtime: dict) -> None:
+def connect(runtime: dict) -> None:
     """Join ``runtime.address``, or start a private local Ray: ``address="local"`` never joins a
     cluster somebody else started on this machine (which a bare ``ray.init()`` would)."""
     if ray.is_initialized():
@@ -65,7 +66,15 @@ def _connect(runtime: dict) -> None:
         ray.init(address="local", num_cpus=runtime.get("num_cpus"), include_dashboard=False, log_to_driver=False)
         return
     _reachable(str(address), float(runtime.get("connect_timeout") or 30.0))
-    ray.init(address=address, log_to_driver=False)
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except ConnectionError as err:
+        # Ray 2.5x clusters started with `ray start` use token authentication; a driver without
+        # RAY_AUTH_MODE=token is refused with a message that does not say so.
+        hint = "" if os.environ.get("RAY_AUTH_MODE") == "token" else (
+            "; clusters started with `ray start` use token authentication: export RAY_AUTH_MODE=token here "
+            "and on every node (README, Running on a Ray cluster)")
+        raise ConnectionError(f"runtime.address={address}: the cluster refused the connection ({err}){hint}") from None
 
 
 def _reachable(address: str, timeout: float) -> None:
@@ -196,6 +205,10 @@ class RayGroups(GroupOracle):
         self.shuffler = None if shuffler is None else ShufflerActor.remote(*shuffler)
         self.ranges = _ranges(blocks)
 
+    def node_ids(self) -> list[str]:
+        """The Ray node of every silo-group actor (waits for them to start)."""
+        return ray.get([actor.node_id.remote() for actor in self.actors])
+
     def call(self, method: str, *args) -> list:
         """One call of ``method`` per actor, gathered with one ray.get."""
         return ray.get([getattr(actor, method).remote(*args) for actor in self.actors])
@@ -296,7 +309,7 @@ def start(plan: Plan, pool: ActorPool | None = None) -> RayGroups:
     """Connect to Ray and start the silo actors, or take them from ``pool``; returns without
     waiting for new actors to load, so the caller can set up tracking meanwhile."""
     started = time.perf_counter()
-    _connect(plan.runtime)
+    connect(plan.runtime)
     num_actors = _num_actors(plan.runtime, plan.shape.num_silos)
     layout = _layout_key(plan, num_actors)
     # take() drops idle actors of another layout: they hold CPU shares the new ones need.

@@ -71,6 +71,10 @@ class SiloGroup:
         """The partial sums of ``fn(federation, unit_ids, *args)``'s per-unit rows (``Oracle.unit_sum``)."""
         return block_partials(self.silo_ids, fn(self._fed, self.silo_ids, *args), num_units)
 
+    def node_id(self) -> str:
+        """The Ray node this group runs on ("local" outside Ray): where a run's actors landed."""
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+
     def set_protocol(self, protocol) -> None:
         self.protocol = protocol
         # A driver-side program (``fedray.core.program``) reads the records through the oracle only.

@@ -1,0 +1,79 @@
+"""The ray_jobs launcher on a 3-node ``ray.cluster_utils.Cluster``: a sweep of 4 jobs runs 2 at a
+time (their MLflow run intervals overlap), the jobs' actors land on more than one node, the data
+directory reaches the workers only through the launcher's runtime_env (the cluster's processes are
+started without it), and every job's final metrics equal a sequential sweep on a private local Ray
+bit for bit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+# MNIST (needs FEDRAY_DATA_DIR: the shared copy, no network) at a tiny size; one actor per job.
+SWEEP = ["experiment=isrl_dp_convex", "num_rounds=3", "progress=false", "privacy.epsilon=1,2,3,4",
+         "runtime.num_actors=2"]
+
+
+def _sweep(tmp_path, name: str, extra: list[str], env: dict) -> dict:
+    uri = f"sqlite:///{tmp_path}/{name}.db"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedray", "-m", *SWEEP, f"tracking.uri={uri}",
+         f"tracking.artifact_location={tmp_path}/{name}-artifacts", f"hydra.sweep.dir={tmp_path}/{name}", *extra],
+        capture_output=True, text=True, cwd=REPO, timeout=600, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])
+    return {r.info.run_name: r for r in runs if r.data.tags.get("sweep") != "parent"}
+
+
+def test_a_sweep_runs_concurrently_across_a_cluster_and_equals_a_sequential_one(tmp_path, data_dir):
+    from ray.cluster_utils import Cluster
+
+    data = os.environ.pop("FEDRAY_DATA_DIR")            # the cluster's processes start without it
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+        for _ in range(2):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        try:
+            env = {**os.environ, "FEDRAY_DATA_DIR": data}  # the driver's shell has it
+            launched = _sweep(tmp_path, "launched", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
+                                                     "hydra.launcher.max_concurrent=2"], env)
+        finally:
+            cluster.shutdown()
+    finally:
+        os.environ["FEDRAY_DATA_DIR"] = data
+    sequential = _sweep(tmp_path, "sequential", ["runtime.num_cpus=2"], {**os.environ})
+
+    assert sorted(launched) == sorted(sequential) and len(launched) == 4
+    assert all(r.info.status == "FINISHED" for r in launched.values())
+    for name, run in launched.items():
+        model = {k: v for k, v in run.data.metrics.items() if "time" not in k}
+        assert model and model == {k: v for k, v in sequential[name].data.metrics.items() if "time" not in k}, name
+    spans = sorted((r.info.start_time, r.info.end_time) for r in launched.values())
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])), spans      # overlapping jobs
+    assert max(int(r.data.tags["ray.actor_nodes"]) for r in launched.values()) > 1
+
+
+def test_an_unreachable_cluster_ends_the_sweep_in_one_line_with_its_parent_run_failed(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedray", "-m", "hydra/launcher=ray_jobs", "runtime.address=127.0.0.1:1",
+         "runtime.connect_timeout=2", "experiment=isrl_dp_convex", "privacy.epsilon=1,3", f"tracking.uri={uri}",
+         f"tracking.artifact_location={tmp_path}/artifacts", f"hydra.sweep.dir={tmp_path}/multirun"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: runtime.address=127.0.0.1:1: no Ray cluster answered")
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])
+    assert [(r.data.tags.get("sweep"), r.info.status) for r in runs] == [("parent", "FAILED")]
