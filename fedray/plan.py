@@ -14,7 +14,6 @@ import json
 import math
 import zlib
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 from hydra.utils import instantiate
@@ -177,21 +176,6 @@ def _guard(privacy: PrivacyPlan, sampler, replicas: Replicas, seed: int, num_rou
     else:
         planned = privacy.ledger.epsilons(counts)
     return replace(privacy, planned_epsilon=planned)
-
-
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
-
-
-def compose_plan(overrides: list[str]) -> Plan:
-    """The plan ``python -m fedray <overrides>`` would run (scripts and experiments that run many jobs
-    in one process)."""
-    from hydra import compose, initialize_config_dir
-
-    from fedray.resolvers import register
-
-    register()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return make_plan(compose("config", overrides=list(overrides)))
 
 
 def make_plan(cfg: DictConfig) -> Plan:

@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from fedray.plan import compose_plan
+from fedray.compose import compose_plan
 from tests.conftest import REPO
 
 

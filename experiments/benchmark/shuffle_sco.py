@@ -49,7 +49,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from fedray.plan import compose_plan  # noqa: E402  (after the thread settings above)
+from fedray.compose import compose_plan  # noqa: E402  (after the thread settings above)
 
 SEED = 20261124          # the numpy loops' own generator (fedray draws from its run seed)
 GIB = 1024.0 ** 3

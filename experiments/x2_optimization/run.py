@@ -38,7 +38,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from fedray.plan import compose_plan  # noqa: E402
+from fedray.compose import compose_plan  # noqa: E402
 
 NS = (10**3, 10**4, 10**5, 10**6)
 REPETITIONS = {10**3: 20, 10**4: 20, 10**5: 10, 10**6: 5}   # fewer where a run is T = n / B sequential steps

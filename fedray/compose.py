@@ -1,0 +1,21 @@
+"""The plan ``python -m fedray <overrides>`` would run, for scripts and experiments that run many
+jobs in one process (the resolvers name paper packages, so this lives outside ``fedray.plan``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedray.plan import Plan, make_plan
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def compose_plan(overrides: list[str]) -> Plan:
+    """Compose the config for ``overrides`` as the command line would, and plan it."""
+    from hydra import compose, initialize_config_dir
+
+    from fedray.resolvers import register
+
+    register()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return make_plan(compose("config", overrides=list(overrides)))
