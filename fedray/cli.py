@@ -113,7 +113,8 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
     with ThreadPoolExecutor(max_workers=1) as background:
         pending = background.submit(open_tracker)
         try:
-            groups = start(plan, pool)
+            with console.status(f"starting Ray and the actors of {plan.shape.num_silos:,} units", spinner="dots"):
+                groups = start(plan, pool)
         except BaseException as err:
             pending.result().fail()          # the run opened meanwhile: never leave it RUNNING
             if isinstance(err, ConnectionError):
@@ -146,8 +147,10 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
     diagnostics = ", ".join(sorted(result.diagnostics)) or "none"
     console.print(f"privacy: {plan.privacy.summary()}; diagnostic metrics (from the units' data): {diagnostics}",
                   soft_wrap=True)
-    console.print(
-        f"MLflow run [bold]{tracker.run_id}[/] in [bold]{tracker.uri}[/]; "
-        f"browse with: mlflow ui --backend-store-uri {tracker.uri}", soft_wrap=True
-    )
+    page = f"#/experiments/{tracker.experiment_id}/runs/{tracker.run_id}?workflowType=machine_learning"
+    if tracker.uri.startswith(("http://", "https://")):
+        where = f"open {tracker.uri.rstrip('/')}/{page}"
+    else:   # MLflow 3's UI opens on its GenAI views unless the URL asks for the model-training one
+        where = f"browse with: mlflow ui --backend-store-uri {tracker.uri}, then open http://127.0.0.1:5000/{page}"
+    console.print(f"MLflow run [bold]{tracker.run_id}[/] in [bold]{tracker.uri}[/]; {where}", soft_wrap=True)
     return result

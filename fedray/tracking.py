@@ -49,6 +49,10 @@ def _store_uri(uri: str) -> str:
     return uri
 
 
+# MLflow 3's UI opens an experiment of this kind on its runs table (not on the GenAI overview).
+EXPERIMENT_KIND, MODEL_DEVELOPMENT = "mlflow.experimentKind", "custom_model_development"
+
+
 class MlflowTracker:
     """An MLflow store and experiment; ``start_run`` opens the run this tracker writes to."""
 
@@ -63,9 +67,12 @@ class MlflowTracker:
                 location = Path(artifact_location).resolve().as_uri()
             elif artifact_location:
                 location = artifact_location
-            experiment_id = self.client.create_experiment(experiment_name, artifact_location=location)
+            experiment_id = self.client.create_experiment(experiment_name, artifact_location=location,
+                                                          tags={EXPERIMENT_KIND: MODEL_DEVELOPMENT})
         else:
             experiment_id = experiment.experiment_id
+            if EXPERIMENT_KIND not in experiment.tags:
+                self.client.set_experiment_tag(experiment_id, EXPERIMENT_KIND, MODEL_DEVELOPMENT)
         self.experiment_id = experiment_id
         self.run_id: str | None = None
         self.log_every = int(log_every)
