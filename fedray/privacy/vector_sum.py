@@ -80,6 +80,7 @@ __all__ = [
     "aggregate_counts",
     "analyze_counts",
     "analyze_messages",
+    "dropout_epsilon",
     "encode",
     "randomize_counts",
     "randomize_messages",
@@ -311,6 +312,21 @@ def analyze_counts(ones: np.ndarray, params: VectorSumParameters, num_users=None
     n_u = np.asarray(n_u, dtype=np.float64)[..., None]
     debias = params.noise_mean * n_u / params.num_users
     return (params.value_range / params.scale) * (ones - debias) - n_u * params.l2_bound
+
+
+def dropout_epsilon(params: VectorSumParameters, num_arrived: int) -> float:
+    """The epsilon left when only ``num_arrived`` of the invocation's n users sent messages (seed-000
+    A8, robust mode): the noise is then that of n_eff = num_arrived users, gamma_h = n_eff / n, and
+    the invocation is (eps / gamma_h, delta)-DP (Lemma A.9, for eps <= 1). The analyzer debiases with
+    n_eff (``analyze_counts(..., num_users=n_eff)``, or ``analyze_messages``, which reads n_eff off the
+    per-label message count). Fewer than n / 3 arrivals is refused, as A8 recommends."""
+    if not 0 < params.epsilon <= 1:
+        raise ConfigError("epsilon", params.epsilon, "at most 1 for the drop-out guarantee (seed-000 Lemma A.9)")
+    if isinstance(num_arrived, bool) or int(num_arrived) != num_arrived or not 1 <= num_arrived <= params.num_users:
+        raise ConfigError("num_arrived", num_arrived, f"an integer in [1, {params.num_users}]")
+    if 3 * num_arrived < params.num_users:
+        raise ConfigError("num_arrived", num_arrived, f"at least n / 3 = {params.num_users / 3:g} users (seed-000 A8)")
+    return params.epsilon * params.num_users / num_arrived
 
 
 def analyze_messages(messages: np.ndarray, params: VectorSumParameters) -> np.ndarray:

@@ -252,3 +252,33 @@ def test_split_randomizer_draws_the_same_bits_as_the_m2_randomizer_per_block():
     draws = SiloDraws(9, np.array([[0, 1], [0, 2]]), 4, np.arange(30, 180))
     reference = draws.blockwise(Stream.NOISE, vectors, lambda block, g: VectorSumRandomizer(params).apply(block, g)[0])
     np.testing.assert_array_equal(SplitVectorSum(params).randomize(vectors, draws), reference.sum(axis=2))
+
+
+def test_robust_mode_debiases_with_the_users_that_arrived_and_reports_eps_over_gamma():
+    """Spec §7 test 9 (A8): a third of the users drop out; their messages never reach the shuffler.
+    The analyzer reads n_eff off the message counts and stays unbiased; the guarantee is eps / gamma_h."""
+    from fedray.errors import ConfigError
+    from fedray.privacy.vector_sum import aggregate_counts, analyze_counts, dropout_epsilon
+
+    params = vector_sum_parameters(1.0, 1e-3, 2, 30, 1.0)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((30, 2))
+    x /= np.linalg.norm(x, axis=1, keepdims=True) * 1.25
+    arrived = x[:20]
+    reps = 4000
+    counts = aggregate_counts(np.broadcast_to(arrived, (reps, 20, 2)), params, rng)      # M3 over the 20 senders
+    estimates = analyze_counts(counts, params, num_users=np.full(reps, 20))
+    error = estimates.mean(axis=0) - arrived.sum(axis=0)
+    assert np.all(np.abs(error) < 4 * estimates.std(axis=0) / np.sqrt(reps))
+    biased = analyze_counts(counts, params).mean(axis=0) - arrived.sum(axis=0)             # debiased with n = 30
+    assert np.all(np.abs(biased) > 20 * estimates.std(axis=0) / np.sqrt(reps))
+    small = vector_sum_parameters(15.0, 0.49, 1, 10, 1.0)                                  # M1 at a size that fits
+    messages = randomize_messages(np.full((6, 1), 0.5), small, rng)                         # 6 of 10 users sent
+    ones = messages[..., 1].sum()
+    np.testing.assert_allclose(analyze_messages(messages.reshape(-1, 2), small),
+                               analyze_counts(np.array([ones]), small, num_users=6))       # n_eff = 6, read off
+    assert dropout_epsilon(params, 20) == pytest.approx(1.5)
+    with pytest.raises(ConfigError):
+        dropout_epsilon(params, 9)                                                         # below n / 3
+    with pytest.raises(ConfigError):
+        dropout_epsilon(vector_sum_parameters(2.0, 1e-3, 2, 30, 1.0), 20)                  # Lemma A.9: eps <= 1

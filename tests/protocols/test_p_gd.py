@@ -97,6 +97,7 @@ def test_smoothed_p_gd_takes_the_envelope_smoothness_from_theorem_4_9():
     from fedray.protocols.shuffle_sco.hyperparameters import gd_smoothing_parameter, oracle_second_moment
 
     assert gd_smoothing_parameter(10_000, 10, 1.0, 1e-6, 1.0, 2.0) == pytest.approx(12.4039, abs=5e-4)
+    assert gd_smoothing_parameter(100_000, 10, 1.0, 1e-6, 1.0, 2.0) == pytest.approx(108.86, abs=5e-3)   # spec §7 test 10
     envelope = ["data.loss._target_=fedray.smoothing.MoreauEnvelope", "+data.loss.base._target_=fedray.smoothing.Hinge",
                 "+data.loss.smoothing=null", "~data.loss.margin_clip", "algorithm.parameters=exact"]
     plan = make_plan(compose(*USERS, *envelope))
