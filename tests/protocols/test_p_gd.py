@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from fedray.errors import ConfigError
 from fedray.plan import make_plan
 from fedray.privacy.composition import advanced_composition
 from fedray.protocols.shuffle_sco.hyperparameters import gd_num_rounds
@@ -160,3 +161,27 @@ def test_private_phases_charge_each_user_its_phases_rounds_only():
     expected = advanced_composition(eps0, plan.protocol.resolved["delta0"], rounds, plan.protocol.resolved["delta_slack"])[0]
     np.testing.assert_allclose(result.epsilon_spent[:, :used], expected, rtol=1e-12)
     assert expected <= 8.0 and np.all(result.epsilon_spent[:, used:] == 0)
+
+
+def test_pld_composition_affords_a_larger_eps0_and_spends_at_most_the_target():
+    """privacy.composition=pld: the T rounds' (eps_0, delta_0) composed by their privacy loss
+    distribution (dp-accounting) instead of advanced composition: never above it for the same eps_0,
+    so the planner's eps_0 is larger, and the ledger's spend is the PLD's, within the target."""
+    from fedray.privacy.composition import pld_composition_epsilon
+
+    for eps0, rounds in ((0.01, 1000), (0.2, 50), (1.0, 3)):
+        delta0 = 1e-6 / (rounds + 1)
+        assert pld_composition_epsilon(eps0, delta0, rounds, 1e-6) <= advanced_composition(eps0, delta0, rounds, delta0)[0]
+        assert pld_composition_epsilon(eps0, delta0, rounds, 1e-6) <= rounds * eps0 + 1e-3         # basic, up to the grid
+    assert pld_composition_epsilon(0.5, 1e-7, 1, 1e-7) == pytest.approx(0.5, abs=2e-4)             # one release: itself
+    advanced = make_plan(compose(*USERS, "algorithm.parameters=paper"))
+    pld = make_plan(compose(*USERS, "algorithm.parameters=paper", "+privacy.composition=pld"))
+    assert pld.num_rounds == advanced.num_rounds and pld.privacy.accountant == "pld"
+    assert pld.protocol.resolved["eps0"] > 1.1 * advanced.protocol.resolved["eps0"]
+    result = run(pld, inline=True)
+    spent = result.epsilon_spent.max()
+    expected = pld_composition_epsilon(pld.protocol.resolved["eps0"], pld.protocol.resolved["delta0"], pld.num_rounds, 1e-6)
+    assert spent == pytest.approx(expected, rel=1e-12) and spent <= 4.0
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*USERS, "+privacy.composition=rdp"))
+    assert err.value.key == "privacy.composition"

@@ -9,7 +9,8 @@ Fully interactive protocols (``PvecRounds``: P_GD): all n users every round (``A
 round one P_vec invocation at (eps_0, delta_0), T rounds composed by advanced composition with
 slack delta' = delta / (T + 1) (spec §3.5): eps_0 = eps / (2 sqrt(2 T ln(1/delta))), delta_0 =
 delta / (T + 1), and eps_0 shrunk by bisection when the composed epsilon would exceed eps (logged
-as ``eps0_shrunk``).
+as ``eps0_shrunk``). ``privacy.composition=pld`` composes the same (eps_0, delta_0) rounds by their
+privacy loss distribution instead (``ApproxDpPldComposition``), which affords a larger eps_0.
 P_vec is calibrated from (eps, delta, d C, users per invocation, L) in the silo actors; the
 planner builds the same parameters first, so a budget or dimension P_vec cannot meet is a config
 error before any actor starts.
@@ -38,7 +39,9 @@ from fedray.core.sampling import AllUnits, PhasedBatches, PhasedGroups, Sequenti
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
-from fedray.privacy.composition import ApproxDpComposition, advanced_composition_budget
+from fedray.privacy.composition import (
+    ApproxDpComposition, ApproxDpPldComposition, advanced_composition_budget, pld_composition_budget,
+)
 from fedray.privacy.gaussian_sum import CentralGaussianSum, LocalGaussianSum, pan_private_sigma, release_sigma
 from fedray.privacy.ledger import ComposedAccountant, Ledger, one_pass_ledger
 from fedray.privacy.statement import PrivacyPlan
@@ -198,7 +201,7 @@ class PvecRounds:
     set T and eta (``hyperparameters.gd_schedule``)."""
 
     trust_models: tuple[str, ...] = TRUST_MODELS
-    privacy_keys: tuple[str, ...] = ()
+    privacy_keys: tuple[str, ...] = ("composition",)      # advanced (default, the paper's) | pld
     config_keys: tuple[str, ...] = ()
 
     def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
@@ -218,12 +221,12 @@ class PvecRounds:
                 raise ConfigError("data.loss.smoothing", None, "a number with algorithm.strong_convexity for p_gd "
                                   "(Thm 4.9's phases are built for a given loss; smoothed phases are not)")
             return _gd_phased(config, mode, n, dim, eps, delta, lipschitz, diameter, alg["strong_convexity"],
-                              _sum_mse(priv, mode))
+                              _sum_mse(priv, mode), _round_budget(priv))
         if envelope:
             smoothness = gd_smoothing_parameter(n, dim, eps, delta, lipschitz, diameter)
             lipschitz = 2.0 * lipschitz
             data = {**data, "loss": {**data["loss"], "smoothing": smoothness}}
-        schedule = gd_schedule(mode, n, dim, eps, delta, lipschitz, diameter, per_round_budget, _sum_mse(priv, mode))
+        schedule = gd_schedule(mode, n, dim, eps, delta, lipschitz, diameter, _round_budget(priv), _sum_mse(priv, mode))
         return {**config, "num_rounds": schedule.num_steps, "data": data,
                 "algorithm": {**alg, "step_size": schedule.step_size}}
 
@@ -242,15 +245,18 @@ class PvecRounds:
             vector_sum, privacy = ExactSum(), _not_private(priv, context)
         else:
             eps, delta = _budget(priv)
-            eps0, delta0, slack, shrunk = per_round_budget(eps, delta, per_user)
+            composition = priv.get("composition", "advanced")
+            eps0, delta0, slack, shrunk = _round_budget(priv)(eps, delta, per_user)
+            rule = ApproxDpComposition(eps0, delta0, slack, route="advanced")
+            if composition == "pld":        # the same delta0; eps0 as large as the rounds' PLD allows at delta
+                rule = ApproxDpPldComposition(eps0, delta0, delta)
             vector_sum, details = _private_sum(priv, context, eps0, delta0, shape.dim * context.loss.num_outputs,
                                                per_invocation, "num_rounds", rounds)
             cells = (context.replicas.count, users)
-            rule = ApproxDpComposition(eps0, delta0, slack, route="advanced")
             privacy = PrivacyPlan(
-                trust_model=priv["trust_model"], calibration=priv["calibration"], accountant="advanced", unit=USER,
+                trust_model=priv["trust_model"], calibration=priv["calibration"], accountant=composition, unit=USER,
                 relation="replace_one", delta=np.full(users, delta), noise_multiplier=np.zeros(cells),
-                target_epsilon=np.full(cells, eps), ledger=Ledger(ComposedAccountant(rule, "advanced"), cells, "user"),
+                target_epsilon=np.full(cells, eps), ledger=Ledger(ComposedAccountant(rule, composition), cells, "user"),
                 details={"eps0": eps0, "delta0": delta0, "delta_slack": slack, "eps0_shrunk": shrunk, **details})
         algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=per_invocation,
                                     l2_clip=_clip(priv), vector_sum=vector_sum, **own)
@@ -282,11 +288,11 @@ def _phased(config: dict, mode: str, n: int, dim: int, eps: float, delta: float,
 
 
 def _gd_phased(config: dict, mode: str, n: int, dim: int, eps: float, delta: float, lipschitz: float,
-               diameter: float, strong_convexity, sum_mse) -> dict:
+               diameter: float, strong_convexity, sum_mse, round_budget) -> dict:
     """Thm 4.9b's phases (``hyperparameters.gd_phase_schedule``) as the config: a ``PhasedGroups``
     participation, num_rounds = k T, and the phases' step sizes and radii."""
     lam = positive("algorithm.strong_convexity", strong_convexity)
-    phases = gd_phase_schedule(mode, n, dim, eps, delta, lipschitz, diameter, lam, per_round_budget, sum_mse)
+    phases = gd_phase_schedule(mode, n, dim, eps, delta, lipschitz, diameter, lam, round_budget, sum_mse)
     k = len(phases.step_sizes)
     alg = {**config["algorithm"], "step_size": phases.step_sizes[0],
            "phases": {"group_size": phases.group_size, "rounds": phases.rounds, "step_sizes": list(phases.step_sizes),
@@ -294,6 +300,17 @@ def _gd_phased(config: dict, mode: str, n: int, dim: int, eps: float, delta: flo
     participation = {"_target_": "fedray.core.sampling.PhasedGroups", "group_size": phases.group_size,
                      "rounds": phases.rounds, "phases": k}
     return {**config, "num_rounds": phases.rounds * k, "algorithm": alg, "participation": participation}
+
+
+def _round_budget(priv: dict):
+    """P_GD's per-round (eps_0, delta_0, delta', shrunk) for ``privacy.composition``."""
+    composition = priv.get("composition", "advanced")
+    if composition == "advanced":
+        return per_round_budget
+    if composition == "pld":
+        return lambda eps, delta, rounds: (pld_composition_budget(eps, rounds, delta / (rounds + 1), delta),
+                                           delta / (rounds + 1), delta / (rounds + 1), False)
+    raise ConfigError("privacy.composition", composition, "advanced (the paper's) or pld")
 
 
 def _refuse_manual_phases(alg: dict) -> None:
