@@ -76,6 +76,12 @@ def resolve_directory(sub: str, directory: str | os.PathLike | None = None) -> P
     return base / sub if sub else base
 
 
+def offline_copies(directory: str | os.PathLike | None) -> bool:
+    """True when files are read from ``$FEDRAY_DATA_DIR`` (no explicit ``directory``): the user said
+    where the copies are, so a missing file is an error to report, never a download into that folder."""
+    return directory is None and bool(os.environ.get(DATA_DIR_ENV))
+
+
 def md5sum(path: str | os.PathLike) -> str:
     """Hex md5 of a file, read in chunks."""
     digest = hashlib.md5()

@@ -46,6 +46,7 @@ from fedray.data.download import (
     DownloadError,
     fetch,
     missing_data_error,
+    offline_copies,
     resolve_directory,
     verify_md5,
 )
@@ -283,8 +284,7 @@ class MnistPairs:
         directory = self.data_directory()
         pairs = find_pairs(directory)
         if not pairs:
-            if not self.download:
-                raise missing_data_error(directory, _wanted(), SUBDIR, "or set data.download=true")
+            _check_downloadable(directory, self.directory, self.download)
             return
         for image_path, label_path in pairs:
             _verify(image_path)
@@ -293,7 +293,7 @@ class MnistPairs:
 
     def prepare(self) -> Path:
         """Make sure the files are present (downloading if allowed and none are); return the folder."""
-        return _prepare(self.data_directory(), self.download)
+        return _prepare(self.data_directory(), self.directory, self.download)
 
     def describe(self) -> FederationShape:
         n_train, _ = split_sizes(2 * self.images_per_digit, self.train_fraction)
@@ -368,10 +368,18 @@ class MnistPairs:
         return chosen[:, :n_train], chosen[:, n_train:]
 
 
-def _prepare(directory: Path, download: bool) -> Path:
+def _check_downloadable(directory: Path, explicit, download: bool) -> None:
+    """A folder without the files is an error unless a download into the cache (or an explicit
+    data.directory) is allowed; a $FEDRAY_DATA_DIR of offline copies is never written to."""
+    if offline_copies(explicit):
+        raise missing_data_error(directory, _wanted(), SUBDIR, "nothing is downloaded into $FEDRAY_DATA_DIR")
+    if not download:
+        raise missing_data_error(directory, _wanted(), SUBDIR, "or set data.download=true")
+
+
+def _prepare(directory: Path, explicit, download: bool) -> Path:
     if not find_pairs(directory):
-        if not download:
-            raise missing_data_error(directory, _wanted(), SUBDIR, "or set data.download=true")
+        _check_downloadable(directory, explicit, download)
         download_mnist(directory)
     return directory
 
@@ -404,7 +412,7 @@ class MnistUsers:
         return resolve_directory(SUBDIR, self.directory)
 
     def prepare(self) -> Path:
-        return _prepare(self.data_directory(), self.download)
+        return _prepare(self.data_directory(), self.directory, self.download)
 
     @property
     def num_silos(self) -> int:
@@ -421,9 +429,9 @@ class MnistUsers:
         check_int("data.pca_dim", self.pca_dim, 1, min(NUM_PIXELS, self.public_images))
         check_bool("data.download", self.download)
         directory = self.data_directory()
-        if not find_pairs(directory) and not self.download:
-            raise missing_data_error(directory, _wanted(), SUBDIR, "or set data.download=true")
-        if find_pairs(directory) and self.num_silos < 1:
+        if not find_pairs(directory):
+            _check_downloadable(directory, self.directory, self.download)
+        elif self.num_silos < 1:
             raise ConfigError("data.public_images", self.public_images,
                               f"a number leaving users among the {self._total()} images in {directory}")
 

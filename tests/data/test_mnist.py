@@ -273,3 +273,20 @@ def test_mnist_users_are_one_image_each_with_features_from_public_images_only(sh
     assert np.linalg.norm(fed.x_train, axis=2).max() <= 1.0 + 1e-12
     part = spec.load(4, 1, silo_ids=np.array([7, 3]))
     np.testing.assert_array_equal(part.x_train, fed.x_train[[7, 3]])
+
+
+def test_a_data_dir_without_the_files_is_one_error_and_nothing_is_created(tmp_path, monkeypatch):
+    """$FEDRAY_DATA_DIR names offline copies: missing files are reported (the folder, the files, the
+    variable) at validation, before anything runs, and nothing is downloaded or created there."""
+    from fedray.data import MnistPairs, MnistUsers
+
+    monkeypatch.setenv("FEDRAY_DATA_DIR", str(tmp_path / "copies"))
+    for spec in (MnistPairs(), MnistUsers()):
+        with pytest.raises(ConfigError) as err:
+            spec.validate()
+        message = str(err.value)
+        assert err.value.key == "data.directory" and str(tmp_path / "copies" / "mnist") in message
+        assert "t10k-images-idx3-ubyte.gz" in message and "FEDRAY_DATA_DIR" in message and "\n" not in message
+        with pytest.raises(ConfigError):
+            spec.prepare()
+    assert not (tmp_path / "copies").exists()
