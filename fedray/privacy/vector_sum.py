@@ -259,9 +259,20 @@ def encode(x: np.ndarray, params: VectorSumParameters, rng: np.random.Generator)
 
     Randomized rounding (Algorithm 1 lines 1-3): E[xhat] = w g / Delta exactly.
     """
+    floor, frac = _rounding_split(x, params)
+    return (floor + (rng.random(frac.shape) < frac)).astype(np.int64)
+
+
+def _rounding_split(x: np.ndarray, params: VectorSumParameters) -> tuple[np.ndarray, np.ndarray]:
+    """(floor, fraction) of w g / Delta for every coordinate: the deterministic half of the randomizer."""
     t = _fixed_point(_check_inputs(x, params), params)
     floor = np.floor(t)
-    return (floor + (rng.random(t.shape) < t - floor)).astype(np.int64)
+    return floor, t - floor
+
+
+def _drawn_bits(frac: np.ndarray, params: VectorSumParameters, rng: np.random.Generator) -> np.ndarray:
+    """The randomizer's draws, in this order: the rounding Bernoulli(frac), then Binomial(b, p)."""
+    return (rng.random(frac.shape) < frac) + rng.binomial(params.noise_bits, params.bit_probability, size=frac.shape)
 
 
 def randomize_counts(x: np.ndarray, params: VectorSumParameters, rng: np.random.Generator) -> np.ndarray:
@@ -270,8 +281,8 @@ def randomize_counts(x: np.ndarray, params: VectorSumParameters, rng: np.random.
     ``x`` (..., n, d) -> int64 (..., n, d), each entry in [0, g + b]. User i's message multiset is
     exactly ones_ij messages (j, 1) and g + b - ones_ij messages (j, 0) for every j.
     """
-    xhat = encode(x, params, rng)
-    return xhat + rng.binomial(params.noise_bits, params.bit_probability, size=xhat.shape)
+    floor, frac = _rounding_split(x, params)
+    return floor.astype(np.int64) + _drawn_bits(frac, params, rng)
 
 
 def aggregate_counts(x: np.ndarray, params: VectorSumParameters, rng: np.random.Generator) -> np.ndarray:
@@ -385,15 +396,11 @@ class SplitVectorSum:
 
     def randomize(self, vectors: np.ndarray, draws: SiloDraws) -> np.ndarray:
         """(P, S, K, D) record gradients -> (P, S, D) int64 counts of each silo's K users (K = 1: one user)."""
-        # randomize_counts, split: the rounding fractions of every user at once, and per block of
-        # users only the draws, in randomize_counts' order (uniforms, then binomials) from the block's
-        # generator, so the counts are the same bits at a fraction of the per-block cost.
-        t = _fixed_point(_check_inputs(vectors, self.params), self.params)
-        floor = np.floor(t)
-        b, p = self.params.noise_bits, self.params.bit_probability
-        draws_ = draws.blockwise(Stream.NOISE, t - floor,
-                                 lambda frac, rng: (rng.random(frac.shape) < frac) + rng.binomial(b, p, size=frac.shape))
-        counts = floor.astype(np.int64) + draws_
+        # randomize_counts, split: the rounding of every user at once, and per block of users only
+        # the draws from the block's generator: the same bits at a fraction of the per-block cost.
+        floor, frac = _rounding_split(vectors, self.params)
+        counts = floor.astype(np.int64) + draws.blockwise(
+            Stream.NOISE, frac, lambda block, rng: _drawn_bits(block, self.params, rng))
         # M2 is M1 written compactly: a user's 1-bit count per coordinate fixes its multiset of
         # (j, 1) and (j, 0) messages, and after shuffling the only information left is the count
         # of (j, 1) over all users (vector_sum's docstring). Summing over the K users here and over
