@@ -47,12 +47,13 @@ from fedray.privacy.gaussian import analytic_sigma
 from fedray.rng import SiloDraws, Stream, generator
 
 
-def pan_private_sigma(epsilon: float, delta: float, l2_bound: float, batch: int) -> float:
+def pan_private_sigma(epsilon: float, delta: float, l2_bound: float) -> float:
     """B zeta, the std of each of the two draws pan-private AC-SA adds to a step's SUM of B vectors:
-    zeta^2 = 8 L^2 ln(2/delta) / (B^2 eps^2) (seed-000 §3.6), so B zeta = sqrt(8 ln(2/delta)) L / eps."""
+    zeta^2 = 8 L^2 ln(2/delta) / (B^2 eps^2) (seed-000 §3.6) on the mean, so B zeta =
+    sqrt(8 ln(2/delta)) L / eps whatever B."""
     if not (0 < epsilon < 1 and 0 < delta < 1):
         raise ValueError(f"pan-private AC-SA needs 0 < epsilon < 1 and 0 < delta < 1 (Lemma C.5); got {epsilon}, {delta}")
-    return batch * math.sqrt(8.0 * l2_bound**2 * math.log(2.0 / delta) / (batch**2 * epsilon**2))
+    return math.sqrt(8.0 * math.log(2.0 / delta)) * l2_bound / epsilon
 
 
 def release_sigma(epsilon: float, delta: float, l2_bound: float) -> float:

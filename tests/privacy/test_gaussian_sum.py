@@ -66,7 +66,7 @@ def test_pan_private_draws_keep_the_state_private_after_the_first_draw_alone():
     from fedray.privacy.gaussian_sum import pan_private_sigma
 
     for eps, delta, batch in ((0.5, 1e-6, 7), (0.9, 1e-3, 1000), (0.1, 1e-8, 50)):
-        one = pan_private_sigma(eps, delta, 1.0, batch)
+        one = pan_private_sigma(eps, delta, 1.0)
         zeta2 = 8 * np.log(2 / delta) / (batch**2 * eps**2)                       # spec §7 test 15
         step = CentralGaussianSum(one, 0, np.zeros((1, 1)), draws=2)
         assert step.sum_mse(batch, 3) / batch**2 == pytest.approx(2 * 3 * zeta2, rel=1e-12)

@@ -47,7 +47,7 @@ from fedray.privacy.ledger import ComposedAccountant, Ledger, one_pass_ledger
 from fedray.privacy.statement import PrivacyPlan
 from fedray.privacy.vector_sum import ExactSum, SplitVectorSum, vector_sum_parameters
 from fedray.protocols.shuffle_sco.hyperparameters import (
-    MODES, agd_phase_schedule, gd_phase_schedule, gd_schedule, gd_smoothing_parameter, pvec_mse, sgd_schedule, smoothing_parameter,
+    MODES, agd_phase_schedule, gd_phase_schedule, gd_schedule, gd_smoothing_parameter, sgd_schedule, smoothing_parameter,
 )
 from fedray.smoothing import MoreauEnvelope
 
@@ -247,9 +247,8 @@ class PvecRounds:
             eps, delta = _budget(priv)
             composition = priv.get("composition", "advanced")
             eps0, delta0, slack, shrunk = _round_budget(priv)(eps, delta, per_user)
-            rule = ApproxDpComposition(eps0, delta0, slack, route="advanced")
-            if composition == "pld":        # the same delta0; eps0 as large as the rounds' PLD allows at delta
-                rule = ApproxDpPldComposition(eps0, delta0, delta)
+            rule = (ApproxDpPldComposition(eps0, delta0, delta) if composition == "pld"   # the rounds' PLD at delta
+                    else ApproxDpComposition(eps0, delta0, slack, route="advanced"))
             vector_sum, details = _private_sum(priv, context, eps0, delta0, shape.dim * context.loss.num_outputs,
                                                per_invocation, "num_rounds", rounds)
             cells = (context.replicas.count, users)
@@ -376,26 +375,40 @@ def _budget(priv: dict) -> tuple[float, float]:
     return eps, delta
 
 
+def _sum_step(trust: str, eps: float, delta: float, dim: int, users: int, l2_clip: float, seed: int = 0,
+              streams: np.ndarray | None = None):
+    """The step's sum for the trust model, each release (eps, delta)-DP for a user; ``seed`` and
+    ``streams`` key a server's draws (central, pan-private)."""
+    streams = np.zeros((1, 1), dtype=np.int64) if streams is None else streams
+    if trust == "sdp":
+        return SplitVectorSum(vector_sum_parameters(eps, delta, dim, users, l2_clip))
+    if trust == "pan_private":
+        return CentralGaussianSum(pan_private_sigma(_below_one(eps), delta, l2_clip), seed, streams, draws=2)
+    if trust == "local":
+        return LocalGaussianSum(release_sigma(eps, delta, l2_clip))
+    if trust == "central":
+        return CentralGaussianSum(release_sigma(eps, delta, l2_clip), seed, streams)
+    return ExactSum()
+
+
+PLACEMENT = {"local": "each user", "central": "trusted server, once per sum",
+             "pan_private": "curator: one draw before the batch's data, one after"}
+
+
 def _private_sum(priv: dict, context: PlanContext, eps: float, delta: float, dim: int, users: int, key: str,
                  value) -> tuple[object, dict]:
-    """The step's private sum for the trust model, each release (eps, delta)-DP for a user, and the
-    values to log; a ConfigError on ``key`` (what the user would change) if P_vec cannot serve it."""
-    l2_clip = _clip(priv)
-    if priv["trust_model"] == "sdp":
-        try:
-            parameters = vector_sum_parameters(eps, delta, dim, users, l2_clip)
-        except ConfigError as err:
-            raise ConfigError(key, value, f"a value whose P_vec invocations can be served ({err})") from err
-        return SplitVectorSum(parameters), {"messages_per_user": parameters.messages_per_user}
-    if priv["trust_model"] == "pan_private":
-        sigma = pan_private_sigma(_below_one(eps), delta, l2_clip, users)
-        return (CentralGaussianSum(sigma, context.seed, context.replicas.streams, draws=2),
-                {"noise_std": sigma, "noise_placement": "curator: one draw before the batch's data, one after"})
-    sigma = release_sigma(eps, delta, l2_clip)
-    if priv["trust_model"] == "local":
-        return LocalGaussianSum(sigma), {"noise_std": sigma, "noise_placement": "each user"}
-    return (CentralGaussianSum(sigma, context.seed, context.replicas.streams),
-            {"noise_std": sigma, "noise_placement": "trusted server, once per sum"})
+    """``_sum_step`` for the run, and the values to log; a ConfigError on ``key`` (what the user
+    would change) if P_vec cannot serve it."""
+    trust = priv["trust_model"]
+    try:
+        step = _sum_step(trust, eps, delta, dim, users, _clip(priv), context.seed, context.replicas.streams)
+    except ConfigError as err:
+        if trust != "sdp":
+            raise
+        raise ConfigError(key, value, f"a value whose P_vec invocations can be served ({err})") from err
+    if trust == "sdp":
+        return step, {"messages_per_user": step.params.messages_per_user}
+    return step, {"noise_std": step.sigma, "noise_placement": PLACEMENT[trust]}
 
 
 def _below_one(eps: float) -> float:
@@ -405,20 +418,13 @@ def _below_one(eps: float) -> float:
 
 
 def _sum_mse(priv: dict, mode: str):
-    """The step-sum error ``exact`` calibrates the step size for (``hyperparameters``)."""
+    """The step-sum error ``exact`` calibrates the step size for (``hyperparameters``): the trust
+    model's sum's own ``sum_mse``."""
     trust = priv["trust_model"]
     if trust in ("local", "central", "pan_private") and mode == "paper":
         raise ConfigError("algorithm.parameters", mode, f"exact or manual for trust_model={trust} (the paper's "
                           "formulas are P_vec's)")
-    if trust == "local":
-        return lambda eps, delta, dim, batch, l2: batch * dim * release_sigma(eps, delta, l2) ** 2
-    if trust == "central":
-        return lambda eps, delta, dim, batch, l2: dim * release_sigma(eps, delta, l2) ** 2
-    if trust == "pan_private":
-        return lambda eps, delta, dim, batch, l2: 2 * dim * pan_private_sigma(_below_one(eps), delta, l2, batch) ** 2
-    if trust == "none":
-        return lambda eps, delta, dim, batch, l2: 0.0
-    return pvec_mse
+    return lambda eps, delta, dim, batch, l2: _sum_step(trust, eps, delta, dim, batch, l2).sum_mse(batch, dim)
 
 
 def _not_private(priv: dict, context: PlanContext) -> PrivacyPlan:
