@@ -32,6 +32,7 @@ logging. Delta is a method because it can depend on the count (k * delta0 + delt
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import asdict, dataclass
 from typing import NamedTuple, Protocol
 
@@ -361,6 +362,7 @@ class PrivacyFilter:
         self._state = FilterState(**{k: np.array(state[k]) for k in FilterState._fields})
 
 
+@lru_cache(maxsize=4096)
 def pld_composition_epsilon(epsilon0: float, delta0: float, count: int, delta: float) -> float:
     """Epsilon at ``delta`` of ``count`` identical (eps0, delta0)-DP releases composed by their privacy
     loss distribution: dp-accounting's PLD of the worst-case (eps0, delta0)-DP pair (every such
@@ -376,9 +378,11 @@ def pld_composition_epsilon(epsilon0: float, delta0: float, count: int, delta: f
     return float(base.self_compose(int(count)).get_epsilon_for_delta(float(delta)))
 
 
+@lru_cache(maxsize=256)
 def pld_composition_budget(target_epsilon: float, count: int, delta0: float, delta: float) -> float:
     """Largest eps0 whose PLD composition over ``count`` releases is <= target_epsilon at ``delta``
-    (bisection to a relative 1e-6, on the safe side)."""
+    (bisection to a relative 1e-6, on the safe side). Cached: planning asks for the same budget when
+    it sets the step size, the noise and each phase's schedule."""
     low, high = 0.0, float(target_epsilon)
     while high - low > 1e-6 * high:
         middle = 0.5 * (low + high)
