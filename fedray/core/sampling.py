@@ -217,13 +217,12 @@ class PhasedGroups:
     def max_rounds(self, num_units: int) -> int | None:
         return int(self.rounds * self.phases)
 
+    def step_units(self, step: int) -> tuple[int, int]:
+        lo = (step // self.rounds) * self.group_size
+        return lo, lo + self.group_size
+
     def sample(self, seed: int, repetitions: np.ndarray, round_index: int, num_units: int) -> np.ndarray:
-        if round_index >= self.max_rounds(num_units):
-            raise ValueError(f"round {round_index}: at most {self.max_rounds(num_units)} rounds of phased groups")
-        lo = (round_index // self.rounds) * self.group_size
-        mask = np.zeros((len(repetitions), num_units), dtype=bool)
-        mask[:, lo:lo + self.group_size] = True
-        return mask
+        return _batch_mask(self, len(repetitions), round_index, num_units)
 
     def counts(self, seed: int, repetitions: np.ndarray, num_rounds: int, num_units: int) -> np.ndarray:
         counts = np.zeros((len(repetitions), num_units), dtype=np.int64)

@@ -156,25 +156,34 @@ def agd_phase_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float
     k = num_phases(n)
     group = n // k
     log = math.log(dim / delta)
-    radii, batches, steps, step_sizes, smoothings = [min(diameter, 2.0 * lipschitz / strong_convexity)], [], [], [], []
-    for _ in range(k):
-        radius = radii[-1]
+
+    def phase(radius: float):
         if smoothness is None:
             beta = smoothing_parameter(group, dim, epsilon, delta, lipschitz, radius)
             schedule = agd_schedule(mode, group, dim, epsilon, delta, 2.0 * lipschitz, radius, beta, sum_mse)
             gap = radius * lipschitz / math.sqrt(group) + radius * lipschitz * dim ** (1 / 3) * log ** (2 / 3) / (
                 epsilon * group) ** (2 / 3)
-        else:
-            beta = smoothness
-            schedule = agd_schedule(mode, group, dim, epsilon, delta, lipschitz, radius, beta, sum_mse)
-            a = dim**0.4 * beta**0.2 * lipschitz**0.8 * log**0.8 / epsilon**0.8
-            gap = radius * lipschitz / math.sqrt(group) + a * radius**1.2 / group**0.8
-        batches.append(schedule.batch_size)
-        steps.append(schedule.num_steps)
-        step_sizes.append(schedule.step_size)
-        smoothings.append(beta)
+            return (schedule, beta), gap
+        schedule = agd_schedule(mode, group, dim, epsilon, delta, lipschitz, radius, smoothness, sum_mse)
+        a = dim**0.4 * smoothness**0.2 * lipschitz**0.8 * log**0.8 / epsilon**0.8
+        return (schedule, smoothness), radius * lipschitz / math.sqrt(group) + a * radius**1.2 / group**0.8
+
+    results, radii = _localized(k, diameter, lipschitz, strong_convexity, phase)
+    schedules, smoothings = zip(*results)
+    return PhaseSchedule(tuple(s.batch_size for s in schedules), tuple(s.num_steps for s in schedules),
+                         tuple(s.step_size for s in schedules), radii, tuple(smoothings))
+
+
+def _localized(phases: int, diameter: float, lipschitz: float, strong_convexity: float, phase) -> tuple[list, tuple]:
+    """A6's radius recursion for phased methods: R_0 = min(D, 2L / lambda); ``phase(R_{j-1})`` gives
+    phase j's result and its rate Delta_j; R_j = min(D, sqrt(2 Delta_j / lambda)). Returns the phases'
+    results and (R_0, .., R_k)."""
+    radii, results = [min(diameter, 2.0 * lipschitz / strong_convexity)], []
+    for _ in range(phases):
+        result, gap = phase(radii[-1])
+        results.append(result)
         radii.append(min(diameter, math.sqrt(2.0 * gap / strong_convexity)))
-    return PhaseSchedule(tuple(batches), tuple(steps), tuple(step_sizes), tuple(radii), tuple(smoothings))
+    return results, tuple(radii)
 
 
 class GdPhaseSchedule(NamedTuple):
@@ -194,13 +203,11 @@ def gd_phase_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float,
     gives no group sizes, spec §3.5)."""
     k = num_phases(n)
     group = n // k
-    radii, step_sizes, rounds = [min(diameter, 2.0 * lipschitz / strong_convexity)], [], None
-    for _ in range(k):
-        radius = radii[-1]
+
+    def phase(radius: float):
         schedule = gd_schedule(mode, group, dim, epsilon, delta, lipschitz, radius, per_round_budget, sum_mse)
-        rounds = schedule.num_steps
-        step_sizes.append(schedule.step_size)
-        gap = radius * lipschitz / math.sqrt(group) + radius * lipschitz * math.sqrt(dim) * math.log(
+        return schedule, radius * lipschitz / math.sqrt(group) + radius * lipschitz * math.sqrt(dim) * math.log(
             group * dim / delta) ** 1.5 / (epsilon * group)
-        radii.append(min(diameter, math.sqrt(2.0 * gap / strong_convexity)))
-    return GdPhaseSchedule(group, rounds, tuple(step_sizes), tuple(radii))
+
+    schedules, radii = _localized(k, diameter, lipschitz, strong_convexity, phase)
+    return GdPhaseSchedule(group, schedules[-1].num_steps, tuple(s.step_size for s in schedules), radii)
