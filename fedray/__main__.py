@@ -8,6 +8,7 @@ from omegaconf import DictConfig
 from fedray.cli import run_job
 from fedray.runtime.driver import ActorPool
 from fedray.resolvers import register
+from fedray.sweep import LAUNCHED_ENV
 
 register()  # before Hydra composes the config
 # The jobs of a sweep run in this process; consecutive jobs on the same records reuse the actors.
@@ -17,7 +18,7 @@ POOL = ActorPool()
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     # A job the ray_jobs launcher started keeps no actors: idle ones would hold CPUs other jobs need.
-    run_job(cfg, None if os.environ.get("FEDRAY_LAUNCHED_JOB") else POOL)
+    run_job(cfg, None if os.environ.get(LAUNCHED_ENV) else POOL)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 PARENT_ENV = "FEDRAY_PARENT_RUN_ID"
+LAUNCHED_ENV = "FEDRAY_LAUNCHED_JOB"     # set by the ray_jobs launcher in every job it starts
 
 
 def parent_run_id() -> str | None:

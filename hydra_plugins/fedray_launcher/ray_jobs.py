@@ -36,10 +36,12 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
+from fedray.data.download import CACHE_DIR_ENV, DATA_DIR_ENV
+from fedray.sweep import LAUNCHED_ENV, PARENT_ENV
+
 log = logging.getLogger(__name__)
 
-FORWARDED = ("FEDRAY_DATA_DIR", "FEDRAY_CACHE_DIR", "FEDRAY_PARENT_RUN_ID")
-LAUNCHED = "FEDRAY_LAUNCHED_JOB"     # set in every job: the job keeps no actors after it ends
+FORWARDED = (DATA_DIR_ENV, CACHE_DIR_ENV, PARENT_ENV)
 
 
 @dataclass
@@ -79,7 +81,7 @@ class RayJobsLauncher(Launcher):
     def runtime_env(self) -> dict[str, Any]:
         env = {k: v for k, v in os.environ.items() if k in FORWARDED or k.startswith("MLFLOW_")}
         env.update({k: str(v) for k, v in self.env_vars.items()})
-        env[LAUNCHED] = "1"
+        env[LAUNCHED_ENV] = "1"             # the job keeps no actors after it ends
         return {"env_vars": env}
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
