@@ -1,8 +1,10 @@
-"""The plan ``python -m fedray <overrides>`` would run, for scripts and experiments that run many
-jobs in one process (the resolvers name paper packages, so this lives outside ``fedray.plan``)."""
+"""The plan ``python -m fedray <overrides>`` would run, and a Ray session to run many such plans in,
+for scripts and experiments that run many jobs in one process (the resolvers name paper packages,
+so this lives outside ``fedray.plan``)."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from fedray.plan import Plan, make_plan
@@ -19,3 +21,20 @@ def compose_plan(overrides: list[str]) -> Plan:
     register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return make_plan(compose("config", overrides=list(overrides)))
+
+
+@contextmanager
+def job_session():
+    """A private local Ray (as a single run starts it) and an ``ActorPool`` that jobs on the same
+    records share: ``run(plan, pool=pool)`` for each job; the actors and Ray end with the block."""
+    import ray
+
+    from fedray.runtime.driver import ActorPool, connect
+
+    connect({})
+    pool = ActorPool()
+    try:
+        yield pool
+    finally:
+        pool.drop_all()
+        ray.shutdown()

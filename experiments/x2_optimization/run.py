@@ -38,7 +38,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from fedray.compose import compose_plan  # noqa: E402
+from fedray.compose import compose_plan, job_session  # noqa: E402
 
 NS = (10**3, 10**4, 10**5, 10**6)
 REPETITIONS = {10**3: 20, 10**4: 20, 10**5: 10, 10**6: 5}   # fewer where a run is T = n / B sequential steps
@@ -180,10 +180,6 @@ def figure(rows: list[dict], path: Path) -> None:
 
 
 def main() -> None:
-    import ray
-
-    from fedray.runtime.driver import ActorPool
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="n = 1e3 and 3e3, 5 repetitions")
     parser.add_argument("--out", type=Path, default=HERE, help="where the CSVs and the figure go")
@@ -215,9 +211,8 @@ def main() -> None:
     else:
         ns, gd_ns, repetitions = NS, GD_NS, {**REPETITIONS, **dict.fromkeys(GD_NS, GD_REPETITIONS)}
     started = time.perf_counter()
-    ray.init(address="local", include_dashboard=False, log_to_driver=False)
-    pool, rows = ActorPool(), []
-    try:
+    rows = []
+    with job_session() as pool:
         for eps in EPSILONS:
             for n in sorted(set(ns) | set(gd_ns)):
                 for arm, (_, _, _, interactive, _) in ARMS.items():
@@ -229,9 +224,6 @@ def main() -> None:
                     print(f"{arm:24s} n={n:>8d} eps={eps:g}  excess {row['excess_mean']:.3e} +- {row['excess_se']:.1e}"
                           f"  B={row['batch']} T={row['steps']} eta={row['step_size']:.3g}  {row['seconds']:.1f} s",
                           flush=True)
-    finally:
-        pool.drop_all()
-        ray.shutdown()
     fitted = slopes(rows, np.random.default_rng(0))
     columns = [k for k in rows[0] if k != "samples"]
     with open(args.out / "results.csv", "w", newline="") as f:

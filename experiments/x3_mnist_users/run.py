@@ -26,7 +26,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from fedray.compose import compose_plan  # noqa: E402
+from fedray.compose import compose_plan, job_session  # noqa: E402
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
 REPETITIONS = 10
@@ -94,18 +94,13 @@ def figure(rows: list[dict], path: Path) -> None:
 
 
 def main() -> None:
-    import ray
-
-    from fedray.runtime.driver import ActorPool
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=HERE, help="where results.csv and figure.png go")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    ray.init(address="local", include_dashboard=False, log_to_driver=False)
-    pool, rows = ActorPool(), []
-    try:
+    rows = []
+    with job_session() as pool:
         for eps in EPSILONS:
             for arm in ARMS:
                 if arm == "P_GD" and eps not in P_GD_EPSILONS:
@@ -114,9 +109,6 @@ def main() -> None:
                 rows.append(row)
                 print(f"{arm:16s} eps={eps:<4g} test error {row['test_error_mean']:.4f} +- {row['test_error_se']:.4f}"
                       f"  B={row['batch']} T={row['steps']} eta={row['step_size']:.3g}  {row['seconds']:.1f} s", flush=True)
-    finally:
-        pool.drop_all()
-        ray.shutdown()
     with open(args.out / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, list(rows[0]))
         writer.writeheader()
