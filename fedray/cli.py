@@ -30,28 +30,37 @@ def _span(values) -> str:
 SHOWN_REPLICAS = 12
 
 
+def headline_metrics(result: RunResult) -> list[str]:
+    """The metrics of the first released output (e.g. train_loss, test_error; a game's gap), in order."""
+    others = list(result.outputs)[1:]
+    return [k for k in result.final if not any(k.endswith(f"_{name}") for name in others)]
+
+
 def shown_replicas(plan: Plan, result: RunResult) -> tuple[np.ndarray, str]:
-    """Every replica, or past ``SHOWN_REPLICAS`` the one of lowest final training loss per budget."""
+    """Every replica, or past ``SHOWN_REPLICAS`` the one of lowest final headline metric per budget."""
     if plan.num_replicas <= SHOWN_REPLICAS:
         return np.arange(plan.num_replicas), ""
+    first = headline_metrics(result)[0]
     levels = plan.epsilon_levels if plan.epsilon_levels is not None else np.zeros(plan.num_replicas)
-    loss = np.nan_to_num(result.final["train_loss"], nan=np.inf)
+    loss = np.nan_to_num(result.final[first], nan=np.inf)
     best = [int(np.flatnonzero(levels == v)[np.argmin(loss[levels == v])]) for v in np.unique(levels)]
-    return np.array(best), f" (lowest training loss of {plan.num_replicas} replicas per budget; all in MLflow)"
+    note = f" (lowest {first.replace('_', ' ')} of {plan.num_replicas} replicas per budget; all in MLflow)"
+    return np.array(best), note
 
 
 def summary_table(plan: Plan, result: RunResult) -> Table:
     """One row per shown replica; narrow enough for 80 columns (the algorithm, accountant and wall
-    time are in the title and caption, not in every row)."""
+    time are in the title and caption, not in every row). Columns: the first output's metrics, and
+    the last of them for every other output (e.g. test error of the average)."""
     priv = plan.privacy
     rows, note = shown_replicas(plan, result)
-    extra = [name for name in list(result.outputs)[1:] if f"test_error_{name}" in result.final]
+    headline = headline_metrics(result)
+    extra = [f"{headline[-1]}_{name}" for name in list(result.outputs)[1:] if f"{headline[-1]}_{name}" in result.final]
     stepped = "step_size" in plan.config["algorithm"]
     spent = f"eps spent: {priv.accountant} accountant, per unit, largest; " if priv.private else ""
     table = Table(title=f"fedray: {plan.algorithm_name} on {plan.dataset_name} ({priv.trust_model}){note}",
                   caption=f"{spent}wall time {result.wall_time:.1f} s", box=box.SIMPLE_HEAD, padding=(0, 1))
-    for column in ("step", "eps", "eps paper", "eps spent", "train loss", "test error",
-                   *(f"test error {name}" for name in extra)):
+    for column in ("step", "eps", "eps paper", "eps spent", *(name.replace("_", " ") for name in headline + extra)):
         table.add_column(column, justify="right")
     for p in rows:
         private = priv.private
@@ -60,9 +69,7 @@ def summary_table(plan: Plan, result: RunResult) -> Table:
             _span(priv.target_epsilon[p]) if private else "-",
             _span(priv.nominal_epsilon[p]) if private and priv.nominal_epsilon is not None else "-",
             f"{float(result.epsilon_spent[p].max()):.3f}" if private else "inf",
-            f"{result.final['train_loss'][p]:.4f}",
-            f"{result.final['test_error'][p]:.4f}",
-            *(f"{result.final[f'test_error_{name}'][p]:.4f}" for name in extra),
+            *(f"{result.final[name][p]:.4f}" for name in headline + extra),
         )
     return table
 
@@ -128,14 +135,15 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
         task = bar.add_task("rounds", total=plan.num_rounds, status="")
 
         def on_round(r: int, metrics: dict) -> None:
-            if "train_loss" in metrics:  # rounds between evaluations keep the last value shown
-                on_round.loss = float(np.mean(metrics["train_loss"]))
-            status = f"loss {on_round.loss:.4f}"
+            shown = next((k for k in ("train_loss", "gap") if k in metrics), None)
+            if shown is not None:  # rounds between evaluations keep the last value shown
+                on_round.label, on_round.loss = shown.split("_")[-1], float(np.mean(metrics[shown]))
+            status = f"{on_round.label} {on_round.loss:.4f}"
             if "epsilon_max" in metrics:
                 status += f"  eps {float(np.max(metrics['epsilon_max'])):.3f}"
             bar.update(task, completed=r + 1, status=status)   # r: the last step the round ran
 
-        on_round.loss = float("nan")
+        on_round.label, on_round.loss = "loss", float("nan")
         try:
             tracker.client.set_tag(tracker.run_id, "ray.actor_nodes", str(len(set(groups.node_ids()))))
             result = run(plan, tracker=tracker, progress=on_round, groups=groups, pool=pool)

@@ -164,6 +164,11 @@ def _instantiate(key: str, node: dict):
                           f"the fields of {node.get('_target_')} ({cause})") from err
 
 
+def _loss(data: dict):
+    """The data's loss, or None for data that define their own objective (a game's payoffs)."""
+    return _instantiate("data.loss", data["loss"]) if data.get("loss") is not None else None
+
+
 def _guard(privacy: PrivacyPlan, sampler, replicas: Replicas, seed: int, num_rounds: int, num_units: int,
            enforce: bool) -> PrivacyPlan:
     """The budget guard: charge the sampler's participations to the plan's ledger."""
@@ -185,15 +190,18 @@ def make_plan(cfg: DictConfig) -> Plan:
     dataset = _instantiate("data.spec", config["data"]["spec"])
     dataset.validate()
     shape = dataset.describe()
-    loss = _instantiate("data.loss", config["data"]["loss"])
+    loss = _loss(config["data"])
     sampler = _instantiate("participation", config["participation"])
     sampler.validate(shape.num_silos)
     algorithm_class = _algorithm_class(config["algorithm"].get("_target_"))
     known_keys("", config, TOP_LEVEL_KEYS + algorithm_class.recipe.config_keys)
+    if loss is None and getattr(algorithm_class.recipe, "needs_loss", True):
+        raise ConfigError("data.loss", None, f"a loss for {config['algorithm'].get('name')} (data={config['data'].get('name')} "
+                          "defines none)")
     config = algorithm_class.recipe.resolve(algorithm_class, config, dataset, shape, loss, sampler)
     # resolve may have set the sampler's size or the loss's smoothing
     sampler = _instantiate("participation", config["participation"])
-    loss = _instantiate("data.loss", config["data"]["loss"])
+    loss = _loss(config["data"])
     sampler.validate(shape.num_silos)
     if isinstance(loss, MoreauEnvelope) and loss.smoothing is None:
         raise ConfigError("data.loss.smoothing", None, "a positive number (null only where a protocol sets it from "

@@ -38,7 +38,7 @@ def test_main_job_writes_an_mlflow_run_with_round_metrics(tmp_path):
     assert 0 < run.data.metrics["final_test_error"] < 0.5
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.json", "summary.json", "loss_and_epsilon.png", "privacy_statement.json"} <= artifacts
-    assert run.data.tags["diagnostic_metrics"] == "test_error,train_loss"
+    assert run.data.tags["diagnostic_metrics"] == "test_error,test_error_avg,train_loss,train_loss_avg"
     assert "outside the guarantee" not in run.data.tags["privacy_statement"]        # a fixed clip
     assert "simulation (the driver holds the noise seed)" in run.data.tags["privacy_statement"]
     assert run.data.tags["replicas.common_random_numbers"] == "false"

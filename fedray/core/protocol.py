@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Callable, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -76,6 +76,7 @@ class Messages:
 
     values: np.ndarray
     mask: np.ndarray
+    claim: Any = None          # a block's end state as the actor that ran it reached it (``SequentialSteps``)
 
 
 class Aggregated(NamedTuple):
@@ -86,7 +87,12 @@ class Aggregated(NamedTuple):
 
 @runtime_checkable
 class RoundProtocol(Protocol):
-    """What the driver runs. Implementations are frozen dataclasses; state lives in ``state``."""
+    """What the driver runs. Implementations are frozen dataclasses; state lives in ``state``.
+
+    A protocol with ``per_actor_sums = True`` (a class attribute) sends one message per actor: the
+    sum over that actor's participating units, shaped (P, 1, ...); only a protocol whose server may
+    see un-noised sums (a trusted curator) can ask for it.
+    """
 
     routing: Routing
     constants: dict          # fixed values of the run worth recording once (a clip, a mean noise std)
@@ -239,16 +245,20 @@ class SequentialSteps(_FromParts):
         state the server steps on them reach (the driver configures the next block from it while
         it re-runs these steps, and checks that it reaches the same state)."""
         state, sums = spec.broadcast, []
-        first_unit = int(unit_ids[0])
-        for step in range(spec.round, spec.round + spec.steps):
-            lo, hi = self.step_units(step)
-            positions = slice(lo - first_unit, hi - first_unit)
+        for step, positions in self._block_steps(spec, unit_ids):
             values = self.algorithm.silo_step(self.algorithm.broadcast(state), shard.select(positions),
                                               draws_for(step, unit_ids[positions]))
             summed = values.sum(axis=1)          # = step_sum with every unit present (x * 1.0 is x)
             state = self.algorithm.server_step(state, summed)
             sums.append(summed)
         return np.stack(sums), state
+
+    def _block_steps(self, spec: RoundSpec, unit_ids: np.ndarray):
+        """(step, positions of its units in the shard) for the steps of a block held by one shard."""
+        first_unit = int(unit_ids[0])
+        for step in range(spec.round, spec.round + spec.steps):
+            lo, hi = self.step_units(step)
+            yield step, slice(lo - first_unit, hi - first_unit)
 
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
         sums = messages.values if spec.operation == "client_block" else step_sum(messages.values, messages.mask)[None]
@@ -257,3 +267,51 @@ class SequentialSteps(_FromParts):
         units = self.step_units(spec.round + spec.steps - 1)[1] - self.step_units(spec.round)[0]
         return Aggregated(state, spec.participation, {"participants": np.full(self.params0.shape[0], float(units))})
 
+
+
+@dataclass(frozen=True)
+class CuratorSteps(SequentialSteps):
+    """Sequential steps of a trusted curator (central DP), run a block of steps per Ray call.
+
+    As ``SequentialSteps`` (disjoint batches, step t + 1 needs step t's result), except for who
+    may see what. The curator sees the exact sums of its samples' contributions and its state is
+    built from them (mirror descent's scores from raw gradient sums): what it RELEASES is the
+    output of its own randomised steps (vertex draws), drawn in ``algorithm.server_step`` from
+    streams keyed by the step (the algorithm carries the run seed and the replicas' streams), so
+    draws do not depend on the block size or the actor layout.
+
+    A block runs in the actor holding its samples, which acts for the curator there: it forms each
+    step's sum, runs the server step and records what the step released
+    (``algorithm.released(state)``, (P, ...)); the block returns those releases (steps, P, ...) and
+    its end state, which the driver adopts (``Messages.claim``): the raw sums never leave, so there
+    is nothing else to re-derive the state from. A step whose samples straddle two actors runs as a
+    round in which each holder sends the sum over its part (``per_actor_sums``) and the driver runs
+    the server step. Every step charges ``algorithm.releases_per_step`` releases to every sample
+    (each release reads the scores, which read all samples used so far): a (P, 1) charge for a
+    population ledger whose one column stands for every sample.
+    """
+
+    per_actor_sums: ClassVar[bool] = True
+
+    def client_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray:
+        return self.algorithm.silo_step(broadcast, shard, draws)[:, None]
+
+    def client_block(self, spec: RoundSpec, shard: Any, unit_ids: np.ndarray, draws_for: Callable) -> tuple:
+        """The releases (steps, P, ...) of a block whose samples all live in ``shard``, and its end state."""
+        state, released = spec.broadcast, []
+        for step, positions in self._block_steps(spec, unit_ids):
+            summed = self.algorithm.silo_step(self.algorithm.broadcast(state), shard.select(positions),
+                                              draws_for(step, unit_ids[positions]))
+            state = self.algorithm.server_step(state, summed)
+            released.append(self.algorithm.released(state))
+        return np.stack(released), state
+
+    def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
+        if spec.operation == "client_block":
+            state = messages.claim
+        else:
+            state = self.algorithm.server_step(state, step_sum(messages.values, messages.mask))
+        p = self.params0.shape[0]
+        units = self.step_units(spec.round + spec.steps - 1)[1] - self.step_units(spec.round)[0]
+        charge = np.full((p, 1), spec.steps * self.algorithm.releases_per_step, dtype=np.int64)
+        return Aggregated(state, charge, {"participants": np.full(p, float(units))})

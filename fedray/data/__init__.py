@@ -16,6 +16,7 @@ Data folders resolve as explained in ``fedray.data.download`` (``FEDRAY_DATA_DIR
 from fedray.data.download import ChecksumError, DownloadError, fetch, resolve_directory
 from fedray.data.federation import Federation, FederationShape, SiloArrays, stack_silos
 from fedray.data.insurance import InsuranceSorted
+from fedray.data.matrix_game import DenseMatrixGame, GameSamples, PaddedMatrixGame
 from fedray.data.mnist import IdxFormatError, MnistPairs, MnistUsers, read_idx, write_idx
 from fedray.data.obesity import ObesityByClass
 from fedray.data.sphere_regression import SphereRegression
@@ -23,14 +24,17 @@ from fedray.data.synthetic import SyntheticLinear
 
 __all__ = [
     "ChecksumError",
+    "DenseMatrixGame",
     "DownloadError",
     "Federation",
+    "GameSamples",
     "FederationShape",
     "IdxFormatError",
     "InsuranceSorted",
     "MnistPairs",
     "MnistUsers",
     "ObesityByClass",
+    "PaddedMatrixGame",
     "SiloArrays",
     "SphereRegression",
     "SyntheticLinear",

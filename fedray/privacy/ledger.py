@@ -251,6 +251,23 @@ class ComposedAccountant:
         return f"at most {fits} releases would fit"
 
 
+@dataclass(frozen=True)
+class PopulationAccountant(ComposedAccountant):
+    """Releases that each read every unit, priced by ``rule`` (a curator's draw from a state built
+    on all the samples used so far, seed 001): one ledger column stands for every unit alike, a
+    round's charge is its (P, 1) count of releases, and a plan of R rounds charges
+    R x ``releases_per_round`` (the sampler's participations do not price such releases)."""
+
+    releases_per_round: int = 1
+
+    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
+        return np.full((counts.shape[0], 1), num_rounds * self.releases_per_round, dtype=np.int64)
+
+    def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
+        fits = _largest_affordable_count(self, shape, replica, unit, target, count)
+        return f"at most {fits} releases ({fits // self.releases_per_round} rounds) would fit"
+
+
 def check_budget(ledger: Ledger, counts: np.ndarray, target: np.ndarray,
                  target_delta: np.ndarray | None = None) -> np.ndarray:
     """(P, N) planned epsilons for ``counts``; raises ``BudgetError`` if any exceeds its target, or

@@ -37,7 +37,7 @@ SHUFFLER_OUTPUT = {Routing.SHUFFLE: "permutation", Routing.SHUFFLE_SUM: "sum"}
 class RunResult:
     """What a run produced: released models, per-round history, privacy spend, timings."""
 
-    outputs: dict                                       # name -> (P, ...) released models, "last" first
+    outputs: dict                                       # name -> (P, ...) released models, the model first
     history: list[dict] = field(default_factory=list)   # one dict of (P,) arrays per round
     final: dict = field(default_factory=dict)           # evaluation of every output
     diagnostics: set = field(default_factory=set)       # metric names computed from the units' data
@@ -105,7 +105,7 @@ class _Pending:
 
 
 def _block_result(reply, evaluations: list) -> tuple[Messages, list, object]:
-    return Messages(reply.messages, reply.mask), evaluations, reply.claim
+    return Messages(reply.messages, reply.mask, reply.claim), evaluations, reply.claim
 
 
 def _same_state(a, b) -> bool:
@@ -457,6 +457,7 @@ def _finish(plan: Plan, protocol, groups, outputs: dict, result: RunResult, ledg
         suffix = "" if i == 0 else f"_{name}"
         result.final.update({f"{key}{suffix}": value for key, value in values.items()})
     diagnostics = set(evaluated[0]) if plan.privacy.faithful else diagnostics
+    diagnostics |= {f"{key}_{name}" for name in list(outputs)[1:] for key in diagnostics}
     result.outputs, result.diagnostics = outputs, result.diagnostics | diagnostics
     result.epsilon_spent = ledger.epsilons() if ledger is not None else None
     result.wall_time = time.perf_counter() - started

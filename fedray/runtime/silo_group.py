@@ -54,7 +54,8 @@ class SiloGroup:
         self.silo_ids = np.asarray(silo_ids, dtype=np.int64)
         self.seed = int(seed)
         self._fed = dataset.load(seed, trial, silo_ids=self.silo_ids)  # only this group's units are built
-        self._width = self._fed.x_train.shape[1]
+        # The record axis SiloDraws keys minibatch draws over (none for generated samples).
+        self._width = self._fed.x_train.shape[1] if hasattr(self._fed, "x_train") else None
         self.protocol, self._shard = None, None
 
     def configure(self, streams: np.ndarray, secret_draws: bool = False) -> None:
@@ -90,7 +91,7 @@ class SiloGroup:
         mask = spec.participation[:, self.silo_ids]
         active = np.flatnonzero(mask.any(axis=0))
         evaluation = None if payload.evaluate is None else self.evaluate(payload.evaluate)
-        if active.size == 0:
+        if active.size == 0 and not getattr(self.protocol, "per_actor_sums", False):
             shape = np.shape(spec.broadcast)
             empty = np.zeros((mask.shape[0], 0) + shape[1:])
             return RoundReply(self.silo_ids[:0], empty, mask[:, :0], evaluation)
@@ -98,12 +99,19 @@ class SiloGroup:
         draws = SiloDraws(self._draw_seed, self.streams, spec.round, units, width=self._width)
         messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws)
         sub_mask = mask[:, active]
+        if getattr(self.protocol, "per_actor_sums", False):
+            # A curator's step: one row, the sum over this group's units (every replica takes the same).
+            if not np.all(sub_mask == sub_mask[:, :1]) or not np.all(mask.any(axis=1) == mask[0].any()):
+                raise ValueError("per-actor sums need the same participation in every replica")
+            # A zero row (the sum over no unit) where this group holds nobody of the step.
+            return RoundReply(units, messages, np.full((mask.shape[0], 1), active.size > 0), evaluation)
         # A replica that did not sample this unit receives nothing from it.
         messages = messages * sub_mask.reshape(sub_mask.shape + (1,) * (messages.ndim - 2))
         return RoundReply(units, messages, sub_mask, evaluation)
 
     def _block(self, payload: RoundPayload) -> RoundReply:
-        """A block of sequential steps whose units all live here: only the per-step sums leave."""
+        """A block of sequential steps whose units all live here: only what the block returns leaves
+        (per-step sums, or a curator's per-step releases and its end state)."""
         spec = payload.spec
         evaluation = None if payload.evaluate is None else self.evaluate(payload.evaluate)
 

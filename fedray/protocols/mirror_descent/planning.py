@@ -1,0 +1,250 @@
+"""Planning seed 001's protocols on a game (the ``ProtocolRecipe`` contract of ``fedray.core.planning``).
+
+Alg. 1 (``PrivateSMD``): ``algorithm.parameters=paper`` sets T (``num_rounds``), K
+(``algorithm.draws``), B = floor(n / T) (``participation.batch_size``) and tau = min(tau_util,
+tau_priv) from Thm 3.1's ``algorithm.regime`` (``calibration.sgd_schedule``); ``bound`` picks
+(T, K) minimising the spec's explicit bound (``calibration.bound_schedule``); ``manual`` takes
+them as set and refuses a step size above tau_priv(B, T, K). Without privacy
+(``privacy=none``), ``paper`` runs T = n, K = 1, tau = tau_util (spec §3.6).
+
+Privacy plan: central DP; unit = one sample, replace one; each of the 2 T (K + 1) vertex draws is
+(4 tau L0 / B)-DP, composed by pure-DP advanced composition (Cor. 3.6) at delta' = delta; every
+draw reads every sample, so a population ledger (one column for all samples,
+``PopulationAccountant``) prices them, with one draw epsilon per replica (its step size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedray.checks import known_keys, positive
+from fedray.core.planning import PlanContext, Replicas
+from fedray.core.protocol import CuratorSteps, Routing
+from fedray.core.sampling import SequentialBatches
+from fedray.errors import ConfigError
+from fedray.privacy.composition import (
+    ApproxDpComposition,
+    ParallelComposition,
+    PureDpComposition,
+)
+from fedray.privacy.gaussian import analytic_sigma
+from fedray.privacy.ledger import Ledger, PopulationAccountant
+from fedray.privacy.statement import PrivacyPlan
+from fedray.protocols.mirror_descent.calibration import (
+    REGIMES,
+    bound_schedule,
+    check_privacy_range,
+    draw_epsilon,
+    draws_per_step,
+    gaussian_schedule,
+    gaussian_sensitivity,
+    private_step_size,
+    sgd_schedule,
+)
+from fedray.protocols.mirror_descent.evaluation import GapEvaluation
+from fedray.protocols.mirror_descent.simplex import VertexDraws
+
+UNIT = "sample (one record; every sample alike)"
+MODES = ("paper", "manual")
+SMD_MODES = ("paper", "bound", "manual")
+ALGORITHM_KEYS = ("_target_", "name", "regime", "parameters", "step_size", "draws", "block_steps")
+GAUSSIAN_KEYS = ("_target_", "name", "parameters", "step_size", "block_steps")
+
+
+def _samples(federation, unit_ids):
+    """A game's samples are their own shard view (generated on demand in the actor)."""
+    return federation
+
+
+def _game(config: dict, dataset, name: str):
+    if not all(hasattr(dataset, attr) for attr in ("gap", "rows", "columns", "lipschitz")):
+        raise ConfigError("data", config["data"].get("name"), f"a game (data=padded_game or dense_game) for {name}")
+    return dataset
+
+
+def _budget(priv: dict, calibration: str = "paper", what: str = "tau_priv of Prop. 3.3") -> tuple[float, float]:
+    if priv.get("calibration") != calibration:
+        raise ConfigError("privacy.calibration", priv.get("calibration"), f"{calibration} ({what})")
+    epsilon, delta = priv.get("epsilon"), priv.get("delta")
+    check_privacy_range(epsilon, delta)
+    return float(epsilon), float(delta)
+
+
+def _mode(alg: dict, modes: tuple = MODES) -> str:
+    mode = alg.get("parameters", "paper")
+    if mode not in modes:
+        raise ConfigError("algorithm.parameters", mode, f"one of {modes}")
+    if mode != "manual" and alg.get("step_size") is not None:
+        raise ConfigError("algorithm.step_size", alg.get("step_size"),
+                          f"null with algorithm.parameters={mode} (the rule sets tau; manual takes yours)")
+    return mode
+
+
+def _checked(recipe, config: dict, context: PlanContext, keys: tuple) -> tuple[str, object]:
+    """The checks both recipes share; (the algorithm's name, the game)."""
+    alg, priv = config["algorithm"], config["privacy"]
+    name = str(alg.get("name"))
+    game = _game(config, context.dataset, name)
+    known_keys("algorithm", alg, keys)
+    if priv["trust_model"] not in recipe.trust_models:
+        raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {recipe.trust_models} for {name}")
+    if not isinstance(context.sampler, SequentialBatches):
+        raise ConfigError("participation", type(context.sampler).__name__,
+                          f"sequential disjoint batches (participation=sequential) for {name}")
+    if context.replicas.epsilon_levels is not None:
+        raise ConfigError("privacy.epsilon_grid", priv.get("epsilon_grid"), f"null for {name} (T and B depend on eps)")
+    return name, game
+
+
+def _not_private(replicas: Replicas) -> PrivacyPlan:
+    return PrivacyPlan(trust_model="none", calibration="none", accountant="none", unit=UNIT, relation="replace_one",
+                       delta=np.zeros(1), noise_multiplier=np.zeros((replicas.count, 1)), target_epsilon=None,
+                       ledger=None)
+
+
+@dataclass(frozen=True)
+class VertexSamplingPlan:
+    """Alg. 1 resolved against its game (``PlannedProtocol``)."""
+
+    algorithm: object
+    sampler: SequentialBatches
+    replicas: Replicas
+    num_rounds: int
+    num_units: int
+    block_steps: int
+    privacy: PrivacyPlan
+    routing: Routing = Routing.DIRECT
+    resolved: dict = field(default_factory=dict)
+    constants: dict = field(default_factory=dict)
+
+    def build(self, oracle) -> CuratorSteps:
+        return CuratorSteps(self.algorithm, self.sampler, GapEvaluation(self.algorithm.rows), _samples,
+                            np.zeros((self.replicas.count, 1)), self.num_rounds, self.num_units, self.block_steps,
+                            self.routing, dict(self.constants))
+
+
+@dataclass(frozen=True)
+class VertexSampling:
+    """The recipe of seed 001's Alg. 1 (module docstring)."""
+
+    trust_models: tuple[str, ...] = ("central", "none")
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+    needs_loss: bool = False
+
+    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+        alg, priv = config["algorithm"], config["privacy"]
+        game = _game(config, dataset, str(alg.get("name")))
+        regime = alg.get("regime", "bilinear")
+        if regime not in REGIMES:
+            raise ConfigError("algorithm.regime", regime, f"one of {REGIMES} (Thm 3.1 (5), (6), (7))")
+        mode = _mode(alg, SMD_MODES)
+        if mode == "manual":
+            return config
+        private = priv.get("trust_model") != "none"
+        eps, delta = _budget(priv) if private else (None, None)
+        if mode == "bound" and private:
+            # A game's L1 is its L0 (bilinear); L2 = 0.
+            schedule = bound_schedule(regime, shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz,
+                                      game.lipschitz, 0.0)
+        else:
+            schedule = sgd_schedule(regime, shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz)
+        return {**config, "num_rounds": schedule.num_steps,
+                "algorithm": {**alg, "step_size": schedule.step_size, "draws": schedule.draws},
+                "participation": {**config["participation"], "batch_size": schedule.batch_size}}
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> VertexSamplingPlan:
+        alg, priv = config["algorithm"], config["privacy"]
+        _, game = _checked(self, config, context, ALGORITHM_KEYS)
+        draws = positive("algorithm.draws", alg.get("draws", 1), int)
+        block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
+        batch, steps, replicas = int(context.sampler.batch_size), context.num_rounds, context.replicas
+        lipschitz = game.lipschitz
+        vertices = VertexDraws(context.seed, replicas.streams, draws)
+        algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, rows=game.rows,
+                                    columns=game.columns, vertices=vertices)
+        constants = {"batch_size": float(batch), "draws": float(draws), "lipschitz": lipschitz}
+        if priv["trust_model"] == "none":
+            privacy = _not_private(replicas)
+        else:
+            eps, delta = _budget(priv)
+            limit = private_step_size(batch, steps, draws, eps, delta, lipschitz)
+            too_large = replicas.step_sizes > limit * (1 + 1e-12)
+            if np.any(too_large):
+                raise ConfigError("algorithm.step_size", float(replicas.step_sizes[too_large][0]),
+                                  f"at most tau_priv = {limit:.6g} (Prop. 3.3 at B = {batch}, T = {steps}, K = {draws}, "
+                                  f"eps = {eps:g}, delta = {delta:g}, L0 = {lipschitz:g})")
+            per_draw = draw_epsilon(replicas.step_sizes, lipschitz, batch)[:, None]          # (P, 1)
+            rule = PureDpComposition(per_draw, delta, route="advanced")
+            accountant = PopulationAccountant(rule, "advanced (pure DP, Cor. 3.6)", draws_per_step(draws))
+            privacy = PrivacyPlan(
+                trust_model="central", calibration="paper", accountant=accountant.name, unit=UNIT,
+                relation="replace_one", delta=np.full(1, delta), noise_multiplier=np.zeros((replicas.count, 1)),
+                target_epsilon=np.full((replicas.count, 1), eps), ledger=Ledger(accountant, (replicas.count, 1), UNIT),
+                details={"tau_priv": limit, "draw_epsilon_max": float(per_draw.max()),
+                         "releases": steps * draws_per_step(draws),
+                         "released": "vertex draws only (K + 1 per player per step) and their average; the "
+                                     "iterate average's gap is a diagnostic, never released"})
+            constants["tau_priv"] = limit
+        resolved = {"num_rounds": steps, "batch_size": batch, "draws": draws, "regime": alg.get("regime", "bilinear"),
+                    "parameters": alg.get("parameters", "paper"), "block_steps": block_steps, **privacy.details}
+        return VertexSamplingPlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, block_steps,
+                                  privacy, resolved=resolved, constants=constants)
+
+
+@dataclass(frozen=True)
+class GaussianNoise:
+    """The recipe of the Gaussian-noise SMD baseline (``gaussian_smd``): ``paper`` sets T, B and
+    tau by ``calibration.gaussian_schedule``; the run is (eps, delta)-DP by parallel composition of
+    one analytic-Gaussian release per disjoint batch."""
+
+    trust_models: tuple[str, ...] = ("central", "none")
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+    needs_loss: bool = False
+
+    def _budget(self, priv: dict) -> tuple[float, float]:
+        if priv.get("l2_clip") is not None:
+            raise ConfigError("privacy.l2_clip", priv.get("l2_clip"), "null (the game's L0 bounds every gradient "
+                              "coordinate; the sensitivity is 2 L0 sqrt(dx + dy) / B, no clipping)")
+        return _budget(priv, "analytic", "the analytic Gaussian at the batch mean's l2 sensitivity")
+
+    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+        alg, priv = config["algorithm"], config["privacy"]
+        game = _game(config, dataset, str(alg.get("name")))
+        if _mode(alg) == "manual":
+            return config
+        eps, delta = self._budget(priv) if priv.get("trust_model") != "none" else (None, None)
+        schedule = gaussian_schedule(shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz,
+                                     lambda sensitivity: analytic_sigma(eps, delta, sensitivity))
+        return {**config, "num_rounds": schedule.num_steps, "algorithm": {**alg, "step_size": schedule.step_size},
+                "participation": {**config["participation"], "batch_size": schedule.batch_size}}
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> VertexSamplingPlan:
+        alg, priv = config["algorithm"], config["privacy"]
+        _, game = _checked(self, config, context, GAUSSIAN_KEYS)
+        block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
+        batch, steps, replicas = int(context.sampler.batch_size), context.num_rounds, context.replicas
+        if priv["trust_model"] == "none":
+            sigma, privacy = 0.0, _not_private(replicas)
+        else:
+            eps, delta = self._budget(priv)
+            sensitivity = gaussian_sensitivity(game.lipschitz, game.rows, game.columns, batch)
+            sigma = analytic_sigma(eps, delta, sensitivity)
+            rule = ParallelComposition(ApproxDpComposition(eps, delta, 0.0, route="basic"))
+            accountant = PopulationAccountant(rule, "parallel", 1)
+            privacy = PrivacyPlan(
+                trust_model="central", calibration="analytic", accountant="parallel", unit=UNIT, relation="replace_one",
+                delta=np.full(1, delta), noise_multiplier=np.full((replicas.count, 1), sigma / sensitivity),
+                target_epsilon=np.full((replicas.count, 1), eps), ledger=Ledger(accountant, (replicas.count, 1), UNIT),
+                details={"noise_std": sigma, "l2_sensitivity": sensitivity,
+                         "released": "every step's noisy mean gradient and the iterates (post-processing)"})
+        algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, rows=game.rows,
+                                    columns=game.columns, sigma=sigma, seed=context.seed, streams=replicas.streams)
+        constants = {"batch_size": float(batch), "noise_std": sigma, "lipschitz": game.lipschitz}
+        resolved = {"num_rounds": steps, "batch_size": batch, "parameters": alg.get("parameters", "paper"),
+                    "block_steps": block_steps, **privacy.details}
+        return VertexSamplingPlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, block_steps,
+                                  privacy, resolved=resolved, constants=constants)
