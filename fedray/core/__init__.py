@@ -12,12 +12,14 @@ from fedray.core.evaluation import Metric
 from fedray.core.oracle import Oracle
 from fedray.core.protocol import Aggregated, Messages, RoundKeys, RoundProtocol, RoundSpec, Routing, SampledRounds
 from fedray.core.sampling import (
-    AllUnits, PhasedBatches, PhasedGroups, PoissonParticipation, SequentialBatches, UniformParticipation,
+    AllUnits, LeveledBatches, PhasedBatches, PhasedGroups, PoissonParticipation, SequentialBatches,
+    UniformParticipation,
 )
 
 __all__ = [
     "Aggregated",
     "AllUnits",
+    "LeveledBatches",
     "Messages",
     "Metric",
     "Oracle",

@@ -89,9 +89,11 @@ class Aggregated(NamedTuple):
 class RoundProtocol(Protocol):
     """What the driver runs. Implementations are frozen dataclasses; state lives in ``state``.
 
-    A protocol with ``per_actor_sums = True`` (a class attribute) sends one message per actor: the
-    sum over that actor's participating units, shaped (P, 1, ...); only a protocol whose server may
-    see un-noised sums (a trusted curator) can ask for it.
+    A protocol with ``per_actor_sums = True`` (a class attribute) sends one message per actor and
+    replica: the sum over the units of that actor the replica takes, shaped (P, 1, ...), from
+    ``client_step(broadcast, shard, draws, participation)`` with the (P, U) mask of the shard's
+    units per replica; only a protocol whose server may see un-noised sums (a trusted curator) can
+    ask for it.
     """
 
     routing: Routing
@@ -293,7 +295,9 @@ class CuratorSteps(SequentialSteps):
 
     per_actor_sums: ClassVar[bool] = True
 
-    def client_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray:
+    def client_step(self, broadcast: Any, shard: Any, draws: Any, participation: np.ndarray) -> np.ndarray:
+        if not participation.all():
+            raise ValueError("sequential steps take every unit of a step in every replica")
         return self.algorithm.silo_step(broadcast, shard, draws)[:, None]
 
     def client_block(self, spec: RoundSpec, shard: Any, unit_ids: np.ndarray, draws_for: Callable) -> tuple:
@@ -315,3 +319,46 @@ class CuratorSteps(SequentialSteps):
         units = self.step_units(spec.round + spec.steps - 1)[1] - self.step_units(spec.round)[0]
         charge = np.full((p, 1), spec.steps * self.algorithm.releases_per_step, dtype=np.int64)
         return Aggregated(state, charge, {"participants": np.full(p, float(units))})
+
+
+@dataclass(frozen=True)
+class CuratorRounds(_FromParts):
+    """Rounds of a trusted curator (central DP) whose batches differ between replicas and whose
+    replicas stop on their own: seed 001's Alg. 3 (random batch sizes, a stopping rule).
+
+    Round t: ``sampler`` gives each replica's units (public randomness, e.g. ``LeveledBatches``),
+    ``algorithm.broadcast(state)`` the query the units answer, every actor sends per replica the
+    sum over its units of that replica (``per_actor_sums``), and ``algorithm.server_step`` takes
+    the summed (P, ...) rows. The curator's own draws are made in its server step, keyed by
+    (replica, round). Each round charges ``algorithm.releases(state)`` ((P,): what the replica
+    released at the state the round started from, 0 once stopped) to every sample: a (P, 1)
+    charge for a population ledger. ``algorithm.done(state)`` is per replica.
+    """
+
+    algorithm: Any
+    sampler: Any
+    evaluation: Any
+    shard_view: Callable[[Any, np.ndarray], Any]
+    params0: np.ndarray
+    num_rounds: int                # the most rounds a replica may run
+    num_units: int
+    routing: Routing = Routing.DIRECT
+    constants: dict = field(default_factory=dict)
+    round_constants: dict = field(default_factory=dict)
+
+    per_actor_sums: ClassVar[bool] = True
+
+    def configure(self, state: Any, keys: RoundKeys) -> RoundSpec:
+        participation = self.sampler.sample(keys.seed, keys.repetitions, keys.round, self.num_units)
+        return RoundSpec(keys.round, participation, self.algorithm.broadcast(state))
+
+    def client_step(self, broadcast: Any, shard: Any, draws: Any, participation: np.ndarray) -> np.ndarray:
+        return self.algorithm.silo_step(broadcast, shard, draws, participation)[:, None]
+
+    def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
+        charge = np.asarray(self.algorithm.releases(state), dtype=np.int64)[:, None]
+        state = self.algorithm.server_step(state, step_sum(messages.values, messages.mask))
+        return Aggregated(state, charge, {"participants": spec.participation.sum(axis=1).astype(np.float64)})
+
+    def done(self, state: Any) -> np.ndarray:
+        return self.algorithm.done(state)

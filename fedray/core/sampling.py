@@ -19,6 +19,7 @@ server must say so in its privacy statement; the samplers themselves are public 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -230,6 +231,94 @@ class PhasedGroups:
             done = min(max(num_rounds - phase * self.rounds, 0), self.rounds)
             counts[:, phase * self.group_size:(phase + 1) * self.group_size] = done
         return counts
+
+
+@dataclass(frozen=True)
+class LeveledBatches:
+    """Disjoint batches of random sizes from random levels, until a stopping rule (seed-001 Alg. 3).
+
+    Per repetition, from the LEVEL stream: level N_t ~ TG(1/2, M) (P[N = k] = 2^{-k} / C_M,
+    k = 0..M), batch t = the next ceil(max(1, 2^{N_t} / alpha)) units in id order, and steps run
+    while sum_{s<t} 2^{N_s} <= U - 2^M, so every repetition stops after its own number of steps,
+    with sum_t 2^{N_t} <= U. Public randomness: the levels depend on no data (like any
+    participation), and replicas of one repetition share them. ``sample`` is round t's (P, N) mask
+    (empty for a repetition that has stopped); ``levels_of`` the levels themselves.
+    """
+
+    levels: int            # M
+    batch_factor: float    # alpha
+    stop: float            # U
+
+    def validate(self, num_units: int) -> None:
+        if not _integer(self.levels) or self.levels < 0:
+            raise ConfigError("participation.levels", self.levels, "an integer >= 0 (M)")
+        for key, value in (("batch_factor", self.batch_factor), ("stop", self.stop)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ConfigError(f"participation.{key}", value, "a positive number")
+        if self.stop < 2**self.levels:
+            raise ConfigError("participation.stop", self.stop, f"at least 2^M = {2**self.levels} (U >= 2^M)")
+
+    def per_round(self, num_units: int) -> int | None:
+        return None
+
+    def max_rounds(self, num_units: int) -> int | None:
+        return int(self.stop)              # each step adds 2^N >= 1 to a sum that stays <= U
+
+    def schedule(self, seed: int, repetition: int) -> tuple[np.ndarray, np.ndarray]:
+        """(levels N_t, first unit of batch t plus the end: len T + 1) of one repetition."""
+        return _leveled_schedule(self, int(seed), int(repetition))
+
+    def levels_of(self, seed: int, repetitions: np.ndarray, round_index: int) -> np.ndarray:
+        """(P,) N_t of round t per replica (-1 where the repetition has stopped)."""
+        out = []
+        for rep in np.asarray(repetitions).reshape(-1):
+            levels, _ = self.schedule(seed, rep)
+            out.append(levels[round_index] if round_index < levels.size else -1)
+        return np.array(out, dtype=np.int64)
+
+    def sample(self, seed: int, repetitions: np.ndarray, round_index: int, num_units: int) -> np.ndarray:
+        def draw(rep: int) -> np.ndarray:
+            mask = np.zeros(num_units, dtype=bool)
+            levels, starts = self.schedule(seed, rep)
+            if round_index < levels.size:
+                if starts[round_index + 1] > num_units:
+                    raise ValueError(f"round {round_index}: the batch ends at unit {starts[round_index + 1]}, past the "
+                                     f"{num_units} units (U = {self.stop} with alpha = {self.batch_factor})")
+                mask[starts[round_index]:starts[round_index + 1]] = True
+            return mask
+
+        return np.stack([draw(int(rep)) for rep in np.asarray(repetitions).reshape(-1)])
+
+    def counts(self, seed: int, repetitions: np.ndarray, num_rounds: int, num_units: int) -> np.ndarray:
+        counts = np.zeros((len(repetitions), num_units), dtype=np.int64)
+        for row, rep in enumerate(np.asarray(repetitions).reshape(-1)):
+            levels, starts = self.schedule(seed, rep)
+            counts[row, :starts[min(num_rounds, levels.size)]] = 1
+        return counts
+
+
+def truncated_geometric(levels: int) -> np.ndarray:
+    """(M + 1,) P[N = k] = 2^{-k} / C_M, C_M = 2 - 2^{-M}: TG(1/2, M) (seed-001 §3.2, erratum 2)."""
+    return 2.0 ** -np.arange(levels + 1) / (2.0 - 2.0 ** -levels)
+
+
+def draw_truncated_geometric(uniforms, levels: int) -> np.ndarray:
+    """Levels N ~ TG(1/2, M), one per uniform in [0, 1), by inverse CDF."""
+    cumulative = np.cumsum(truncated_geometric(levels))
+    return np.minimum(np.searchsorted(cumulative, uniforms, side="right"), levels)
+
+
+@lru_cache(maxsize=4096)
+def _leveled_schedule(sampler: LeveledBatches, seed: int, repetition: int) -> tuple[np.ndarray, np.ndarray]:
+    m = sampler.levels
+    rng = generator(seed, Stream.LEVEL, repetition)
+    levels, total = [], 0.0
+    while total <= sampler.stop - 2**m:
+        level = int(draw_truncated_geometric(rng.random(), m))
+        levels.append(level)
+        total += 2**level
+    sizes = np.ceil(np.maximum(1.0, 2.0 ** np.array(levels, dtype=np.float64) / sampler.batch_factor)).astype(np.int64)
+    return np.array(levels, dtype=np.int64), np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
 
 def phase_of(steps, step: int) -> int:

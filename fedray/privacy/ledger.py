@@ -256,12 +256,15 @@ class PopulationAccountant(ComposedAccountant):
     """Releases that each read every unit, priced by ``rule`` (a curator's draw from a state built
     on all the samples used so far, seed 001): one ledger column stands for every unit alike, a
     round's charge is its (P, 1) count of releases, and a plan of R rounds charges
-    R x ``releases_per_round`` (the sampler's participations do not price such releases)."""
+    R x ``releases_per_round``, or ``most_releases`` when given (a stopping rule's bound on the
+    releases of a random number of rounds); the sampler's participations do not price such releases."""
 
     releases_per_round: int = 1
+    most_releases: int | None = None     # a bound on a run's releases when rounds release unequal counts
 
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
-        return np.full((counts.shape[0], 1), num_rounds * self.releases_per_round, dtype=np.int64)
+        planned = num_rounds * self.releases_per_round if self.most_releases is None else self.most_releases
+        return np.full((counts.shape[0], 1), planned, dtype=np.int64)
 
     def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
         fits = _largest_affordable_count(self, shape, replica, unit, target, count)

@@ -97,14 +97,13 @@ class SiloGroup:
             return RoundReply(self.silo_ids[:0], empty, mask[:, :0], evaluation)
         units = self.silo_ids[active]
         draws = SiloDraws(self._draw_seed, self.streams, spec.round, units, width=self._width)
-        messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws)
         sub_mask = mask[:, active]
         if getattr(self.protocol, "per_actor_sums", False):
-            # A curator's step: one row, the sum over this group's units (every replica takes the same).
-            if not np.all(sub_mask == sub_mask[:, :1]) or not np.all(mask.any(axis=1) == mask[0].any()):
-                raise ValueError("per-actor sums need the same participation in every replica")
-            # A zero row (the sum over no unit) where this group holds nobody of the step.
-            return RoundReply(units, messages, np.full((mask.shape[0], 1), active.size > 0), evaluation)
+            # A curator's step: one row per replica, the sum over the units of this group it takes
+            # (a zero row, masked, where it takes none here).
+            messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws, sub_mask)
+            return RoundReply(units, messages, sub_mask.any(axis=1, keepdims=True), evaluation)
+        messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws)
         # A replica that did not sample this unit receives nothing from it.
         messages = messages * sub_mask.reshape(sub_mask.shape + (1,) * (messages.ndim - 2))
         return RoundReply(units, messages, sub_mask, evaluation)

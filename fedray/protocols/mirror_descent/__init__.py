@@ -1,7 +1,8 @@
 """Seed 001: differentially private stochastic mirror descent with vertex sampling for saddle
 points on simplices (central DP; privacy from the exponential mechanism of vertex draws)."""
 
+from fedray.protocols.mirror_descent.bias_reduced_smd import BiasReducedSMD
 from fedray.protocols.mirror_descent.gaussian_smd import GaussianSMD
 from fedray.protocols.mirror_descent.smd import PrivateSMD, SmdState
 
-__all__ = ["GaussianSMD", "PrivateSMD", "SmdState"]
+__all__ = ["BiasReducedSMD", "GaussianSMD", "PrivateSMD", "SmdState"]

@@ -21,8 +21,8 @@ import numpy as np
 
 from fedray.checks import known_keys, positive
 from fedray.core.planning import PlanContext, Replicas
-from fedray.core.protocol import CuratorSteps, Routing
-from fedray.core.sampling import SequentialBatches
+from fedray.core.protocol import CuratorRounds, CuratorSteps, Routing
+from fedray.core.sampling import LeveledBatches, SequentialBatches
 from fedray.errors import ConfigError
 from fedray.privacy.composition import (
     ApproxDpComposition,
@@ -34,6 +34,8 @@ from fedray.privacy.ledger import Ledger, PopulationAccountant
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.mirror_descent.calibration import (
     REGIMES,
+    VERTEX_CONSTANTS,
+    bias_reduced_parameters,
     bound_schedule,
     check_privacy_range,
     draw_epsilon,
@@ -51,6 +53,7 @@ MODES = ("paper", "manual")
 SMD_MODES = ("paper", "bound", "manual")
 ALGORITHM_KEYS = ("_target_", "name", "regime", "parameters", "step_size", "draws", "block_steps")
 GAUSSIAN_KEYS = ("_target_", "name", "parameters", "step_size", "block_steps")
+BIAS_REDUCED_KEYS = ("_target_", "name", "parameters", "step_size", "vertex_constant")
 
 
 def _samples(federation, unit_ids):
@@ -82,17 +85,18 @@ def _mode(alg: dict, modes: tuple = MODES) -> str:
     return mode
 
 
-def _checked(recipe, config: dict, context: PlanContext, keys: tuple) -> tuple[str, object]:
-    """The checks both recipes share; (the algorithm's name, the game)."""
+def _checked(recipe, config: dict, context: PlanContext, keys: tuple,
+             sampler: type = SequentialBatches, participation: str = "sequential") -> tuple[str, object]:
+    """The checks the recipes share; (the algorithm's name, the game)."""
     alg, priv = config["algorithm"], config["privacy"]
     name = str(alg.get("name"))
     game = _game(config, context.dataset, name)
     known_keys("algorithm", alg, keys)
     if priv["trust_model"] not in recipe.trust_models:
         raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {recipe.trust_models} for {name}")
-    if not isinstance(context.sampler, SequentialBatches):
+    if not isinstance(context.sampler, sampler):
         raise ConfigError("participation", type(context.sampler).__name__,
-                          f"sequential disjoint batches (participation=sequential) for {name}")
+                          f"{sampler.__name__} (participation={participation}) for {name}")
     if context.replicas.epsilon_levels is not None:
         raise ConfigError("privacy.epsilon_grid", priv.get("epsilon_grid"), f"null for {name} (T and B depend on eps)")
     return name, game
@@ -248,3 +252,100 @@ class GaussianNoise:
                     "block_steps": block_steps, **privacy.details}
         return VertexSamplingPlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, block_steps,
                                   privacy, resolved=resolved, constants=constants)
+
+
+@dataclass(frozen=True)
+class BiasReducedPlan:
+    """Alg. 3 resolved against its game (``PlannedProtocol``)."""
+
+    algorithm: object
+    sampler: LeveledBatches
+    replicas: Replicas
+    num_rounds: int
+    num_units: int
+    privacy: PrivacyPlan
+    routing: Routing = Routing.DIRECT
+    resolved: dict = field(default_factory=dict)
+    constants: dict = field(default_factory=dict)
+
+    def build(self, oracle) -> CuratorRounds:
+        return CuratorRounds(self.algorithm, self.sampler, GapEvaluation(self.algorithm.rows), _samples,
+                             np.zeros((self.replicas.count, 1)), self.num_rounds, self.num_units, self.routing,
+                             dict(self.constants))
+
+
+@dataclass(frozen=True)
+class BiasReduced:
+    """The recipe of seed 001's Alg. 3: ``paper`` sets (M, U, tau, alpha) by Thm 3.14's fixed point
+    with the game's L0 = L1 and L2 = 0 and the per-draw constant ``algorithm.vertex_constant``
+    (safe: c_v = 20, spec §6 item 3; paper: 9), as the participation (``LeveledBatches``) and the
+    step size; ``manual`` takes them as set and refuses a U above Prop. 3.17's privacy bound."""
+
+    trust_models: tuple[str, ...] = ("central", "none")
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+    needs_loss: bool = False
+
+    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+        alg, priv = config["algorithm"], config["privacy"]
+        game = _game(config, dataset, str(alg.get("name")))
+        constant = _vertex_constant(alg)
+        if _mode(alg) == "manual":
+            # The stopping rule decides; num_rounds is its most steps (each adds 2^N >= 1 to a sum <= U).
+            stop = config["participation"].get("stop")
+            return {**config, "num_rounds": int(stop)} if isinstance(stop, (int, float)) and stop >= 1 else config
+        if priv.get("trust_model") == "none":
+            raise ConfigError("algorithm.parameters", "paper", "manual with privacy=none (Thm 3.14's M, U, alpha "
+                              "and tau are set by eps)")
+        eps, delta = _budget(priv)
+        from fedray.protocols.mirror_descent.calibration import log_dimensions
+
+        params = bias_reduced_parameters(shape.num_silos, eps, delta, log_dimensions(game.rows, game.columns),
+                                         game.lipschitz, game.lipschitz, 0.0, constant)
+        participation = {"_target_": "fedray.core.sampling.LeveledBatches", "levels": params.levels,
+                         "batch_factor": params.batch_factor, "stop": params.stop}
+        return {**config, "num_rounds": int(params.stop), "participation": participation,
+                "algorithm": {**alg, "step_size": params.step_size}}
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> BiasReducedPlan:
+        alg, priv = config["algorithm"], config["privacy"]
+        _, game = _checked(self, config, context, BIAS_REDUCED_KEYS, LeveledBatches, "leveled")
+        sampler, replicas = context.sampler, context.replicas
+        algorithm = algorithm_class(step_size=replicas.step_sizes, levels=sampler.levels, rows=game.rows,
+                                    columns=game.columns, sampler=sampler, seed=context.seed,
+                                    repetitions=replicas.repetitions, streams=replicas.streams,
+                                    num_rounds=context.num_rounds)
+        constants = {"levels": float(sampler.levels), "stop": float(sampler.stop), "batch_factor": sampler.batch_factor,
+                     "lipschitz": game.lipschitz}
+        resolved = {"levels": sampler.levels, "stop": sampler.stop, "batch_factor": sampler.batch_factor,
+                    "parameters": alg.get("parameters", "paper")}
+        if priv["trust_model"] == "none":
+            return BiasReducedPlan(algorithm, sampler, replicas, context.num_rounds, context.shape.num_silos,
+                                   _not_private(replicas), resolved=resolved, constants=constants)
+        eps, delta = _budget(priv)
+        constant = _vertex_constant(alg)
+        per_draw = constant * replicas.step_sizes * sampler.batch_factor * game.lipschitz            # (P,)
+        limit = eps**2 / (48 * np.log(1 / delta) * per_draw**2)
+        if np.any(sampler.stop > limit * (1 + 1e-12)):
+            raise ConfigError("participation.stop", sampler.stop, f"at most {float(limit.min()):.6g} (Prop. 3.17's U "
+                              f"for tau = {float(replicas.step_sizes.max()):.6g}, alpha = {sampler.batch_factor:g}, "
+                              f"c_v = {constant:g})")
+        rule = PureDpComposition(per_draw[:, None], delta, route="advanced")
+        most = int(6 * sampler.stop)
+        accountant = PopulationAccountant(rule, "advanced (pure DP, Cor. 3.6)", most_releases=most)
+        privacy = PrivacyPlan(
+            trust_model="central", calibration="paper", accountant=accountant.name, unit=UNIT, relation="replace_one",
+            delta=np.full(1, delta), noise_multiplier=np.zeros((replicas.count, 1)),
+            target_epsilon=np.full((replicas.count, 1), eps), ledger=Ledger(accountant, (replicas.count, 1), UNIT),
+            details={"draw_epsilon_max": float(per_draw.max()), "vertex_constant": constant, "most_releases": most,
+                     "released": "vertex draws only (2^(N+1) + 1 per player per step) and their average"})
+        return BiasReducedPlan(algorithm, sampler, replicas, context.num_rounds, context.shape.num_silos, privacy,
+                               resolved={**resolved, **privacy.details}, constants=constants)
+
+
+def _vertex_constant(alg: dict) -> float:
+    name = alg.get("vertex_constant", "safe")
+    if name not in VERTEX_CONSTANTS:
+        raise ConfigError("algorithm.vertex_constant", name, f"one of {tuple(VERTEX_CONSTANTS)} (c_v = 20 re-derived, "
+                          "or the paper's 9)")
+    return VERTEX_CONSTANTS[name]

@@ -1,0 +1,87 @@
+"""Alg. 3 (seed 001) on CuratorRounds: Thm 3.14's parameters reach the plan, the levels' schedule
+keeps sum 2^N <= U and sum b_t <= n (spec §7 test 9), every replica stops on its own, the ledger
+charges exactly the realised draws, and any actor layout gives the same bits."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fedray.core.sampling import LeveledBatches
+from fedray.errors import ConfigError
+from fedray.plan import make_plan
+from fedray.privacy.composition import pure_advanced_composition
+from fedray.protocols.mirror_descent.calibration import bias_reduced_parameters, log_dimensions
+from fedray.runtime.driver import InlineGroups, run
+from tests.conftest import compose
+
+ALG3 = ["experiment=smd_bilinear", "algorithm=bias_reduced_smd", "participation=leveled", "data.spec.num_samples=200000",
+        "data.spec.dim=16", "repetitions=3", "progress=false", "evaluate_every=100000"]
+
+
+def test_paper_parameters_are_thm_3_14s_fixed_point():
+    plan = make_plan(compose(*ALG3))
+    expected = bias_reduced_parameters(200_000, 1.0, 1e-6, log_dimensions(16, 16), 1.0, 1.0, 0.0, 20.0)
+    sampler = plan.sampler
+    assert isinstance(sampler, LeveledBatches)
+    assert (sampler.levels, sampler.stop, sampler.batch_factor) == (expected.levels, expected.stop, expected.batch_factor)
+    assert plan.step_sizes[0] == expected.step_size and plan.num_rounds == int(expected.stop)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_schedules_stay_within_u_and_n(seed):
+    params = bias_reduced_parameters(1_000_000, 1.0, 1e-6, log_dimensions(100, 100), 1.0, 1.0, 0.1, 20.0)
+    sampler = LeveledBatches(params.levels, params.batch_factor, params.stop)
+    for rep in range(4):
+        levels, starts = sampler.schedule(seed, rep)
+        assert (2.0**levels).sum() <= params.stop and starts[-1] <= 1_000_000
+        assert (2.0**levels[:-1]).sum() <= params.stop - 2**params.levels       # the last step ran by the rule
+        assert np.all(np.diff(starts) == np.ceil(np.maximum(1, 2.0**levels / params.batch_factor)))
+
+
+def test_replicas_stop_on_their_own_and_the_ledger_charges_the_realised_draws():
+    plan = make_plan(compose(*ALG3))
+    result = run(plan, inline=True)
+    draws = []
+    for rep in plan.repetitions:
+        levels, _ = plan.sampler.schedule(plan.seed, rep)
+        draws.append(int((2 * (2 ** (levels + 1) + 1)).sum()))
+    assert len(set(draws)) > 1
+    per_draw = 20.0 * plan.step_sizes * plan.sampler.batch_factor * 1.0
+    expected = [float(pure_advanced_composition(e, k, 1e-6)[0]) for e, k in zip(per_draw, draws)]
+    np.testing.assert_allclose(result.epsilon_spent[:, 0], expected, rtol=1e-12)
+    assert max(expected) <= float(plan.privacy.planned_epsilon.max()) <= 1.0
+    assert len(result.history) == max(plan.sampler.schedule(plan.seed, rep)[0].size for rep in plan.repetitions)
+    # The output averages one draw per executed step.
+    steps = [plan.sampler.schedule(plan.seed, rep)[0].size for rep in plan.repetitions]
+    output = result.outputs["output"]
+    np.testing.assert_allclose(output * np.array(steps)[:, None], np.round(output * np.array(steps)[:, None]), atol=1e-9)
+
+
+def test_actor_layout_changes_no_bit():
+    plan = make_plan(compose(*ALG3))
+    one, four = run(plan, inline=True), run(plan, inline=True, groups=InlineGroups(plan, 4))
+    np.testing.assert_array_equal(one.outputs["output"], four.outputs["output"])
+    np.testing.assert_array_equal(one.epsilon_spent, four.epsilon_spent)
+
+
+@pytest.mark.parametrize("override, key", [
+    (["algorithm.parameters=manual", "algorithm.step_size=0.5", "participation.stop=1000",
+      "participation.batch_factor=0.01"], "participation.stop"),
+    (["algorithm.vertex_constant=loose"], "algorithm.vertex_constant"),
+    (["algorithm.parameters=manual", "algorithm.step_size=0.01", "participation=sequential"], "participation"),
+    (["privacy=none"], "algorithm.parameters"),
+])
+def test_what_alg3_cannot_run_is_refused(override, key):
+    base = [o for o in ALG3 if not (o.startswith("participation=") and any(x.startswith("participation=") for x in override))]
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*base, *override))
+    assert err.value.key == key
+
+
+def test_paper_constant_gives_the_paper_s_larger_u():
+    safe = make_plan(compose(*ALG3)).sampler.stop
+    paper = make_plan(compose(*ALG3, "algorithm.vertex_constant=paper")).sampler.stop
+    assert paper > 2 * safe and math.isfinite(paper)

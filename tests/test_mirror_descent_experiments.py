@@ -1,0 +1,48 @@
+"""E1 and E6 (seed 001's experiments): every E1 cell plans at the script's full sizes, and E6's
+quick run writes its table with every ratio within its bound."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+
+import pytest
+
+from fedray.compose import compose_plan
+from tests.conftest import REPO
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name.replace("/", "_"), REPO / "experiments" / name / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+E1, E6 = _script("mirror_descent/e1_bilinear"), _script("mirror_descent/e6_audit")
+TRUST = {"vertex": "central", "vertex_bound": "central", "gaussian": "central", "non_private": "none"}
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_e1_cells_plan_with_their_arms_privacy(quick):
+    for cell in E1.cells(quick):
+        plan = compose_plan(E1.overrides(cell, 2))
+        assert plan.privacy.trust_model == TRUST[cell["arm"]]
+        assert plan.num_rounds * plan.sampler.batch_size <= cell["n"]
+        if cell["arm"] != "non_private":
+            assert plan.privacy.target_epsilon.max() == cell["eps"]
+        if cell["K"] != 1:
+            assert plan.protocol.algorithm.vertices.draws == cell["K"]
+
+
+@pytest.mark.slow
+def test_e6_quick_run_stays_within_every_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["run.py", "--quick", "--out", str(tmp_path)])
+    E6.main()
+    rows = list(csv.DictReader(open(tmp_path / "results.csv")))
+    assert len(rows) == 8 and (tmp_path / "figure.png").exists()
+    for row in rows:
+        assert float(row["score_gap_over_bound_max"]) <= 1 + 1e-9
+        assert float(row["draw_loss_over_bound_max"]) <= 1 + 1e-9
+        assert float(row["composed_realised_max"]) <= float(row["composed_planned"]) <= float(row["target_eps"])
