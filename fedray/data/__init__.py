@@ -16,6 +16,7 @@ Data folders resolve as explained in ``fedray.data.download`` (``FEDRAY_DATA_DIR
 from fedray.data.download import ChecksumError, DownloadError, fetch, resolve_directory
 from fedray.data.federation import Federation, FederationShape, SiloArrays, stack_silos
 from fedray.data.insurance import InsuranceSorted
+from fedray.data.logistic_tasks import LogisticTasks, TaskSamples
 from fedray.data.matrix_game import DenseMatrixGame, GameSamples, PaddedMatrixGame
 from fedray.data.mnist import IdxFormatError, MnistPairs, MnistUsers, read_idx, write_idx
 from fedray.data.obesity import ObesityByClass
@@ -31,6 +32,7 @@ __all__ = [
     "FederationShape",
     "IdxFormatError",
     "InsuranceSorted",
+    "LogisticTasks",
     "MnistPairs",
     "MnistUsers",
     "ObesityByClass",
@@ -38,6 +40,7 @@ __all__ = [
     "SiloArrays",
     "SphereRegression",
     "SyntheticLinear",
+    "TaskSamples",
     "fetch",
     "read_idx",
     "resolve_directory",

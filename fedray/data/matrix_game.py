@@ -68,6 +68,16 @@ class _Game:
         """L0 = L1 = max|A_z| = max|Abar| + noise (module docstring)."""
         return self.payoff_bound + float(self.noise)
 
+    @property
+    def smoothness(self) -> float:
+        """L1 (= L0 for a bilinear payoff)."""
+        return self.lipschitz
+
+    @property
+    def second_order(self) -> float:
+        """L2 = 0: the payoff is bilinear."""
+        return 0.0
+
     def load(self, seed: int, trial: int = 0, silo_ids=None) -> "GameSamples":
         ids = np.arange(self.num_samples) if silo_ids is None else np.asarray(silo_ids, dtype=np.int64)
         return GameSamples(self, CounterStream(seed, Stream.DATA, trial), ids)

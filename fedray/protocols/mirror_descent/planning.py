@@ -62,9 +62,23 @@ def _samples(federation, unit_ids):
 
 
 def _game(config: dict, dataset, name: str):
-    if not all(hasattr(dataset, attr) for attr in ("gap", "rows", "columns", "lipschitz")):
-        raise ConfigError("data", config["data"].get("name"), f"a game (data=padded_game or dense_game) for {name}")
+    if not all(hasattr(dataset, attr) for attr in ("rows", "columns", "lipschitz", "smoothness", "second_order")):
+        raise ConfigError("data", config["data"].get("name"),
+                          f"a game (data=padded_game, dense_game or logistic_tasks) for {name}")
     return dataset
+
+
+def _regime(alg: dict, game) -> str:
+    """Thm 3.1's regime, checked against what the game's objective satisfies."""
+    regime = alg.get("regime", "bilinear")
+    if regime not in REGIMES:
+        raise ConfigError("algorithm.regime", regime, f"one of {REGIMES} (Thm 3.1 (5), (6), (7))")
+    if regime == "bilinear" and game.second_order != 0:
+        raise ConfigError("algorithm.regime", regime, "first_order or second_order for an objective with L2 > 0 "
+                          "(regime (7) needs L2 = 0: a bilinear or quadratic game)")
+    if regime == "second_order" and game.second_order is None:
+        raise ConfigError("algorithm.regime", regime, "first_order for an objective that is not second-order smooth")
+    return regime
 
 
 def _budget(priv: dict, calibration: str = "paper", what: str = "tau_priv of Prop. 3.3") -> tuple[float, float]:
@@ -141,18 +155,15 @@ class VertexSampling:
     def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
         alg, priv = config["algorithm"], config["privacy"]
         game = _game(config, dataset, str(alg.get("name")))
-        regime = alg.get("regime", "bilinear")
-        if regime not in REGIMES:
-            raise ConfigError("algorithm.regime", regime, f"one of {REGIMES} (Thm 3.1 (5), (6), (7))")
+        regime = _regime(alg, game)
         mode = _mode(alg, SMD_MODES)
         if mode == "manual":
             return config
         private = priv.get("trust_model") != "none"
         eps, delta = _budget(priv) if private else (None, None)
         if mode == "bound" and private:
-            # A game's L1 is its L0 (bilinear); L2 = 0.
             schedule = bound_schedule(regime, shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz,
-                                      game.lipschitz, 0.0)
+                                      game.smoothness, game.second_order or 0.0)
         else:
             schedule = sgd_schedule(regime, shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz)
         return {**config, "num_rounds": schedule.num_steps,
@@ -300,8 +311,11 @@ class BiasReduced:
         eps, delta = _budget(priv)
         from fedray.protocols.mirror_descent.calibration import log_dimensions
 
+        if game.second_order is None:
+            raise ConfigError("data.spec.link", getattr(dataset, "link", None),
+                              "a second-order smooth objective for Alg. 3 (Thm 3.14 needs L2)")
         params = bias_reduced_parameters(shape.num_silos, eps, delta, log_dimensions(game.rows, game.columns),
-                                         game.lipschitz, game.lipschitz, 0.0, constant)
+                                         game.lipschitz, game.smoothness, game.second_order, constant)
         participation = {"_target_": "fedray.core.sampling.LeveledBatches", "levels": params.levels,
                          "batch_factor": params.batch_factor, "stop": params.stop}
         return {**config, "num_rounds": int(params.stop), "participation": participation,

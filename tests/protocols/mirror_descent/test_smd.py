@@ -215,3 +215,31 @@ def test_bound_rule_plans_the_explicit_bounds_minimiser_within_tau_priv():
     assert plan.step_sizes[0] <= private_step_size(expected.batch_size, expected.num_steps, 1, 1.0, 1e-6, 1.0)
     with pytest.raises(ConfigError, match="parameters=bound"):
         make_plan(compose(*GAME, "algorithm.parameters=bound", "algorithm.step_size=0.01"))
+
+
+TASKS = ["experiment=smd_max_loss", "data.spec.num_samples=20000", "data.spec.dim=8", "data.spec.tasks=3",
+         "data.spec.pool=2000", "repetitions=2", "progress=false"]
+
+
+@pytest.mark.parametrize("regime", ["first_order", "second_order"])
+def test_alg1_runs_the_max_loss_game_in_both_smooth_regimes(regime):
+    from fedray.protocols.mirror_descent.calibration import sgd_schedule
+
+    plan = make_plan(compose(*TASKS, f"algorithm.regime={regime}"))
+    game = plan.dataset
+    expected = sgd_schedule(regime, 20000, 1.0, 1e-6, 8, 3, game.lipschitz)
+    assert (plan.num_rounds, plan.protocol.algorithm.vertices.draws) == (expected.num_steps, expected.draws)
+    result = run(plan, inline=True, groups=InlineGroups(plan, 2))
+    assert np.all(result.final["gap"] > 0) and np.all(result.final["gap"] < 1.5)
+    assert float(result.epsilon_spent.max()) <= 1.0
+
+
+@pytest.mark.parametrize("override, key", [
+    (["algorithm.regime=bilinear"], "algorithm.regime"),
+    (["data.spec.link=squared_hinge"], "algorithm.regime"),
+    (["data.spec.link=squared_hinge", "algorithm=bias_reduced_smd", "participation=leveled"], "data.spec.link"),
+])
+def test_regimes_the_objective_does_not_satisfy_are_refused(override, key):
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*TASKS, *override))
+    assert err.value.key == key
