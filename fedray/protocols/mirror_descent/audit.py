@@ -59,3 +59,28 @@ def replay_audit(algorithm, samples, neighbour, lipschitz: float, delta: float) 
     composed = np.sqrt(2 * math.log(1 / delta) * squared) + squared / 2
     bound = algorithm.step_size * lipschitz / batch
     return ReplayAudit(score_gap, draw_loss, 2 * bound, 4 * bound, composed, per_step * algorithm.num_steps)
+
+
+def replay_bias_reduced(algorithm, samples, neighbour, lipschitz: float) -> tuple[np.ndarray, np.ndarray]:
+    """Alg. 3 (``BiasReducedSMD``) on ``samples`` and, replaying its draws, on ``neighbour``:
+    ((steps, P) the largest score gap after each step, (steps, P) the bound of spec §6 item 3,
+    tau (4 C_M 2^{N_t} + 2) L0 / b_t; 0 and 0 for a replica that has stopped)."""
+    from fedray.protocols.mirror_descent.bias_reduction import normaliser
+
+    state = algorithm.init(np.zeros((algorithm.step_size.shape[0], 1)))
+    other_x, other_y = state.score_x, state.score_y
+    n = samples.ids.size
+    gaps, bounds = [], []
+    while not np.all(algorithm.done(state)):
+        participation = algorithm.sampler.sample(algorithm.seed, algorithm.repetitions, state.round, n)
+        query = algorithm.broadcast(state)
+        mine = algorithm.silo_step(query, samples, None, participation)
+        theirs = algorithm.silo_step(query, neighbour, None, participation)
+        running, sizes, level = state.level >= 0, algorithm.batch_sizes(state), state.level
+        other_x, other_y = algorithm.scores_after(state._replace(score_x=other_x, score_y=other_y), theirs)
+        state = algorithm.server_step(state, mine)
+        gaps.append(np.where(running, np.maximum(np.abs(state.score_x - other_x).max(axis=1),
+                                                 np.abs(state.score_y - other_y).max(axis=1)), 0.0))
+        bound = algorithm.step_size * (4 * normaliser(algorithm.levels) * 2.0 ** level + 2) * lipschitz
+        bounds.append(np.where(running, bound / np.maximum(sizes, 1), 0.0))
+    return np.array(gaps), np.array(bounds)

@@ -114,16 +114,29 @@ class BiasReducedSMD:
             out[r] = np.concatenate([grad_x.reshape(-1), grad_y.reshape(-1)])
         return out
 
-    def server_step(self, state: BiasReducedState, summed: np.ndarray) -> BiasReducedState:
+    def batch_sizes(self, state: BiasReducedState) -> np.ndarray:
+        """(P,) b_t of the pending step (0 once stopped)."""
+        sizes = np.zeros(state.level.shape, dtype=np.int64)
+        for r in np.flatnonzero(state.level >= 0):
+            _, starts = self.sampler.schedule(self.seed, int(self.repetitions[r]))
+            sizes[r] = starts[state.round + 1] - starts[state.round]
+        return sizes
+
+    def scores_after(self, state: BiasReducedState, summed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The scores after the pending step on the batch's sums at the three MLMC points:
+        s_x -= tau g_x / b_t, s_y += tau (the MLMC combination of grad_y) / b_t."""
         score_x, score_y = state.score_x.copy(), state.score_y.copy()
+        sizes = self.batch_sizes(state)
         for r in np.flatnonzero(state.level >= 0):
             level = int(state.level[r])
-            _, starts = self.sampler.schedule(self.seed, int(self.repetitions[r]))
-            batch = starts[state.round + 1] - starts[state.round]
             at_x = summed[r, :3 * self.rows].reshape(3, self.rows)
             at_y = summed[r, 3 * self.rows:].reshape(3, self.columns)
-            score_x[r] -= self.step_size[r] * combine(at_x, level, self.levels) / batch
-            score_y[r] += self.step_size[r] * combine(at_y, level, self.levels) / batch
+            score_x[r] -= self.step_size[r] * combine(at_x, level, self.levels) / sizes[r]
+            score_y[r] += self.step_size[r] * combine(at_y, level, self.levels) / sizes[r]
+        return score_x, score_y
+
+    def server_step(self, state: BiasReducedState, summed: np.ndarray) -> BiasReducedState:
+        score_x, score_y = self.scores_after(state, summed)
         return self._drawn(state._replace(round=state.round + 1, score_x=score_x, score_y=score_y))
 
     def output(self, state: BiasReducedState) -> dict[str, np.ndarray]:
