@@ -288,9 +288,9 @@ class CuratorSteps(SequentialSteps):
     its end state, which the driver adopts (``Messages.claim``): the raw sums never leave, so there
     is nothing else to re-derive the state from. A step whose samples straddle two actors runs as a
     round in which each holder sends the sum over its part (``per_actor_sums``) and the driver runs
-    the server step. Every step charges ``algorithm.releases_per_step`` releases to every sample
-    (each release reads the scores, which read all samples used so far): a (P, 1) charge for a
-    population ledger whose one column stands for every sample.
+    the server step. A round charges ``algorithm.releases(first_step, steps)`` ((P,) releases of
+    those steps) to every sample (each release reads the scores, which read all samples used so
+    far): a (P, 1) charge for a population ledger whose one column stands for every sample.
     """
 
     per_actor_sums: ClassVar[bool] = True
@@ -317,7 +317,7 @@ class CuratorSteps(SequentialSteps):
             state = self.algorithm.server_step(state, step_sum(messages.values, messages.mask))
         p = self.params0.shape[0]
         units = self.step_units(spec.round + spec.steps - 1)[1] - self.step_units(spec.round)[0]
-        charge = np.full((p, 1), spec.steps * self.algorithm.releases_per_step, dtype=np.int64)
+        charge = np.asarray(self.algorithm.releases(spec.round, spec.steps), dtype=np.int64).reshape(p, 1)
         return Aggregated(state, charge, {"participants": np.full(p, float(units))})
 
 

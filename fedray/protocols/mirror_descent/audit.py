@@ -84,3 +84,22 @@ def replay_bias_reduced(algorithm, samples, neighbour, lipschitz: float) -> tupl
         bound = algorithm.step_size * (4 * normaliser(algorithm.levels) * 2.0 ** level + 2) * lipschitz
         bounds.append(np.where(running, bound / np.maximum(sizes, 1), 0.0))
     return np.array(gaps), np.array(bounds)
+
+
+def replay_online_to_batch(algorithm, samples, neighbour, lipschitz: float) -> tuple[np.ndarray, float]:
+    """Alg. 5 (``OnlineToBatchSMD``) on ``samples`` and, replaying its draws, on ``neighbour``:
+    ((T, P) max_j |ln w^t_j - ln w'^t_j| of the running average every draw comes from, the bound
+    4 tau L0 / B of spec §3.5's per-coordinate argument, for the largest step size)."""
+    state = algorithm.init(np.zeros((algorithm.step_size.shape[0], 1)))
+    other = state
+    batch, ratios = algorithm.batch_size, []
+    for t in range(algorithm.num_steps - 1):
+        part = slice(t * batch, (t + 1) * batch)
+        query = algorithm.broadcast(state)
+        mine = algorithm.silo_step(query, samples.select(part), None)
+        theirs = algorithm.silo_step(query, neighbour.select(part), None)
+        state = algorithm.server_step(state, mine)
+        # The neighbour's run: its own scores and averages, the released query replayed.
+        other = algorithm.server_step(other, theirs)._replace(query=state.query)
+        ratios.append(np.abs(np.log(state.average) - np.log(other.average)).max(axis=1))
+    return np.array(ratios), float(4 * algorithm.step_size.max() * lipschitz / batch)

@@ -213,3 +213,53 @@ def gaussian_schedule(n: int, epsilon: float | None, delta: float | None, dx: in
 
     grid = np.unique(np.geomspace(1, n, 200).astype(int))
     return min((plan(int(steps)) for steps in grid), key=lambda pair: pair[0])[1]
+
+
+class ScoSchedule(NamedTuple):
+    num_steps: int          # T
+    refresh: int            # q
+    draws: int              # K
+    batch_size: int         # B
+    releases: int           # k = K (q + floor(T / q)) + K: every draw from P_w, the output's included
+    step_size: float        # tau = min(utility, 1 / (4 L0 q), tau_priv)
+    private_step: float     # tau_priv
+
+
+def sco_draws(num_steps: int, refresh: int, draws: int) -> int:
+    """Alg. 5's draws from P_w: K at steps t <= q and at every t = 0 mod q after, K for the output
+    (the proposition omits the last K; spec §6 item 9)."""
+    refreshes = min(refresh, num_steps) + len([t for t in range(refresh + 1, num_steps + 1) if t % refresh == 0])
+    return draws * (refreshes + 1)
+
+
+def sco_private_step(batch_size: int, releases: int, epsilon: float, delta: float, lipschitz: float) -> float:
+    """Prop. 4.3: tau_priv = B eps / (8 L0 sqrt(2 k ln(1/delta))) for k draws, each (4 tau L0 / B)-DP."""
+    return batch_size * epsilon / (8 * lipschitz * math.sqrt(2 * releases * math.log(1 / delta)))
+
+
+def sco_schedule(order: str, n: int, epsilon: float, delta: float, dim: int, lipschitz: float, smoothness: float,
+                 second_order: float) -> ScoSchedule:
+    """Thm 4.2's (T, q, K) for Alg. 5 (``order``: first_order (a) or second_order (b)), B = floor(n / T),
+    tau = min(the utility term, 1 / (4 L0 q), tau_priv) (spec §3.5's default rule)."""
+    ell, log_delta = math.log(dim), math.log(1 / delta)
+    if order == "first_order":
+        steps = int(math.floor(min(n, (n * epsilon) ** 0.8 / (ell * log_delta) ** 0.4)))
+        refresh = max(1, int(round(math.sqrt(steps) / ell)))
+        draws = max(1, int(round(steps / ell)))
+        moment = (lipschitz**2 + (lipschitz**2 + smoothness**2) * refresh * math.sqrt(ell / draws)
+                  + smoothness**2 * refresh / (math.sqrt(ell) * draws**1.5))
+    elif order == "second_order":
+        steps = int(math.floor(min(n, n * epsilon / (ell * math.sqrt(log_delta)))))
+        refresh = max(1, int(round(math.sqrt(steps / ell))))
+        draws = max(1, int(round(math.sqrt(steps * ell))))
+        moment = lipschitz**2 + smoothness**2 * refresh * ell / draws + second_order**2 * refresh / draws**2
+    else:
+        raise ConfigError("algorithm.regime", order, "first_order or second_order (Thm 4.2 (a), (b))")
+    if steps < 1:
+        raise ConfigError("data.spec.num_samples", n, f"a size at which Alg. 5 takes a step (T = {steps})")
+    batch = n // steps
+    releases = sco_draws(steps, refresh, draws)
+    private = sco_private_step(batch, releases, epsilon, delta, lipschitz)
+    utility = math.sqrt(ell / (moment * steps))
+    return ScoSchedule(steps, refresh, draws, batch, releases, min(utility, 1 / (4 * lipschitz * refresh), private),
+                       private)

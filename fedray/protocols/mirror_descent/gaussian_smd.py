@@ -54,7 +54,6 @@ class GaussianSMD:
     streams: np.ndarray           # (P, k) the replicas' stream keys
 
     recipe: ClassVar[GaussianNoise] = GaussianNoise()
-    releases_per_step: ClassVar[int] = 1
 
     @cached_property
     def _noise(self) -> list:
@@ -81,6 +80,10 @@ class GaussianSMD:
         tau = self.step_size[:, None]
         return GaussianSmdState(state.round + 1, state.score_x - tau * noisy[:, :self.rows],
                                 state.score_y + tau * noisy[:, self.rows:], state.iterate_x + x, state.iterate_y + y)
+
+    def releases(self, first: int, steps: int) -> np.ndarray:
+        """(P,) Gaussian releases of steps [first, first + steps) (priced by parallel composition)."""
+        return np.full(self.step_size.shape[0], steps, dtype=np.int64)
 
     def released(self, state: GaussianSmdState) -> np.ndarray:
         """Nothing the driver needs per step (the noisy gradient is released, and dense; the state has it)."""

@@ -43,6 +43,9 @@ from fedray.protocols.mirror_descent.calibration import (
     gaussian_schedule,
     gaussian_sensitivity,
     private_step_size,
+    sco_draws,
+    sco_private_step,
+    sco_schedule,
     sgd_schedule,
 )
 from fedray.protocols.mirror_descent.evaluation import GapEvaluation
@@ -54,6 +57,7 @@ SMD_MODES = ("paper", "bound", "manual")
 ALGORITHM_KEYS = ("_target_", "name", "regime", "parameters", "step_size", "draws", "block_steps")
 GAUSSIAN_KEYS = ("_target_", "name", "parameters", "step_size", "block_steps")
 BIAS_REDUCED_KEYS = ("_target_", "name", "parameters", "step_size", "vertex_constant")
+SCO_KEYS = ("_target_", "name", "regime", "parameters", "step_size", "draws", "refresh", "block_steps")
 
 
 def _samples(federation, unit_ids):
@@ -363,3 +367,80 @@ def _vertex_constant(alg: dict) -> float:
         raise ConfigError("algorithm.vertex_constant", name, f"one of {tuple(VERTEX_CONSTANTS)} (c_v = 20 re-derived, "
                           "or the paper's 9)")
     return VERTEX_CONSTANTS[name]
+
+
+@dataclass(frozen=True)
+class OnlineToBatch:
+    """The recipe of seed 001's Alg. 5 (DP-SCO): ``paper`` sets T, q, K, B and tau by Thm 4.2 (a)
+    (``regime=first_order``) or (b) (``second_order``) and the default rule tau = min(utility,
+    1 / (4 L0 q), tau_priv); ``manual`` takes them as set and refuses tau above tau_priv(B, k).
+    The k = K (q + floor(T / q)) draws, each (4 tau L0 / B)-DP, compose by Cor. 3.6."""
+
+    trust_models: tuple[str, ...] = ("central", "none")
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+    needs_loss: bool = False
+
+    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+        alg, priv = config["algorithm"], config["privacy"]
+        game = _one_loss(config, dataset, str(alg.get("name")))
+        regime = alg.get("regime", "second_order")
+        if regime not in ("first_order", "second_order") or (regime == "second_order" and game.second_order is None):
+            raise ConfigError("algorithm.regime", regime, "first_order, or second_order for a second-order smooth "
+                              "loss (Thm 4.2 (a), (b))")
+        if _mode(alg) == "manual":
+            return config
+        if priv.get("trust_model") == "none":
+            raise ConfigError("algorithm.parameters", "paper", "manual with privacy=none (Thm 4.2's T, q, K are set by eps)")
+        eps, delta = _budget(priv)
+        schedule = sco_schedule(regime, shape.num_silos, eps, delta, game.rows, game.lipschitz, game.smoothness,
+                                game.second_order or 0.0)
+        algorithm = {**alg, "step_size": schedule.step_size, "draws": schedule.draws, "refresh": schedule.refresh}
+        return {**config, "num_rounds": schedule.num_steps, "algorithm": algorithm,
+                "participation": {**config["participation"], "batch_size": schedule.batch_size}}
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> VertexSamplingPlan:
+        alg, priv = config["algorithm"], config["privacy"]
+        name, _ = _checked(self, config, context, SCO_KEYS)
+        game = _one_loss(config, context.dataset, name)
+        draws = positive("algorithm.draws", alg.get("draws", 1), int)
+        refresh = positive("algorithm.refresh", alg.get("refresh", 1), int)
+        block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
+        batch, steps, replicas = int(context.sampler.batch_size), context.num_rounds, context.replicas
+        releases = sco_draws(steps, refresh, draws)
+        algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, refresh=refresh,
+                                    draws=draws, rows=game.rows, seed=context.seed, streams=replicas.streams)
+        constants = {"batch_size": float(batch), "draws": float(draws), "refresh": float(refresh),
+                     "lipschitz": game.lipschitz}
+        if priv["trust_model"] == "none":
+            privacy = _not_private(replicas)
+        else:
+            eps, delta = _budget(priv)
+            limit = sco_private_step(batch, releases, eps, delta, game.lipschitz)
+            too_large = replicas.step_sizes > limit * (1 + 1e-12)
+            if np.any(too_large):
+                raise ConfigError("algorithm.step_size", float(replicas.step_sizes[too_large][0]),
+                                  f"at most tau_priv = {limit:.6g} (Prop. 4.3 at B = {batch}, k = {releases} draws, "
+                                  f"eps = {eps:g}, delta = {delta:g}, L0 = {game.lipschitz:g})")
+            per_draw = draw_epsilon(replicas.step_sizes, game.lipschitz, batch)[:, None]
+            accountant = PopulationAccountant(PureDpComposition(per_draw, delta, route="advanced"),
+                                              "advanced (pure DP, Cor. 3.6)", most_releases=releases)
+            privacy = PrivacyPlan(
+                trust_model="central", calibration="paper", accountant=accountant.name, unit=UNIT,
+                relation="replace_one", delta=np.full(1, delta), noise_multiplier=np.zeros((replicas.count, 1)),
+                target_epsilon=np.full((replicas.count, 1), eps), ledger=Ledger(accountant, (replicas.count, 1), UNIT),
+                details={"tau_priv": limit, "draw_epsilon_max": float(per_draw.max()), "releases": releases,
+                         "released": "vertex draws from the running average (K per refresh) and the output's K"})
+            constants["tau_priv"] = limit
+        resolved = {"num_rounds": steps, "batch_size": batch, "draws": draws, "refresh": refresh,
+                    "regime": alg.get("regime", "second_order"), "parameters": alg.get("parameters", "paper"),
+                    "block_steps": block_steps, **privacy.details}
+        return VertexSamplingPlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, block_steps,
+                                  privacy, resolved=resolved, constants=constants)
+
+
+def _one_loss(config: dict, dataset, name: str):
+    game = _game(config, dataset, name)
+    if game.columns != 1:
+        raise ConfigError("data.spec.tasks", game.columns, f"1 for {name} (DP-SCO minimises one loss)")
+    return game

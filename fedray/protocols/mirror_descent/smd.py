@@ -73,6 +73,10 @@ class PrivateSMD:
         """2 (K + 1) vertex draws per step (``calibration.draws_per_step``)."""
         return 2 * (self.vertices.draws + 1)
 
+    def releases(self, first: int, steps: int) -> np.ndarray:
+        """(P,) draws released for steps [first, first + steps)."""
+        return np.full(self.step_size.shape[0], steps * self.releases_per_step, dtype=np.int64)
+
     def init(self, params0: np.ndarray) -> SmdState:
         p = params0.shape[0]
         zeros_x, zeros_y = np.zeros((p, self.rows)), np.zeros((p, self.columns))
