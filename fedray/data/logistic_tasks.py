@@ -191,7 +191,10 @@ class TaskSamples:
         return TaskGame(self.population)
 
     def select(self, positions) -> "TaskSamples":
-        return TaskSamples(self.spec, self.population, self.ids[positions], self.replaced)
+        ids = self.ids[positions]
+        if ids.size == self.ids.size and np.array_equal(ids, self.ids):
+            return self                          # all of them: keep the records already built
+        return TaskSamples(self.spec, self.population, ids, self.replaced)
 
     def replace(self, sample_id: int, a: np.ndarray, b: np.ndarray) -> "TaskSamples":
         a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -201,6 +204,17 @@ class TaskSamples:
         return TaskSamples(self.spec, self.population, self.ids, {**self.replaced, int(sample_id): (a, b)})
 
     def records(self) -> tuple[np.ndarray, np.ndarray]:
+        """(a (S, d), b (S, m)); built once per object when small (full-batch protocols read them
+        every round), else on every call."""
+        if self.ids.size * self.spec.dim <= CACHED_ENTRIES:
+            return self._built
+        return self._build()
+
+    @cached_property
+    def _built(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._build()
+
+    def _build(self) -> tuple[np.ndarray, np.ndarray]:
         a, b = self.population.records(self.population.sample_records(self.ids))
         for row, i in enumerate(self.ids.tolist()):
             if i in self.replaced:

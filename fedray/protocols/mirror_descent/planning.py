@@ -22,7 +22,7 @@ import numpy as np
 from fedray.checks import known_keys, positive
 from fedray.core.planning import PlanContext, Replicas
 from fedray.core.protocol import CuratorRounds, CuratorSteps, Routing
-from fedray.core.sampling import LeveledBatches, SequentialBatches
+from fedray.core.sampling import AllUnits, LeveledBatches, SequentialBatches
 from fedray.errors import ConfigError
 from fedray.privacy.composition import (
     ApproxDpComposition,
@@ -58,6 +58,7 @@ ALGORITHM_KEYS = ("_target_", "name", "regime", "parameters", "step_size", "draw
 GAUSSIAN_KEYS = ("_target_", "name", "parameters", "step_size", "block_steps")
 BIAS_REDUCED_KEYS = ("_target_", "name", "parameters", "step_size", "vertex_constant")
 SCO_KEYS = ("_target_", "name", "regime", "parameters", "step_size", "draws", "refresh", "block_steps")
+FRANK_WOLFE_KEYS = ("_target_", "name", "parameters")
 
 
 def _samples(federation, unit_ids):
@@ -444,3 +445,49 @@ def _one_loss(config: dict, dataset, name: str):
     if game.columns != 1:
         raise ConfigError("data.spec.tasks", game.columns, f"1 for {name} (DP-SCO minimises one loss)")
     return game
+
+
+@dataclass(frozen=True)
+class FrankWolfeRecipe:
+    """The recipe of the DP Frank-Wolfe baseline (``frank_wolfe``): every sample every round
+    (``participation=all``), ``paper`` sets T = floor((n eps)^{2/3}) (``num_rounds``; ``manual``
+    keeps it); eps0 = eps / (2 sqrt(2 T ln(1/delta))) per draw, composed by Cor. 3.6."""
+
+    trust_models: tuple[str, ...] = ("central", "none")
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+    needs_loss: bool = False
+
+    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+        alg, priv = config["algorithm"], config["privacy"]
+        _one_loss(config, dataset, str(alg.get("name")))
+        if _mode(alg) == "manual" or priv.get("trust_model") == "none":
+            return config
+        eps, _ = _budget(priv)
+        return {**config, "num_rounds": max(1, int((shape.num_silos * eps) ** (2 / 3)))}
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> BiasReducedPlan:
+        alg, priv = config["algorithm"], config["privacy"]
+        name, _ = _checked(self, config, context, FRANK_WOLFE_KEYS, AllUnits, "all")
+        game = _one_loss(config, context.dataset, name)
+        replicas, steps, n = context.replicas, context.num_rounds, context.shape.num_silos
+        constants = {"lipschitz": game.lipschitz}
+        if priv["trust_model"] == "none":
+            round_epsilon, privacy = float("inf"), _not_private(replicas)
+        else:
+            eps, delta = _budget(priv)
+            round_epsilon = eps / (2 * np.sqrt(2 * steps * np.log(1 / delta)))
+            accountant = PopulationAccountant(PureDpComposition(round_epsilon, delta, route="advanced"),
+                                              "advanced (pure DP, Cor. 3.6)", 1)
+            privacy = PrivacyPlan(
+                trust_model="central", calibration="paper", accountant=accountant.name, unit=UNIT,
+                relation="replace_one", delta=np.full(1, delta), noise_multiplier=np.zeros((replicas.count, 1)),
+                target_epsilon=np.full((replicas.count, 1), eps), ledger=Ledger(accountant, (replicas.count, 1), UNIT),
+                details={"round_epsilon": round_epsilon, "released": "one vertex per round (exponential mechanism "
+                         "on the full-data gradient); the iterate is post-processing"})
+            constants["round_epsilon"] = round_epsilon
+        algorithm = algorithm_class(round_epsilon=round_epsilon, num_samples=n, num_steps=steps, rows=game.rows,
+                                    lipschitz=game.lipschitz, seed=context.seed, streams=replicas.streams)
+        resolved = {"num_rounds": steps, "parameters": alg.get("parameters", "paper"), **privacy.details}
+        return BiasReducedPlan(algorithm, context.sampler, replicas, steps, n, privacy, resolved=resolved,
+                               constants=constants)

@@ -76,3 +76,25 @@ def test_running_average_ratios_stay_within_4_tau_l0_over_b_on_a_worst_case_neig
     ratios, bound = replay_online_to_batch(alg, samples.replace(0, signs, np.ones(1)),
                                            samples.replace(0, -signs, np.ones(1)), spec.lipschitz)
     assert np.all(ratios <= bound * (1 + 1e-9)) and ratios.max() > 0.1 * bound
+
+
+FW = [*SCO, "algorithm=frank_wolfe", "participation=all"]
+
+
+def test_frank_wolfe_spends_its_rounds_by_cor_3_6_and_is_layout_free():
+    import math
+
+    plan = make_plan(compose(*FW))
+    steps = int((20000 * 1.0) ** (2 / 3))
+    assert plan.num_rounds == steps
+    eps0 = 1.0 / (2 * math.sqrt(2 * steps * math.log(1e6)))
+    assert plan.protocol.algorithm.round_epsilon == pytest.approx(eps0, rel=1e-12)
+    one, three = run(plan, inline=True), run(plan, inline=True, groups=InlineGroups(plan, 3))
+    np.testing.assert_array_equal(one.outputs["output"], three.outputs["output"])
+    np.testing.assert_allclose(one.epsilon_spent, float(pure_advanced_composition(eps0, steps, 1e-6)[0]))
+
+
+def test_exact_frank_wolfe_approaches_the_empirical_optimum():
+    plan = make_plan(compose(*FW, "privacy=none", "num_rounds=400"))
+    result = run(plan, inline=True)
+    assert result.epsilon_spent is None and np.all(result.final["gap"] < 0.02)
