@@ -267,7 +267,13 @@ class TaskGame:
         return self.gap_interval(x, y)[1]
 
     def inner_minimum(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(G(v_k), the FW gap g_k) per replica (class docstring)."""
+        """(G(v_k), the FW gap g_k) per replica (class docstring); replicas with the same y (every
+        replica of a one-task problem: min F) share one solve."""
+        unique, inverse = np.unique(y, axis=0, return_inverse=True)
+        values, gaps = self._solve(unique)
+        return values[inverse.reshape(-1)], gaps[inverse.reshape(-1)]
+
+    def _solve(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         population, d = self.population, self.population.spec.dim
         curvature = 0.25 if population.spec.link == "logistic" else 1.0
         step = 1.0 / (curvature * d * y.sum(axis=1, keepdims=True).clip(min=1e-12))
