@@ -153,7 +153,7 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
     tracker.finish(plan, result)
     console.print(summary_table(plan, result))
     diagnostics = ", ".join(sorted(result.diagnostics)) or "none"
-    console.print(f"privacy: {plan.privacy.summary()}; diagnostic metrics (from the units' data): {diagnostics}",
+    console.print(f"privacy: {plan.privacy.summary()}; diagnostic metrics (read data a deployment's server would not see): {diagnostics}",
                   soft_wrap=True)
     page = f"#/experiments/{tracker.experiment_id}/runs/{tracker.run_id}?workflowType=machine_learning"
     if tracker.uri.startswith(("http://", "https://")):

@@ -40,7 +40,7 @@ class RunResult:
     outputs: dict                                       # name -> (P, ...) released models, the model first
     history: list[dict] = field(default_factory=list)   # one dict of (P,) arrays per round
     final: dict = field(default_factory=dict)           # evaluation of every output
-    diagnostics: set = field(default_factory=set)       # metric names computed from the units' data
+    diagnostics: set = field(default_factory=set)       # metric names read from data the server would not see
     constants: dict = field(default_factory=dict)       # the protocol's fixed values (clip, noise std)
     epsilon_spent: np.ndarray | None = None             # (P, N)
     wall_time: float = 0.0
