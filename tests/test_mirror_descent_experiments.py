@@ -46,3 +46,15 @@ def test_e6_quick_run_stays_within_every_bound(tmp_path, monkeypatch):
         assert float(row["score_gap_over_bound_max"]) <= 1 + 1e-9
         assert float(row["draw_loss_over_bound_max"]) <= 1 + 1e-9
         assert float(row["composed_realised_max"]) <= float(row["composed_planned"]) <= float(row["target_eps"])
+
+
+E5 = _script("mirror_descent/e5_sco")
+
+
+@pytest.mark.parametrize("arm", list(E5.ARMS))
+def test_e5_arms_plan_as_the_readme_describes(arm):
+    plan = compose_plan(E5.overrides(arm, 100_000, 64, 2))
+    assert plan.dataset.tasks == 1 and plan.dataset.pool == 10_000
+    assert plan.privacy.trust_model == ("none" if arm == "non_private_smd" else "central")
+    if arm != "non_private_smd":
+        assert plan.privacy.target_epsilon.max() == 1.0 and plan.privacy.delta.max() == E5.DELTA
