@@ -58,3 +58,14 @@ def test_e5_arms_plan_as_the_readme_describes(arm):
     assert plan.privacy.trust_model == ("none" if arm == "non_private_smd" else "central")
     if arm != "non_private_smd":
         assert plan.privacy.target_epsilon.max() == 1.0 and plan.privacy.delta.max() == E5.DELTA
+
+
+E3 = _script("mirror_descent/e3_max_loss")
+
+
+@pytest.mark.parametrize("arm", list(E3.ARMS))
+def test_e3_arms_plan_as_the_readme_describes(arm):
+    plan = compose_plan(E3.overrides(arm, 1_000_000, 64, 2))
+    assert plan.dataset.tasks == 8 and plan.dataset.pool == 10_000
+    assert plan.privacy.trust_model == ("none" if arm == "non_private_smd" else "central")
+    assert type(plan.protocol.algorithm).__name__ == ("BiasReducedSMD" if arm.startswith("alg3") else "PrivateSMD")
