@@ -121,6 +121,29 @@ def _checked(recipe, config: dict, context: PlanContext, keys: tuple,
     return name, game
 
 
+def _central(accountant: PopulationAccountant, eps: float, delta: float, replicas: Replicas, details: dict,
+             calibration: str = "paper", noise_multiplier: float = 0.0) -> PrivacyPlan:
+    """Central DP for one sample (replace one), every sample priced alike by ``accountant``."""
+    cells = (replicas.count, 1)
+    return PrivacyPlan(trust_model="central", calibration=calibration, accountant=accountant.name, unit=UNIT,
+                       relation="replace_one", delta=np.full(1, delta), noise_multiplier=np.full(cells, noise_multiplier),
+                       target_epsilon=np.full(cells, eps), ledger=Ledger(accountant, cells, UNIT), details=details)
+
+
+def _pure_draws(per_draw, delta: float, **planned) -> PopulationAccountant:
+    """Pure-DP draws of per-draw epsilon ``per_draw`` (per replica), composed by Cor. 3.6 at delta."""
+    return PopulationAccountant(PureDpComposition(per_draw, delta, route="advanced"), "advanced (pure DP, Cor. 3.6)",
+                                **planned)
+
+
+def _refuse_above(limit: float, replicas: Replicas, where: str) -> None:
+    """A step size above tau_priv is a config error, before anything runs."""
+    too_large = replicas.step_sizes > limit * (1 + 1e-12)
+    if np.any(too_large):
+        raise ConfigError("algorithm.step_size", float(replicas.step_sizes[too_large][0]),
+                          f"at most tau_priv = {limit:.6g} ({where})")
+
+
 def _not_private(replicas: Replicas) -> PrivacyPlan:
     return PrivacyPlan(trust_model="none", calibration="none", accountant="none", unit=UNIT, relation="replace_one",
                        delta=np.zeros(1), noise_multiplier=np.zeros((replicas.count, 1)), target_epsilon=None,
@@ -128,24 +151,29 @@ def _not_private(replicas: Replicas) -> PrivacyPlan:
 
 
 @dataclass(frozen=True)
-class VertexSamplingPlan:
-    """Alg. 1 resolved against its game (``PlannedProtocol``)."""
+class GamePlan:
+    """A seed-001 protocol resolved against its game (``PlannedProtocol``). The sampler decides the
+    runtime shape: fixed disjoint batches run as a curator's sequential steps, in blocks of
+    ``block_steps`` (``CuratorSteps``); batches that differ between replicas, or every sample
+    every round, run as rounds (``CuratorRounds``)."""
 
     algorithm: object
-    sampler: SequentialBatches
+    sampler: object
     replicas: Replicas
     num_rounds: int
     num_units: int
-    block_steps: int
     privacy: PrivacyPlan
+    block_steps: int = 4096
     routing: Routing = Routing.DIRECT
     resolved: dict = field(default_factory=dict)
     constants: dict = field(default_factory=dict)
 
-    def build(self, oracle) -> CuratorSteps:
-        return CuratorSteps(self.algorithm, self.sampler, GapEvaluation(self.algorithm.rows), _samples,
-                            np.zeros((self.replicas.count, 1)), self.num_rounds, self.num_units, self.block_steps,
-                            self.routing, dict(self.constants))
+    def build(self, oracle) -> CuratorSteps | CuratorRounds:
+        parts = (self.algorithm, self.sampler, GapEvaluation(self.algorithm.rows), _samples,
+                 np.zeros((self.replicas.count, 1)), self.num_rounds, self.num_units)
+        if isinstance(self.sampler, SequentialBatches):
+            return CuratorSteps(*parts, self.block_steps, self.routing, dict(self.constants))
+        return CuratorRounds(*parts, self.routing, dict(self.constants))
 
 
 @dataclass(frozen=True)
@@ -175,7 +203,7 @@ class VertexSampling:
                 "algorithm": {**alg, "step_size": schedule.step_size, "draws": schedule.draws},
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> VertexSamplingPlan:
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         _, game = _checked(self, config, context, ALGORITHM_KEYS)
         draws = positive("algorithm.draws", alg.get("draws", 1), int)
@@ -191,18 +219,11 @@ class VertexSampling:
         else:
             eps, delta = _budget(priv)
             limit = private_step_size(batch, steps, draws, eps, delta, lipschitz)
-            too_large = replicas.step_sizes > limit * (1 + 1e-12)
-            if np.any(too_large):
-                raise ConfigError("algorithm.step_size", float(replicas.step_sizes[too_large][0]),
-                                  f"at most tau_priv = {limit:.6g} (Prop. 3.3 at B = {batch}, T = {steps}, K = {draws}, "
-                                  f"eps = {eps:g}, delta = {delta:g}, L0 = {lipschitz:g})")
+            _refuse_above(limit, replicas, f"Prop. 3.3 at B = {batch}, T = {steps}, K = {draws}, eps = {eps:g}, "
+                                           f"delta = {delta:g}, L0 = {lipschitz:g}")
             per_draw = draw_epsilon(replicas.step_sizes, lipschitz, batch)[:, None]          # (P, 1)
-            rule = PureDpComposition(per_draw, delta, route="advanced")
-            accountant = PopulationAccountant(rule, "advanced (pure DP, Cor. 3.6)", draws_per_step(draws))
-            privacy = PrivacyPlan(
-                trust_model="central", calibration="paper", accountant=accountant.name, unit=UNIT,
-                relation="replace_one", delta=np.full(1, delta), noise_multiplier=np.zeros((replicas.count, 1)),
-                target_epsilon=np.full((replicas.count, 1), eps), ledger=Ledger(accountant, (replicas.count, 1), UNIT),
+            privacy = _central(
+                _pure_draws(per_draw, delta, releases_per_round=draws_per_step(draws)), eps, delta, replicas,
                 details={"tau_priv": limit, "draw_epsilon_max": float(per_draw.max()),
                          "releases": steps * draws_per_step(draws),
                          "released": "vertex draws only (K + 1 per player per step) and their average; the "
@@ -210,8 +231,8 @@ class VertexSampling:
             constants["tau_priv"] = limit
         resolved = {"num_rounds": steps, "batch_size": batch, "draws": draws, "regime": alg.get("regime", "bilinear"),
                     "parameters": alg.get("parameters", "paper"), "block_steps": block_steps, **privacy.details}
-        return VertexSamplingPlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, block_steps,
-                                  privacy, resolved=resolved, constants=constants)
+        return GamePlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, privacy, block_steps,
+                        resolved=resolved, constants=constants)
 
 
 @dataclass(frozen=True)
@@ -242,7 +263,7 @@ class GaussianNoise:
         return {**config, "num_rounds": schedule.num_steps, "algorithm": {**alg, "step_size": schedule.step_size},
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> VertexSamplingPlan:
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         _, game = _checked(self, config, context, GAUSSIAN_KEYS)
         block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
@@ -254,40 +275,17 @@ class GaussianNoise:
             sensitivity = gaussian_sensitivity(game.lipschitz, game.rows, game.columns, batch)
             sigma = analytic_sigma(eps, delta, sensitivity)
             rule = ParallelComposition(ApproxDpComposition(eps, delta, 0.0, route="basic"))
-            accountant = PopulationAccountant(rule, "parallel", 1)
-            privacy = PrivacyPlan(
-                trust_model="central", calibration="analytic", accountant="parallel", unit=UNIT, relation="replace_one",
-                delta=np.full(1, delta), noise_multiplier=np.full((replicas.count, 1), sigma / sensitivity),
-                target_epsilon=np.full((replicas.count, 1), eps), ledger=Ledger(accountant, (replicas.count, 1), UNIT),
-                details={"noise_std": sigma, "l2_sensitivity": sensitivity,
-                         "released": "every step's noisy mean gradient and the iterates (post-processing)"})
+            privacy = _central(PopulationAccountant(rule, "parallel", 1), eps, delta, replicas,
+                               {"noise_std": sigma, "l2_sensitivity": sensitivity,
+                                "released": "every step's noisy mean gradient and the iterates (post-processing)"},
+                               calibration="analytic", noise_multiplier=sigma / sensitivity)
         algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, rows=game.rows,
                                     columns=game.columns, sigma=sigma, seed=context.seed, streams=replicas.streams)
         constants = {"batch_size": float(batch), "noise_std": sigma, "lipschitz": game.lipschitz}
         resolved = {"num_rounds": steps, "batch_size": batch, "parameters": alg.get("parameters", "paper"),
                     "block_steps": block_steps, **privacy.details}
-        return VertexSamplingPlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, block_steps,
-                                  privacy, resolved=resolved, constants=constants)
-
-
-@dataclass(frozen=True)
-class BiasReducedPlan:
-    """Alg. 3 resolved against its game (``PlannedProtocol``)."""
-
-    algorithm: object
-    sampler: LeveledBatches
-    replicas: Replicas
-    num_rounds: int
-    num_units: int
-    privacy: PrivacyPlan
-    routing: Routing = Routing.DIRECT
-    resolved: dict = field(default_factory=dict)
-    constants: dict = field(default_factory=dict)
-
-    def build(self, oracle) -> CuratorRounds:
-        return CuratorRounds(self.algorithm, self.sampler, GapEvaluation(self.algorithm.rows), _samples,
-                             np.zeros((self.replicas.count, 1)), self.num_rounds, self.num_units, self.routing,
-                             dict(self.constants))
+        return GamePlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, privacy, block_steps,
+                        resolved=resolved, constants=constants)
 
 
 @dataclass(frozen=True)
@@ -326,7 +324,7 @@ class BiasReduced:
         return {**config, "num_rounds": int(params.stop), "participation": participation,
                 "algorithm": {**alg, "step_size": params.step_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> BiasReducedPlan:
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         _, game = _checked(self, config, context, BIAS_REDUCED_KEYS, LeveledBatches, "leveled")
         sampler, replicas = context.sampler, context.replicas
@@ -339,8 +337,8 @@ class BiasReduced:
         resolved = {"levels": sampler.levels, "stop": sampler.stop, "batch_factor": sampler.batch_factor,
                     "parameters": alg.get("parameters", "paper")}
         if priv["trust_model"] == "none":
-            return BiasReducedPlan(algorithm, sampler, replicas, context.num_rounds, context.shape.num_silos,
-                                   _not_private(replicas), resolved=resolved, constants=constants)
+            return GamePlan(algorithm, sampler, replicas, context.num_rounds, context.shape.num_silos,
+                            _not_private(replicas), resolved=resolved, constants=constants)
         eps, delta = _budget(priv)
         constant = _vertex_constant(alg)
         per_draw = constant * replicas.step_sizes * sampler.batch_factor * game.lipschitz            # (P,)
@@ -349,17 +347,13 @@ class BiasReduced:
             raise ConfigError("participation.stop", sampler.stop, f"at most {float(limit.min()):.6g} (Prop. 3.17's U "
                               f"for tau = {float(replicas.step_sizes.max()):.6g}, alpha = {sampler.batch_factor:g}, "
                               f"c_v = {constant:g})")
-        rule = PureDpComposition(per_draw[:, None], delta, route="advanced")
         most = int(6 * sampler.stop)
-        accountant = PopulationAccountant(rule, "advanced (pure DP, Cor. 3.6)", most_releases=most)
-        privacy = PrivacyPlan(
-            trust_model="central", calibration="paper", accountant=accountant.name, unit=UNIT, relation="replace_one",
-            delta=np.full(1, delta), noise_multiplier=np.zeros((replicas.count, 1)),
-            target_epsilon=np.full((replicas.count, 1), eps), ledger=Ledger(accountant, (replicas.count, 1), UNIT),
+        privacy = _central(
+            _pure_draws(per_draw[:, None], delta, most_releases=most), eps, delta, replicas,
             details={"draw_epsilon_max": float(per_draw.max()), "vertex_constant": constant, "most_releases": most,
                      "released": "vertex draws only (2^(N+1) + 1 per player per step) and their average"})
-        return BiasReducedPlan(algorithm, sampler, replicas, context.num_rounds, context.shape.num_silos, privacy,
-                               resolved={**resolved, **privacy.details}, constants=constants)
+        return GamePlan(algorithm, sampler, replicas, context.num_rounds, context.shape.num_silos, privacy,
+                        resolved={**resolved, **privacy.details}, constants=constants)
 
 
 def _vertex_constant(alg: dict) -> float:
@@ -400,7 +394,7 @@ class OnlineToBatch:
         return {**config, "num_rounds": schedule.num_steps, "algorithm": algorithm,
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> VertexSamplingPlan:
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         name, _ = _checked(self, config, context, SCO_KEYS)
         game = _one_loss(config, context.dataset, name)
@@ -418,26 +412,19 @@ class OnlineToBatch:
         else:
             eps, delta = _budget(priv)
             limit = sco_private_step(batch, releases, eps, delta, game.lipschitz)
-            too_large = replicas.step_sizes > limit * (1 + 1e-12)
-            if np.any(too_large):
-                raise ConfigError("algorithm.step_size", float(replicas.step_sizes[too_large][0]),
-                                  f"at most tau_priv = {limit:.6g} (Prop. 4.3 at B = {batch}, k = {releases} draws, "
-                                  f"eps = {eps:g}, delta = {delta:g}, L0 = {game.lipschitz:g})")
+            _refuse_above(limit, replicas, f"Prop. 4.3 at B = {batch}, k = {releases} draws, eps = {eps:g}, "
+                                           f"delta = {delta:g}, L0 = {game.lipschitz:g}")
             per_draw = draw_epsilon(replicas.step_sizes, game.lipschitz, batch)[:, None]
-            accountant = PopulationAccountant(PureDpComposition(per_draw, delta, route="advanced"),
-                                              "advanced (pure DP, Cor. 3.6)", most_releases=releases)
-            privacy = PrivacyPlan(
-                trust_model="central", calibration="paper", accountant=accountant.name, unit=UNIT,
-                relation="replace_one", delta=np.full(1, delta), noise_multiplier=np.zeros((replicas.count, 1)),
-                target_epsilon=np.full((replicas.count, 1), eps), ledger=Ledger(accountant, (replicas.count, 1), UNIT),
+            privacy = _central(
+                _pure_draws(per_draw, delta, most_releases=releases), eps, delta, replicas,
                 details={"tau_priv": limit, "draw_epsilon_max": float(per_draw.max()), "releases": releases,
                          "released": "vertex draws from the running average (K per refresh) and the output's K"})
             constants["tau_priv"] = limit
         resolved = {"num_rounds": steps, "batch_size": batch, "draws": draws, "refresh": refresh,
                     "regime": alg.get("regime", "second_order"), "parameters": alg.get("parameters", "paper"),
                     "block_steps": block_steps, **privacy.details}
-        return VertexSamplingPlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, block_steps,
-                                  privacy, resolved=resolved, constants=constants)
+        return GamePlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, privacy, block_steps,
+                        resolved=resolved, constants=constants)
 
 
 def _one_loss(config: dict, dataset, name: str):
@@ -466,7 +453,7 @@ class FrankWolfeRecipe:
         eps, _ = _budget(priv)
         return {**config, "num_rounds": max(1, int((shape.num_silos * eps) ** (2 / 3)))}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> BiasReducedPlan:
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         name, _ = _checked(self, config, context, FRANK_WOLFE_KEYS, AllUnits, "all")
         game = _one_loss(config, context.dataset, name)
@@ -477,17 +464,13 @@ class FrankWolfeRecipe:
         else:
             eps, delta = _budget(priv)
             round_epsilon = eps / (2 * np.sqrt(2 * steps * np.log(1 / delta)))
-            accountant = PopulationAccountant(PureDpComposition(round_epsilon, delta, route="advanced"),
-                                              "advanced (pure DP, Cor. 3.6)", 1)
-            privacy = PrivacyPlan(
-                trust_model="central", calibration="paper", accountant=accountant.name, unit=UNIT,
-                relation="replace_one", delta=np.full(1, delta), noise_multiplier=np.zeros((replicas.count, 1)),
-                target_epsilon=np.full((replicas.count, 1), eps), ledger=Ledger(accountant, (replicas.count, 1), UNIT),
+            privacy = _central(
+                _pure_draws(round_epsilon, delta), eps, delta, replicas,
                 details={"round_epsilon": round_epsilon, "released": "one vertex per round (exponential mechanism "
                          "on the full-data gradient); the iterate is post-processing"})
             constants["round_epsilon"] = round_epsilon
         algorithm = algorithm_class(round_epsilon=round_epsilon, num_samples=n, num_steps=steps, rows=game.rows,
                                     lipschitz=game.lipschitz, seed=context.seed, streams=replicas.streams)
         resolved = {"num_rounds": steps, "parameters": alg.get("parameters", "paper"), **privacy.details}
-        return BiasReducedPlan(algorithm, context.sampler, replicas, steps, n, privacy, resolved=resolved,
+        return GamePlan(algorithm, context.sampler, replicas, steps, n, privacy, resolved=resolved,
                                constants=constants)
