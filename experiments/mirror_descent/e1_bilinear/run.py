@@ -40,15 +40,16 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
+sys.path.insert(0, str(HERE.parent))
 
 from fedray.compose import compose_plan, job_session  # noqa: E402
+from slopes import bootstrap_slope  # noqa: E402
 from fedray.protocols.mirror_descent.calibration import (  # noqa: E402
     explicit_gap_bound, log_dimensions, private_step_size, sgd_schedule,
 )
 
 DELTA = 1e-6
 REPETITIONS = 20
-BOOTSTRAP = 2000
 VERTEX = ["experiment=smd_bilinear"]
 GAUSSIAN = ["experiment=smd_bilinear", "algorithm=gaussian_smd", "privacy=central_gaussian", "privacy.l2_clip=null"]
 NON_PRIVATE = ["experiment=smd_bilinear", "privacy=none"]
@@ -116,15 +117,6 @@ def run_cell(cell: dict, repetitions: int, pool) -> tuple[dict, np.ndarray]:
     return row, gaps
 
 
-def slope(xs, per_x: list[np.ndarray], rng) -> tuple[float, float, float]:
-    """Log-log slope of the mean gap against x, with a 95% bootstrap CI over replicas."""
-    x = np.log(np.asarray(xs, dtype=float))
-    fit = lambda means: float(np.polyfit(x, np.log(means), 1)[0])             # noqa: E731
-    point = fit([g.mean() for g in per_x])
-    boots = [fit([rng.choice(g, g.size).mean() for g in per_x]) for _ in range(BOOTSTRAP)]
-    return point, float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
-
-
 def fits(rows: list[dict], gaps: list[np.ndarray]) -> list[dict]:
     rng = np.random.default_rng(0)
     out = []
@@ -134,7 +126,7 @@ def fits(rows: list[dict], gaps: list[np.ndarray]) -> list[dict]:
     for study, arm, key, label in specs:
         picked = [(r[key], g) for r, g in zip(rows, gaps) if r["study"] == study and r["arm"] == arm]
         if len(picked) >= 2:
-            value, low, high = slope([x for x, _ in picked], [g for _, g in picked], rng)
+            value, low, high = bootstrap_slope([x for x, _ in picked], [g for _, g in picked], rng)
             out.append({"arm": arm, "fit": label, "value": value, "ci_low": low, "ci_high": high})
     for arm in COMPARED:
         by_d = {r["d"]: r["gap_mean"] for r in rows if r["study"] == "d" and r["arm"] == arm}

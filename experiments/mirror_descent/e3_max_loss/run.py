@@ -30,12 +30,13 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
+sys.path.insert(0, str(HERE.parent))
 
 from fedray.compose import compose_plan, job_session  # noqa: E402
+from slopes import bootstrap_slope  # noqa: E402
 
 DELTA = 1e-6
 REPETITIONS = 20
-BOOTSTRAP = 2000
 BASE = ["experiment=smd_max_loss", "data.spec.pool=10000", "data.spec.tasks=8"]
 ARMS = {
     "alg1_first_order": ["algorithm.regime=first_order"],
@@ -74,11 +75,8 @@ def fits(rows: list[dict], gaps: list[np.ndarray]) -> list[dict]:
         picked = [(r["n"], g) for r, g in zip(rows, gaps) if r["arm"] == arm]
         if len(picked) < 2:
             continue
-        x = np.log([n for n, _ in picked])
-        fit = lambda means: float(np.polyfit(x, np.log(np.maximum(means, 1e-12)), 1)[0])   # noqa: E731
-        boots = [fit([rng.choice(g, g.size).mean() for _, g in picked]) for _ in range(BOOTSTRAP)]
-        out.append({"arm": arm, "slope_in_n_eps": fit([g.mean() for _, g in picked]),
-                    "ci_low": float(np.percentile(boots, 2.5)), "ci_high": float(np.percentile(boots, 97.5))})
+        value, low, high = bootstrap_slope([n for n, _ in picked], [g for _, g in picked], rng)
+        out.append({"arm": arm, "slope_in_n_eps": value, "ci_low": low, "ci_high": high})
     return out
 
 

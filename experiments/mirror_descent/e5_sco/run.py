@@ -32,12 +32,13 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
+sys.path.insert(0, str(HERE.parent))
 
 from fedray.compose import compose_plan, job_session  # noqa: E402
+from slopes import bootstrap_slope  # noqa: E402
 
 DELTA = 1e-6
 REPETITIONS = 20
-BOOTSTRAP = 2000
 BASE = ["experiment=sco_logistic", "data.spec.pool=10000", "data.spec.sparsity=4", "data.spec.label_noise=0.1"]
 ARMS = {
     "alg5_second_order": ["algorithm.regime=second_order"],
@@ -82,12 +83,8 @@ def fits(rows: list[dict], excess: list[np.ndarray]) -> list[dict]:
             picked = [(r["n"], e) for r, e in zip(rows, excess) if r["arm"] == arm and r["d"] == d]
             if len(picked) < 2:
                 continue
-            x = np.log([n for n, _ in picked])
-            fit = lambda means: float(np.polyfit(x, np.log(np.maximum(means, 1e-12)), 1)[0])   # noqa: E731
-            point = fit([e.mean() for _, e in picked])
-            boots = [fit([rng.choice(e, e.size).mean() for _, e in picked]) for _ in range(BOOTSTRAP)]
-            out.append({"arm": arm, "d": d, "slope_in_n": point, "ci_low": float(np.percentile(boots, 2.5)),
-                        "ci_high": float(np.percentile(boots, 97.5))})
+            value, low, high = bootstrap_slope([n for n, _ in picked], [e for _, e in picked], rng)
+            out.append({"arm": arm, "d": d, "slope_in_n": value, "ci_low": low, "ci_high": high})
     return out
 
 
