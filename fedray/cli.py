@@ -138,12 +138,12 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
             shown = next((k for k in ("train_loss", "gap") if k in metrics), None)
             if shown is not None:  # rounds between evaluations keep the last value shown
                 on_round.label, on_round.loss = shown.split("_")[-1], float(np.mean(metrics[shown]))
-            status = f"{on_round.label} {on_round.loss:.4f}"
+            status = "" if on_round.label is None else f"{on_round.label} {on_round.loss:.4f}"
             if "epsilon_max" in metrics:
                 status += f"  eps {float(np.max(metrics['epsilon_max'])):.3f}"
             bar.update(task, completed=r + 1, status=status)   # r: the last step the round ran
 
-        on_round.label, on_round.loss = "loss", float("nan")
+        on_round.label, on_round.loss = None, float("nan")      # nothing shown before a first evaluation
         try:
             tracker.client.set_tag(tracker.run_id, "ray.actor_nodes", str(len(set(groups.node_ids()))))
             result = run(plan, tracker=tracker, progress=on_round, groups=groups, pool=pool)

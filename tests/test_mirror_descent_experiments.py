@@ -7,14 +7,16 @@ import csv
 import importlib.util
 import sys
 
+import numpy as np
 import pytest
 
 from fedray.compose import compose_plan
 from tests.conftest import REPO
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name.replace("/", "_"), REPO / "experiments" / name / "run.py")
+def _script(name: str, script: str = "run.py"):
+    spec = importlib.util.spec_from_file_location(f"{name}/{script}".replace("/", "_").removesuffix(".py"),
+                                                  REPO / "experiments" / name / script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -64,8 +66,25 @@ E3 = _script("mirror_descent/e3_max_loss")
 
 
 @pytest.mark.parametrize("arm", list(E3.ARMS))
-def test_e3_arms_plan_as_the_readme_describes(arm):
-    plan = compose_plan(E3.overrides(arm, 1_000_000, 64, 2))
-    assert plan.dataset.tasks == 8 and plan.dataset.pool == 10_000
+@pytest.mark.parametrize("epsilon", [1.0, 10.0])
+def test_e3_arms_plan_as_the_readme_describes(arm, epsilon):
+    plan = compose_plan(E3.overrides(arm, 1_000_000, epsilon, 64, 2))
+    spec = plan.dataset
+    assert (spec.tasks, spec.pool, spec.sparsity, spec.shared_support) == (8, 10_000, 1, True)
+    np.testing.assert_allclose(spec.flip_probabilities, 0.3 * np.arange(8) / 7)
     assert plan.privacy.trust_model == ("none" if arm == "non_private_smd" else "central")
+    if arm != "non_private_smd":
+        assert plan.privacy.target_epsilon.max() == epsilon
     assert type(plan.protocol.algorithm).__name__ == ("BiasReducedSMD" if arm.startswith("alg3") else "PrivateSMD")
+
+
+E3_BOOSTED = _script("mirror_descent/e3_max_loss", "boosted.py")
+
+
+@pytest.mark.parametrize("n, epsilon", E3_BOOSTED.CELLS)
+def test_e3_alg4_cells_plan_as_the_readme_describes(n, epsilon):
+    base = E3.overrides("alg3_bias_reduced", n, epsilon, 64, 2)
+    plan = compose_plan([o for o in base if o not in E3.ARMS["alg3_bias_reduced"]] + E3_BOOSTED.BOOSTED)
+    assert type(plan.protocol.program).__name__ == "Boosting"
+    assert (plan.privacy.details["runs"], plan.privacy.details["checks"]) == (6, 9)
+    assert plan.privacy.target_epsilon.max() == epsilon

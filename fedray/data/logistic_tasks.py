@@ -57,6 +57,8 @@ class LogisticTasks:
     sparsity: int = 4
     label_noise: float = 0.1
     link: str = "logistic"
+    shared_support: bool = False
+    noise_spread: float = 0.0
 
     def validate(self) -> None:
         check_int("data.spec.num_samples", self.num_samples, 1)
@@ -65,6 +67,9 @@ class LogisticTasks:
         check_int("data.spec.pool", self.pool, 1)
         check_int("data.spec.sparsity", self.sparsity, 1, self.dim)
         check_real("data.spec.label_noise", self.label_noise, 0.0, 0.5)
+        check_real("data.spec.noise_spread", self.noise_spread, 0.0, 0.5 - self.label_noise)
+        if not isinstance(self.shared_support, bool):
+            raise ConfigError("data.spec.shared_support", self.shared_support, "true or false")
         if self.link not in LINKS:
             raise ConfigError("data.spec.link", self.link, f"one of {LINKS}")
 
@@ -84,9 +89,19 @@ class LogisticTasks:
         return self.tasks
 
     @property
+    def flip_probabilities(self) -> np.ndarray:
+        """(m,) task i's label-flip probability: label_noise + noise_spread i / (m - 1)."""
+        return self.label_noise + self.noise_spread * np.arange(self.tasks) / max(1, self.tasks - 1)
+
+    @property
     def lipschitz(self) -> float:
         """L0 of f in the l1 / l_inf pair (module docstring)."""
         return float(max(1.0, np.log1p(np.e))) if self.link == "logistic" else 1.0
+
+    @property
+    def value_bound(self) -> float:
+        """Bf >= |f(x, y; z)| = sum_i y_i l(b_i <a, x>) <= max l (Alg. 4's selection)."""
+        return float(np.log1p(np.e)) if self.link == "logistic" else 0.5
 
     @property
     def smoothness(self) -> float:
@@ -118,8 +133,9 @@ class Population:
         """(m, d) the planted x*_i, each on the simplex with ``sparsity`` nonzeros."""
         rng = generator(self.seed, Stream.DATA, self.trial, PLANTED)
         out = np.zeros((self.spec.tasks, self.spec.dim))
+        shared = rng.choice(self.spec.dim, size=self.spec.sparsity, replace=False) if self.spec.shared_support else None
         for i in range(self.spec.tasks):
-            support = rng.choice(self.spec.dim, size=self.spec.sparsity, replace=False)
+            support = shared if shared is not None else rng.choice(self.spec.dim, size=self.spec.sparsity, replace=False)
             out[i, support] = rng.dirichlet(np.ones(self.spec.sparsity))
         return out
 
@@ -138,7 +154,7 @@ class Population:
         clean = np.where(a @ self.planted.T >= 0, 1.0, -1.0)
         noise = np.stack([flips.uniforms(int(j), self.spec.tasks) for j in pool_ids]) if len(pool_ids) else \
             np.zeros((0, self.spec.tasks))
-        return a, np.where(noise < self.spec.label_noise, -clean, clean)
+        return a, np.where(noise < self.spec.flip_probabilities, -clean, clean)
 
     def sample_records(self, sample_ids: np.ndarray) -> np.ndarray:
         """(S,) the pool record of each training sample (iid uniform over the pool)."""
@@ -146,7 +162,7 @@ class Population:
         return np.array([int(index.words(int(k), 1)[0] % np.uint64(self.spec.pool)) for k in sample_ids], dtype=np.int64)
 
     @cached_property
-    def _cached(self) -> tuple | None:
+    def cached(self) -> tuple | None:
         """The whole pool as arrays when it is small enough (CACHED_ENTRIES), else None (chunks are
         regenerated on every pass)."""
         if self.spec.pool * self.spec.dim > CACHED_ENTRIES:
@@ -154,8 +170,8 @@ class Population:
         return self.records(np.arange(self.spec.pool))
 
     def _chunks(self, chunk: int = 8192):
-        if self._cached is not None:
-            yield self._cached
+        if self.cached is not None:
+            yield self.cached
             return
         for lo in range(0, self.spec.pool, chunk):
             yield self.records(np.arange(lo, min(lo + chunk, self.spec.pool)))
@@ -194,7 +210,9 @@ class TaskSamples:
         ids = self.ids[positions]
         if ids.size == self.ids.size and np.array_equal(ids, self.ids):
             return self                          # all of them: keep the records already built
-        return TaskSamples(self.spec, self.population, ids, self.replaced)
+        child = TaskSamples(self.spec, self.population, ids, self.replaced)
+        child.__dict__["pool_index"] = self.pool_index[positions]      # a batch needs no new draws
+        return child
 
     def replace(self, sample_id: int, a: np.ndarray, b: np.ndarray) -> "TaskSamples":
         a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -203,10 +221,15 @@ class TaskSamples:
                               "entries in [-1, 1]")
         return TaskSamples(self.spec, self.population, self.ids, {**self.replaced, int(sample_id): (a, b)})
 
+    @cached_property
+    def pool_index(self) -> np.ndarray:
+        """(S,) the pool record behind each sample."""
+        return self.population.sample_records(self.ids)
+
     def records(self) -> tuple[np.ndarray, np.ndarray]:
-        """(a (S, d), b (S, m)); built once per object when small (full-batch protocols read them
-        every round), else on every call."""
-        if self.ids.size * self.spec.dim <= CACHED_ENTRIES:
+        """(a (S, d), b (S, m)): rows of the cached pool when it is cached, else built here, kept
+        once per object when small (full-batch protocols read them every round)."""
+        if self.population.cached is not None or self.ids.size * self.spec.dim <= CACHED_ENTRIES:
             return self._built
         return self._build()
 
@@ -215,10 +238,13 @@ class TaskSamples:
         return self._build()
 
     def _build(self) -> tuple[np.ndarray, np.ndarray]:
-        a, b = self.population.records(self.population.sample_records(self.ids))
-        for row, i in enumerate(self.ids.tolist()):
-            if i in self.replaced:
-                a[row], b[row] = self.replaced[i]
+        pool = self.population.cached
+        a, b = (pool[0][self.pool_index], pool[1][self.pool_index]) if pool is not None else \
+            self.population.records(self.pool_index)
+        if self.replaced:
+            for row, i in enumerate(self.ids.tolist()):
+                if i in self.replaced:
+                    a[row], b[row] = self.replaced[i]
         return a, b
 
     def gradient_sums(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -69,6 +69,11 @@ class _Game:
         return self.payoff_bound + float(self.noise)
 
     @property
+    def value_bound(self) -> float:
+        """Bf >= |f(x, y; z)| = |x^T A_z y| <= max|A_z| for x, y on the simplices (Alg. 4's selection)."""
+        return self.lipschitz
+
+    @property
     def smoothness(self) -> float:
         """L1 (= L0 for a bilinear payoff)."""
         return self.lipschitz

@@ -2,9 +2,10 @@
 points on simplices (central DP; privacy from the exponential mechanism of vertex draws)."""
 
 from fedray.protocols.mirror_descent.bias_reduced_smd import BiasReducedSMD
+from fedray.protocols.mirror_descent.boosting import Boosting
 from fedray.protocols.mirror_descent.frank_wolfe import PrivateFrankWolfe
 from fedray.protocols.mirror_descent.gaussian_smd import GaussianSMD
 from fedray.protocols.mirror_descent.online_to_batch import OnlineToBatchSMD
 from fedray.protocols.mirror_descent.smd import PrivateSMD, SmdState
 
-__all__ = ["BiasReducedSMD", "GaussianSMD", "OnlineToBatchSMD", "PrivateFrankWolfe", "PrivateSMD", "SmdState"]
+__all__ = ["BiasReducedSMD", "Boosting", "GaussianSMD", "OnlineToBatchSMD", "PrivateFrankWolfe", "PrivateSMD", "SmdState"]

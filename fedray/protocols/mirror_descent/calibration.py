@@ -184,6 +184,18 @@ def bias_reduced_parameters(n: int, epsilon: float, delta: float, ell: float, li
     return BiasReducedParameters(levels, moment, stop, step, alpha)
 
 
+def boosting_counts(failure_probability: float) -> tuple[int, int]:
+    """Alg. 4's (I, J) = (ceil(log2(4 / beta)), ceil(log2(8 I / beta))) (Thm 3.20, rounded up)."""
+    runs = math.ceil(math.log2(4 / failure_probability))
+    return runs, math.ceil(math.log2(8 * runs / failure_probability))
+
+
+def boosting_split(n: int, runs: int, checks: int) -> tuple[int, int, int]:
+    """Alg. 4's data-independent split: (a quarter, a part of S1 (of I), a part of S2 or S3 (of I J))."""
+    quarter = n // 4
+    return quarter, quarter // runs, quarter // (runs * checks)
+
+
 class GaussianSchedule(NamedTuple):
     num_steps: int          # T
     batch_size: int         # B = floor(n / T)

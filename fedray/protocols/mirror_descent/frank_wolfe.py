@@ -9,6 +9,10 @@ the mean gradient by at most 2 L0 / n), releases j and steps theta <- (1 - mu_t)
 mu_t = 2 / (t + 2). Each draw is eps0-DP; the T draws compose by Cor. 3.6 with eps0 =
 eps / (2 sqrt(2 T ln(1/delta))); theta is post-processing of the draws. T = (n eps)^{2/3} by
 default (rounded down).
+
+The same run optimises one player of a game against a fixed opponent (Alg. 4's DP-SCO stand-in,
+``boosting``): ``player="x"`` minimises F(., y), ``"y"`` maximises F(x, .) (FW on -F); every
+coordinate of either gradient is at most L0, so the sensitivity is the same.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ class PrivateFrankWolfe:
     lipschitz: float              # L0
     seed: int
     streams: np.ndarray
+    player: str = "x"                     # "x": min over the rows' simplex; "y": max over the columns'
+    opponent: np.ndarray | None = None    # (P, d_other) the other player's fixed strategy; None: one loss
 
     recipe: ClassVar[FrankWolfeRecipe] = FrankWolfeRecipe()
 
@@ -52,13 +58,17 @@ class PrivateFrankWolfe:
         p = params0.shape[0]
         return FrankWolfeState(0, np.full((p, self.rows), 1.0 / self.rows), np.full(p, -1))
 
-    def broadcast(self, state: FrankWolfeState) -> np.ndarray:
-        return state.theta
+    def broadcast(self, state: FrankWolfeState) -> tuple[np.ndarray, np.ndarray]:
+        opponent = np.ones((state.theta.shape[0], 1)) if self.opponent is None else self.opponent
+        return state.theta, opponent
 
-    def silo_step(self, theta: np.ndarray, samples, draws, participation: np.ndarray) -> np.ndarray:
-        """(P, d) the sum of the gradients of these samples at theta (every replica takes every sample)."""
-        grad_x, _ = samples.gradient_sums(theta, np.ones((theta.shape[0], 1)))
-        return grad_x
+    def silo_step(self, point: tuple, samples, draws, participation: np.ndarray) -> np.ndarray:
+        """(P, d) the sum over these samples of the gradient of the minimised objective at theta
+        (every replica takes every sample)."""
+        theta, opponent = point
+        if self.player == "x":
+            return samples.gradient_sums(theta, opponent)[0]
+        return -samples.gradient_sums(opponent, theta)[1]
 
     def server_step(self, state: FrankWolfeState, summed: np.ndarray) -> FrankWolfeState:
         gradient = summed / self.num_samples
@@ -83,4 +93,4 @@ class PrivateFrankWolfe:
         return np.full(state.theta.shape[0], state.round >= self.num_steps)
 
     def output(self, state: FrankWolfeState) -> dict[str, np.ndarray]:
-        return {"output": np.concatenate([state.theta, np.ones((state.theta.shape[0], 1))], axis=1)}
+        return {"output": np.concatenate(self.broadcast(state), axis=1)}

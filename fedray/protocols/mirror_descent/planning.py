@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedray.checks import known_keys, positive
+from fedray.checks import known_keys, number_in, positive
 from fedray.core.planning import PlanContext, Replicas
 from fedray.core.protocol import CuratorRounds, CuratorSteps, Routing
 from fedray.core.sampling import AllUnits, LeveledBatches, SequentialBatches
@@ -36,8 +36,11 @@ from fedray.protocols.mirror_descent.calibration import (
     REGIMES,
     VERTEX_CONSTANTS,
     bias_reduced_parameters,
+    boosting_counts,
+    boosting_split,
     bound_schedule,
     check_privacy_range,
+    log_dimensions,
     draw_epsilon,
     draws_per_step,
     gaussian_schedule,
@@ -59,6 +62,7 @@ GAUSSIAN_KEYS = ("_target_", "name", "parameters", "step_size", "block_steps")
 BIAS_REDUCED_KEYS = ("_target_", "name", "parameters", "step_size", "vertex_constant")
 SCO_KEYS = ("_target_", "name", "regime", "parameters", "step_size", "draws", "refresh", "block_steps")
 FRANK_WOLFE_KEYS = ("_target_", "name", "parameters")
+BOOSTED_KEYS = ("_target_", "name", "failure_probability", "vertex_constant")
 
 
 def _samples(federation, unit_ids):
@@ -474,3 +478,86 @@ class FrankWolfeRecipe:
         resolved = {"num_rounds": steps, "parameters": alg.get("parameters", "paper"), **privacy.details}
         return GamePlan(algorithm, context.sampler, replicas, steps, n, privacy, resolved=resolved,
                                constants=constants)
+
+
+@dataclass(frozen=True)
+class ProgramPlan:
+    """A driver-side program resolved against its data (``PlannedProtocol``): built at planning."""
+
+    program: object
+    privacy: PrivacyPlan
+    resolved: dict = field(default_factory=dict)
+    routing: Routing = Routing.DIRECT
+
+    def build(self, oracle):
+        return self.program
+
+
+@dataclass(frozen=True)
+class Boosted:
+    """The recipe of seed 001's Alg. 4 (``boosted_smd``, ``boosting``): I and J from
+    ``algorithm.failure_probability`` (beta), Alg. 3's Thm 3.14 parameters for a part of S1, the
+    Frank-Wolfe stand-in's T = floor((n' eps)^{2/3}) rounds and Cor. 3.6 per-draw epsilon for a
+    part of S2 or S3; each part's run is checked to compose within (eps, delta), and the program is
+    charged one (eps, delta) release by parallel composition. One program, one release:
+    participation=all, num_rounds=1."""
+
+    trust_models: tuple[str, ...] = ("central",)
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+    needs_loss: bool = False
+
+    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+        return config
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> ProgramPlan:
+        alg, priv = config["algorithm"], config["privacy"]
+        name, game = _checked(self, config, context, BOOSTED_KEYS, AllUnits, "all")
+        if context.num_rounds != 1:
+            raise ConfigError("num_rounds", context.num_rounds, f"1 for {name} (one program, one release)")
+        if game.second_order is None:
+            raise ConfigError("data.spec.link", getattr(context.dataset, "link", None),
+                              f"a second-order smooth objective for {name} (Thm 3.20 needs L2)")
+        beta = number_in("algorithm.failure_probability", alg.get("failure_probability", 0.1), 0.0, 1.0,
+                         "a number in (0, 1)")
+        eps, delta = _budget(priv)
+        runs, checks = boosting_counts(beta)
+        n, replicas, constant = context.shape.num_silos, context.replicas, _vertex_constant(alg)
+        quarter, ssp_part, sco_part = boosting_split(n, runs, checks)
+        try:
+            params = bias_reduced_parameters(ssp_part, eps, delta, log_dimensions(game.rows, game.columns),
+                                             game.lipschitz, game.smoothness, game.second_order, constant)
+        except ConfigError:
+            params = None
+        if sco_part < 1 or params is None:
+            raise ConfigError("data.spec.num_samples", n, f"more samples for {name} at beta = {beta:g} (I = {runs}, "
+                              f"J = {checks}): Alg. 3 on n / (4 I) = {ssp_part} samples needs U >= 4, and each of "
+                              f"the 2 I J stand-in runs at least one sample")
+        per_draw = constant * params.step_size * params.batch_factor * game.lipschitz
+        sco_rounds = max(1, int((sco_part * eps) ** (2 / 3)))
+        sco_epsilon = float(eps / (2 * np.sqrt(2 * sco_rounds * np.log(1 / delta))))
+        parts = {"alg3": float(PureDpComposition(per_draw, delta, route="advanced").epsilons(int(6 * params.stop))),
+                 "frank_wolfe": float(PureDpComposition(sco_epsilon, delta, route="advanced").epsilons(sco_rounds)),
+                 "selection": eps}
+        over = {part: value for part, value in parts.items() if value > eps * (1 + 1e-9)}
+        if over:                          # the formulas keep every part within (eps, delta); a check, not a rule
+            raise ConfigError("privacy.epsilon", eps, f"a budget every part meets (planned {over})")
+        sampler = LeveledBatches(levels=params.levels, batch_factor=params.batch_factor, stop=params.stop)
+        details = {"runs": runs, "checks": checks, "quarter": quarter, "alg3_part": ssp_part, "sco_part": sco_part,
+                   "alg3_stop": params.stop, "alg3_levels": params.levels, "alg3_step_size": params.step_size,
+                   "alg3_draw_epsilon": per_draw, "sco_rounds": sco_rounds, "sco_round_epsilon": sco_epsilon,
+                   **{f"epsilon_{part}": value for part, value in parts.items()},
+                   "deviation": "the DP-SCO subroutine is DP Frank-Wolfe, not Asi et al. 2021 Alg. 3 (Thm 3.20's "
+                                "C1, C2 change; spec §6 item 15)",
+                   "released": "the chosen candidate (x_i*, y_i*) and i*; every sub-run's draws stay at the curator"}
+        rule = ParallelComposition(ApproxDpComposition(eps, delta, 0.0, route="basic"))
+        privacy = _central(PopulationAccountant(rule, "parallel (Alg. 4's disjoint parts)", 1), eps, delta, replicas,
+                           details=details)
+        constants = {"runs": float(runs), "checks": float(checks), "lipschitz": game.lipschitz,
+                     "value_bound": game.value_bound}
+        program = algorithm_class(epsilon=eps, num_units=n, runs=runs, checks=checks, rows=game.rows,
+                                  columns=game.columns, value_bound=game.value_bound, lipschitz=game.lipschitz,
+                                  ssp_step_size=params.step_size, ssp_levels=params.levels, ssp_sampler=sampler,
+                                  sco_rounds=sco_rounds, sco_epsilon=sco_epsilon, seed=context.seed,
+                                  repetitions=replicas.repetitions, streams=replicas.streams, constants=constants)
+        return ProgramPlan(program, privacy, resolved={"failure_probability": beta, **details})
