@@ -1,0 +1,179 @@
+"""Seed 002's parameter calculator (spec §2.1, §2.3, §4.1): every phase's sizes, steps, thresholds
+and noise for Alg. 1 (phased SGD with outlier-iterate removal) and Alg. 3 (accelerated phased ERM
+with outlier-gradient removal), from public inputs only (n users of m items, d, eps, delta and the
+problem's L, R, beta), and the gradient evaluations each costs.
+
+Profile P ("paper") is the printed formulas, natural logs, no rounding, with Alg. 3's users per step
+capped at the phase's users (K_i := min(K_i, n_i): full participation, privacy-consistent since
+sigma_i does not depend on K_i). At laptop scale P is vacuous (spec §4.1: Alg. 1's first phase adds
+noise of norm ~680 R at n = 1e6); ``feasibility`` says so in words. Profile X ("exploratory")
+multiplies the printed constants (100, 1000, 500) and log factors by ``kappa``; its results carry a
+nominal eps only.
+
+Symbols: l = floor(log2 n) phases; phase i has n_i = (1 - 2^-q) n / 2^(i q) fresh users.
+Alg. 1: C = 100 ln(20 n m e^eps / delta) / eps groups, eta_i = eta / 2^(p i), N_i = n_i / C users per
+group, T_i = N_i m steps, tau_i = 1000 eta_i L sqrt(T_i) ln(n d m), sigma_i = 100 tau_i ln^2(n / delta)
+/ (eps C); Thm B.1: J = ln m / ln n, p = J + 3/2, eta = R / (L sqrt(d m n eps)).
+Alg. 3: lambda = (L / R)(1 / sqrt(n m) + sqrt(d) / (eps n sqrt m)), p = 3 q + 2.5 + ln m / (2 ln n),
+tau = c_tau L ln(n d m) / sqrt m, lambda_i = lambda 2^(p i), T_i = c_T (1 + sqrt(beta / lambda_i))
+ln(n d m), K_i = 500 ln(n_i^2 m^2 e^eps / delta)(1 / eps + n_i eps / sqrt(T_i ln(1 / delta))),
+sigma_i = 1000 tau sqrt(T_i) ln(n d e^eps / delta) / (eps n_i).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The public inputs every formula reads."""
+
+    users: int                 # n
+    items: int                 # m
+    dim: int                   # d
+    epsilon: float
+    delta: float
+    lipschitz: float = 1.0     # L
+    diameter: float = 1.0      # R
+    smoothness: float = 1.0    # beta
+    decay: float = 0.1         # q
+
+    @property
+    def phases(self) -> int:
+        return int(math.floor(math.log2(self.users)))
+
+    def phase_users(self) -> np.ndarray:
+        """(l,) n_i = (1 - 2^-q) n / 2^(i q), i = 1..l."""
+        i = np.arange(1, self.phases + 1)
+        return (1 - 2 ** -self.decay) * self.users / 2 ** (i * self.decay)
+
+
+@dataclass(frozen=True)
+class PhasedSgdSchedule:
+    """Alg. 1 (module docstring); per-phase arrays are (l,)."""
+
+    groups: float              # C
+    exponent: float            # p
+    step_size: float           # eta
+    phase_users: np.ndarray    # n_i
+    step_sizes: np.ndarray     # eta_i
+    group_users: np.ndarray    # N_i
+    steps: np.ndarray          # T_i
+    thresholds: np.ndarray     # tau_i
+    noise_std: np.ndarray      # sigma_i
+    gradients: float           # sum_i C N_i m = sum_i n_i m
+    users_condition: tuple[float, float]    # (n^(1-q), (100 / (1 - 2^-q)) ln(n / delta) / eps): Thm B.1 needs >=
+
+    @property
+    def feasible(self) -> bool:
+        """Every group has a user (N_l >= 1) and the users condition holds."""
+        return bool(self.group_users[-1] >= 1 and self.users_condition[0] >= self.users_condition[1])
+
+
+def phased_sgd_schedule(problem: Problem, kappa: float = 1.0) -> PhasedSgdSchedule:
+    """Alg. 1's parameters under profile P (kappa = 1) or X (module docstring)."""
+    n, m, d, eps, delta = problem.users, problem.items, problem.dim, problem.epsilon, problem.delta
+    L, R = problem.lipschitz, problem.diameter
+    groups = kappa * 100 * math.log(20 * n * m * math.exp(eps) / delta) / eps
+    exponent = math.log(m) / math.log(n) + 1.5
+    step = R / (L * math.sqrt(d * m * n * eps))
+    users = problem.phase_users()
+    steps_i = step / 2 ** (exponent * np.arange(1, problem.phases + 1))
+    group_users = users / groups
+    steps = group_users * m
+    thresholds = kappa * 1000 * steps_i * L * np.sqrt(steps) * math.log(n * d * m)
+    noise = kappa * 100 * thresholds * math.log(n / delta) ** 2 / (eps * groups)
+    condition = (n ** (1 - problem.decay), 100 / (1 - 2 ** -problem.decay) * math.log(n / delta) / eps)
+    return PhasedSgdSchedule(groups, exponent, step, users, steps_i, group_users, steps, thresholds, noise,
+                             float((users * m).sum()), condition)
+
+
+@dataclass(frozen=True)
+class AcceleratedSchedule:
+    """Alg. 3 (module docstring); per-phase arrays are (l,)."""
+
+    regularization: float      # lambda
+    exponent: float            # p
+    threshold: float           # tau
+    phase_users: np.ndarray    # n_i
+    regularizations: np.ndarray   # lambda_i
+    steps: np.ndarray          # T_i
+    batch_printed: np.ndarray  # K_i as printed
+    batch: np.ndarray          # min(K_i, n_i): what runs
+    noise_std: np.ndarray      # sigma_i
+    users_condition: tuple[float, float]    # (n^(1-q), 100 ln(20 n m d e^eps / delta) / (eps (1 - 2^-q)))
+    cap_condition: np.ndarray  # n_i >= 500 ln(n_i^2 m^2 e^eps / delta) / eps where the cap is active
+    items: int                 # m
+
+    @property
+    def gradients(self) -> float:
+        """sum_i T_i K_i m (no halt)."""
+        return float((self.steps * self.batch).sum() * self.items)
+
+
+def accelerated_schedule(problem: Problem, c_tau: float = 1.0, c_steps: float = 1.0, kappa: float = 1.0,
+                         regularization: float | None = None) -> AcceleratedSchedule:
+    """Alg. 3's parameters under profile P (kappa = 1) or X (module docstring); ``regularization``
+    replaces Thm C.3's lambda (Thm D.3's (L / R) / sqrt(n m) for the smoothed non-smooth case)."""
+    n, m, d, eps, delta = problem.users, problem.items, problem.dim, problem.epsilon, problem.delta
+    L, R, beta, q = problem.lipschitz, problem.diameter, problem.smoothness, problem.decay
+    log_ndm = math.log(n * d * m)
+    lam = (L / R) * (1 / math.sqrt(n * m) + math.sqrt(d) / (eps * n * math.sqrt(m))) if regularization is None \
+        else regularization
+    exponent = 3 * q + 2.5 + math.log(m) / (2 * math.log(n))
+    tau = c_tau * L * log_ndm / math.sqrt(m)
+    users = problem.phase_users()
+    lams = lam * 2 ** (exponent * np.arange(1, problem.phases + 1))
+    steps = c_steps * (1 + np.sqrt(beta / lams)) * log_ndm
+    log_users = np.log(users**2 * m**2 * math.exp(eps) / delta)
+    printed = kappa * 500 * log_users * (1 / eps + users * eps / np.sqrt(steps * math.log(1 / delta)))
+    noise = kappa * 1000 * tau * np.sqrt(steps) * math.log(n * d * math.exp(eps) / delta) / (eps * users)
+    condition = (n ** (1 - q), 100 * math.log(20 * n * m * d * math.exp(eps) / delta) / (eps * (1 - 2 ** -q)))
+    capped = np.minimum(printed, users)
+    cap_ok = np.where(printed > users, users >= kappa * 500 * log_users / eps, True)
+    return AcceleratedSchedule(lam, exponent, tau, users, lams, steps, printed, capped, noise, condition, cap_ok, m)
+
+
+def smoothed(problem: Problem) -> tuple[Problem, float]:
+    """Thm D.3's smoothed problem for a non-smooth loss: radius r = sqrt(d) R / (eps n sqrt m), so
+    beta_r = L sqrt(d) / r = (L / R) eps n sqrt m, and lambda = (L / R) / sqrt(n m)."""
+    n, m, L, R = problem.users, problem.items, problem.lipschitz, problem.diameter
+    beta = (L / R) * problem.epsilon * n * math.sqrt(m)
+    return Problem(n, m, problem.dim, problem.epsilon, problem.delta, L, R, beta, problem.decay), \
+        (L / R) / math.sqrt(n * m)
+
+
+def order_gradients(problem: Problem, regularization: float | None = None) -> float:
+    """sum_i T_i K_i m by the log-free order calculator (spec §6 T3): T_i = ceil(1 + sqrt(beta /
+    lambda_i)), K_i = n_i eps / sqrt(T_i) + 1 / eps, with Thm C.3's p and lambda (or the one given); no cap."""
+    schedule = accelerated_schedule(problem, regularization=regularization)
+    steps = np.ceil(1 + np.sqrt(problem.smoothness / schedule.regularizations))
+    batch = schedule.phase_users * problem.epsilon / np.sqrt(steps) + 1 / problem.epsilon
+    return float((steps * batch).sum() * problem.items)
+
+
+def feasibility(problem: Problem, kappa: float = 1.0) -> list[str]:
+    """What the profile's numbers mean at this size, in words (spec §4.1): a run's output states
+    them rather than silently running noise."""
+    sgd, acc = phased_sgd_schedule(problem, kappa), accelerated_schedule(problem, kappa=kappa)
+    diameter, root_d = problem.diameter, math.sqrt(problem.dim)
+    notes = [f"Alg. 1: {len(sgd.phase_users)} phases of C = {sgd.groups:.4g} groups; the first phase's output "
+             f"noise has norm ~ {sgd.noise_std[0] * root_d / diameter:.3g} R"
+             + (" (pure noise)" if sgd.noise_std[0] * root_d > diameter else "")]
+    if not sgd.feasible:
+        notes.append(f"Alg. 1 is infeasible: the last phase has {sgd.group_users[-1]:.3g} users per group "
+                     f"(needs >= 1), or n^(1-q) = {sgd.users_condition[0]:.4g} < {sgd.users_condition[1]:.4g}")
+    capped = int((acc.batch_printed > acc.phase_users).sum())
+    notes.append(f"Alg. 3: K_i > n_i in {capped} of {len(acc.phase_users)} phases (capped at n_i: every user every "
+                 f"step); the first phase's gradient noise has norm ~ {acc.noise_std[0] * root_d:.3g} (tau = "
+                 f"{acc.threshold:.3g})")
+    if not np.all(acc.cap_condition):
+        notes.append("Alg. 3: where the cap is active, n_i < 500 ln(n_i^2 m^2 e^eps / delta) / eps in "
+                     f"{int((~acc.cap_condition).sum())} phases: the good event's bound does not hold there")
+    if acc.users_condition[0] <= acc.users_condition[1]:
+        notes.append(f"Alg. 3 needs n^(1-q) = {acc.users_condition[0]:.4g} > {acc.users_condition[1]:.4g} users")
+    return notes
