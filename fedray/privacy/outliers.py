@@ -58,9 +58,11 @@ def keep_probabilities(counts: np.ndarray) -> np.ndarray:
 def outlier_filter(points: np.ndarray, threshold, uniforms: np.ndarray,
                    empty_value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(kept (P, K) bool, the kept points' mean (P, d), ``empty_value`` (P, d) where none is kept).
-    ``uniforms`` (P, K) in [0, 1) are the server's coins: point j is kept when u_j < p(h_j)."""
+    ``uniforms`` (P, K) in [0, 1) are the server's coins: point j is kept when u_j < p(h_j); points
+    (1, K, d) are shared by every row of coins (their counts are computed once)."""
     points = np.asarray(points, dtype=np.float64)
     kept = np.asarray(uniforms) < keep_probabilities(neighbour_counts(points, threshold))
+    points = np.broadcast_to(points, kept.shape + points.shape[2:])
     sizes = kept.sum(axis=1)
     sums = np.einsum("pk,pkd->pd", kept.astype(np.float64), points)
     mean = np.where(sizes[:, None] > 0, sums / np.maximum(sizes, 1)[:, None], np.asarray(empty_value, dtype=np.float64))
