@@ -12,7 +12,7 @@ from fedray.core.evaluation import Metric
 from fedray.core.oracle import Oracle
 from fedray.core.protocol import Aggregated, Messages, RoundKeys, RoundProtocol, RoundSpec, Routing, SampledRounds
 from fedray.core.sampling import (
-    AllUnits, LeveledBatches, PhasedBatches, PhasedGroups, PoissonParticipation, SequentialBatches,
+    AllUnits, LeveledBatches, PhasedBatches, PhasedGroups, PhasedSubsets, PoissonParticipation, SequentialBatches,
     UniformParticipation,
 )
 
@@ -25,6 +25,7 @@ __all__ = [
     "Oracle",
     "PhasedBatches",
     "PhasedGroups",
+    "PhasedSubsets",
     "PoissonParticipation",
     "RoundKeys",
     "RoundProtocol",

@@ -234,6 +234,58 @@ class PhasedGroups:
 
 
 @dataclass(frozen=True)
+class PhasedSubsets:
+    """Phases of fresh units, a random subset of the phase's units every round: phase j holds the
+    ``phase_units[j]`` units after those of earlier phases and runs ``steps[j]`` rounds, each on
+    ``batch_sizes[j]`` of its units drawn uniformly without replacement (seed 002's Alg. 3: n_i
+    fresh users per phase, K_i of them per step). Units after the last phase never take part."""
+
+    phase_units: tuple
+    steps: tuple
+    batch_sizes: tuple
+
+    def validate(self, num_units: int) -> None:
+        units, steps, sizes = list(self.phase_units), list(self.steps), list(self.batch_sizes)
+        given = {"phase_units": units, "steps": steps, "batch_sizes": sizes}
+        if not units or not len(units) == len(steps) == len(sizes) or \
+                not all(_integer(v) and v >= 1 for v in units + steps + sizes):
+            raise ConfigError("participation", given, "three lists of the same length of integers >= 1 (units, "
+                              "rounds and units per round of each phase)")
+        if any(b > u for b, u in zip(sizes, units)):
+            raise ConfigError("participation", given, "batch_sizes at most their phase's units")
+        if sum(units) > num_units:
+            raise ConfigError("participation", given, f"phases that fit in the {num_units} units (they use "
+                              f"{sum(units)})")
+
+    def per_round(self, num_units: int) -> int | None:
+        return int(self.batch_sizes[0]) if len(set(self.batch_sizes)) == 1 else None
+
+    def max_rounds(self, num_units: int) -> int | None:
+        return int(sum(self.steps))
+
+    def phase_range(self, phase: int) -> tuple[int, int]:
+        """[lo, hi): the units of ``phase`` (0-based)."""
+        lo = int(sum(self.phase_units[:phase]))
+        return lo, lo + int(self.phase_units[phase])
+
+    def sample(self, seed: int, repetitions: np.ndarray, round_index: int, num_units: int) -> np.ndarray:
+        if round_index >= self.max_rounds(num_units):
+            raise ValueError(f"round {round_index}: the phases run {self.max_rounds(num_units)} rounds")
+        phase = phase_of(self.steps, round_index)
+        lo, hi = self.phase_range(phase)
+
+        def draw(g: np.random.Generator) -> np.ndarray:
+            mask = np.zeros(num_units, dtype=bool)
+            mask[lo + g.choice(hi - lo, size=int(self.batch_sizes[phase]), replace=False)] = True
+            return mask
+
+        return _per_repetition(seed, repetitions, round_index, draw)
+
+    def counts(self, seed: int, repetitions: np.ndarray, num_rounds: int, num_units: int) -> np.ndarray:
+        return _accumulated(self, seed, repetitions, min(num_rounds, self.max_rounds(num_units)), num_units)
+
+
+@dataclass(frozen=True)
 class LeveledBatches:
     """Disjoint batches of random sizes from random levels, until a stopping rule (seed-001 Alg. 3).
 

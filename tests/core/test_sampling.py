@@ -86,3 +86,27 @@ def test_phased_batches_are_disjoint_consecutive_and_counted_once():
         PhasedBatches((3, 5), (2, 3)).validate(20)
     with pytest.raises(ConfigError):
         PhasedBatches((3,), (2, 3)).validate(30)
+
+
+def test_phased_subsets_draw_k_of_each_phases_fresh_units_uniformly():
+    from fedray.core.sampling import PhasedSubsets
+
+    sampler = PhasedSubsets((10, 6), (3000, 2000), (4, 2))
+    sampler.validate(20)
+    reps = np.array([0, 0, 1])
+    masks = np.stack([sampler.sample(5, reps, t, 20) for t in range(5000)])           # (T, P, N)
+    assert np.all(masks[:3000, :, :10].sum(axis=2) == 4) and not masks[:3000, :, 10:].any()
+    assert np.all(masks[3000:, :, 10:16].sum(axis=2) == 2) and not masks[3000:, :, :10].any()
+    assert not masks[:, :, 16:].any()                                 # after the last phase: never
+    assert np.array_equal(masks[:, 0], masks[:, 1]) and not np.array_equal(masks[:, 0], masks[:, 2])
+    for rows, size, units, lo in ((slice(0, 3000), 4, 10, 0), (slice(3000, 5000), 2, 6, 10)):
+        counts = masks[rows, 2, lo:lo + units].sum(axis=0)
+        expected = counts.sum() / units
+        assert stats.chi2.sf(((counts - expected) ** 2 / expected).sum(), df=units - 1) > 1e-3
+    np.testing.assert_array_equal(sampler.counts(5, reps, 5000, 20), masks.sum(axis=0))
+    assert sampler.max_rounds(20) == 5000 and sampler.per_round(20) is None
+    assert PhasedSubsets((10,), (3,), (4,)).per_round(20) == 4
+    for bad in (PhasedSubsets((10, 6), (3,), (4, 2)), PhasedSubsets((10, 6), (3, 2), (11, 2)),
+                PhasedSubsets((15, 6), (3, 2), (4, 2))):
+        with pytest.raises(ConfigError):
+            bad.validate(20)
