@@ -13,8 +13,11 @@ Points y_1..y_K, threshold thr, "close" meaning ||y_j - y_j'|| <= thr (a point i
 
 Closeness is computed from the exact differences (y_j - y_j'), never from a Gram matrix, so each
 pair's verdict depends on that pair alone and is symmetric: what the sensitivity argument counts.
-Exact fast path: when max_j ||y_j - mean|| <= thr / 2 every pair is close (triangle inequality), so
-s = K and every h_j = K, in O(K d) instead of O(K^2 d).
+Fast path: when max_j ||y_j - mean|| <= (thr / 2)(1 - 1e-9) every pair is close, so s = K and every
+h_j = K, in O(K d) instead of O(K^2 d). The margin keeps it exact in floating point: at the
+boundary the rounded radius could pass thr / 2 while a pair's computed distance exceeds thr, and
+then the path taken (which one point can switch) would flip about K/2 verdicts at once. A NaN or
+infinite point takes the pairwise path (it is close to nothing, itself included).
 
 Everything is vectorised over replicas: points (P, K, d), thresholds (P,) or a scalar.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 PAIR_BLOCK_BYTES = 64 * 2**20        # memory of one block of pairwise differences
+FAST_PATH_MARGIN = 1 - 1e-9          # far above the rounding error of a norm, far below any real gap
 
 
 def neighbour_counts(points: np.ndarray, threshold) -> np.ndarray:
@@ -33,7 +37,7 @@ def neighbour_counts(points: np.ndarray, threshold) -> np.ndarray:
     threshold = np.broadcast_to(np.asarray(threshold, dtype=np.float64), (p,))
     counts = np.full((p, k), k, dtype=np.int64)
     radius = np.linalg.norm(points - points.mean(axis=1, keepdims=True), axis=2).max(axis=1)
-    slow = np.flatnonzero(radius > threshold / 2)
+    slow = np.flatnonzero(~(radius <= FAST_PATH_MARGIN * threshold / 2))          # NaN: the pairwise path
     block = max(1, PAIR_BLOCK_BYTES // max(1, 8 * k * d))
     for r in slow:
         limit = threshold[r] ** 2

@@ -129,3 +129,20 @@ def test_an_audit_of_the_halting_time_stays_below_epsilon_and_catches_an_eighth_
     caught = audit_epsilon(lambda flag, n, rng: -_halting_times(weak, float(flag), n, rng), 100_000,
                            np.random.default_rng(4), statistic=lambda outputs: outputs)
     assert caught.eps_lower > eps
+
+
+def test_the_fast_path_cannot_flip_half_the_verdicts_at_a_rounding_boundary():
+    """Points +-v with ||v|| rounding to exactly thr / 2 while ||2 v||^2 > thr^2 in floating point: the
+    fast path must not call them all close, or replacing one point (which forces the pairwise path)
+    would move the score by about K / 2."""
+    k = 100
+    v = np.array([0.5, 2.0**-27])
+    points = np.array([v if j % 2 == 0 else -v for j in range(k)])[None]
+    moved = points.copy()
+    moved[0, 0] = [100.0, 0.0]
+    base = concentration_score(points, 1.0)[0]
+    assert base == 50.0                  # squared distances: ||2 v||^2 = 1 + 2^-52 > 1 between +v and -v
+    assert abs(concentration_score(moved, 1.0)[0] - base) < 2
+    broken = np.zeros((1, 50, 2))
+    broken[0, 0] = np.nan                                       # a NaN point is close to nothing
+    np.testing.assert_array_equal(neighbour_counts(broken, 1.0)[0], [0] + [49] * 49)

@@ -18,8 +18,9 @@ With beta the failure probability, I = ceil(log2(4 / beta)) and J = ceil(log2(8 
 
 Privacy: every sample is read by exactly one of the (eps, delta)-DP runs or by the eps-DP
 selection, and each run reads only its part and earlier outputs; by parallel composition the
-program is (eps, delta)-DP. The ledger charges one such release per replica. Only the output
-pair and the index i* leave the program; every sub-run's draws stay inside it.
+program is (eps, delta)-DP. The ledger charges one such release per replica. Released: the output
+pair, the index i* and the sub-runs' draw counts (functions of the public levels); every sub-run's
+draws stay inside the program, and the scores G_i (read from S4) are diagnostics.
 
 Runtime: the sub-runs of a stage run at once, replica p's part i as the sub-algorithm's replica
 p I + i (stage 2: (p I + i) J + j), each reading its own range of sample ids in every round
@@ -69,12 +70,12 @@ def range_sums(samples, step, broadcast, spans: np.ndarray) -> list[tuple[np.nda
     return out
 
 
-def run_on_ranges(oracle, algorithm, state, spans_of) -> tuple[object, int]:
+def run_on_ranges(oracle, algorithm, state, spans_of) -> tuple[object, np.ndarray]:
     """Run a curator algorithm (``broadcast``/``silo_step``/``server_step``/``done``/``releases``)
     whose replica r reads the sample ids ``spans_of(state, round)[r]`` = [lo, hi) each round;
-    (the end state, the releases of every round run, summed over replicas)."""
+    (the end state, (P,) the releases of every round run per replica)."""
     shipped = replace(algorithm)                # without the driver's cached draw streams
-    rounds = released = 0
+    rounds, released = 0, 0
     while not np.all(algorithm.done(state)):
         spans = np.asarray(spans_of(state, rounds), dtype=np.int64)
         summed = None
@@ -83,7 +84,7 @@ def run_on_ranges(oracle, algorithm, state, spans_of) -> tuple[object, int]:
                 if summed is None:
                     summed = np.zeros((spans.shape[0],) + part.shape[1:])
                 summed[rows] += part
-        released += int(np.sum(algorithm.releases(state)))
+        released = released + np.asarray(algorithm.releases(state), dtype=np.int64)
         state = algorithm.server_step(state, summed)
         rounds += 1
     return state, released
@@ -148,8 +149,8 @@ class Boosting:
         tail = np.stack([np.full(p * parts, stage), np.tile(np.arange(parts), p)], axis=1)
         return np.concatenate([np.repeat(self.streams, parts, axis=0), tail], axis=1)
 
-    def candidates(self, oracle) -> tuple[np.ndarray, np.ndarray, int]:
-        """Stage 1: (x_i (P, I, dx), y_i (P, I, dy), the draws Alg. 3 released in all)."""
+    def candidates(self, oracle) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Stage 1: (x_i (P, I, dx), y_i (P, I, dy), (P,) the draws each replica's I runs released)."""
         p, runs = self.streams.shape[0], self.runs
         _, part, _ = self.sizes
         algorithm = BiasReducedSMD(step_size=np.full(p * runs, self.ssp_step_size), levels=self.ssp_levels,
@@ -172,7 +173,7 @@ class Boosting:
         state, released = run_on_ranges(oracle, algorithm, algorithm.init(np.zeros((p * runs, 1))), spans)
         packed = algorithm.output(state)["output"]
         return (packed[:, :self.rows].reshape(p, runs, self.rows),
-                packed[:, self.rows:].reshape(p, runs, self.columns), released)
+                packed[:, self.rows:].reshape(p, runs, self.columns), released.reshape(p, runs).sum(axis=1))
 
     def checked(self, oracle, x: np.ndarray, y: np.ndarray, keys: RoundKeys) -> tuple[np.ndarray, np.ndarray]:
         """Stage 2: (x_ij (P, I, J, dx) against y_i on S2, y_ij (P, I, J, dy) against x_i on S3)."""
@@ -216,7 +217,7 @@ class Boosting:
         rows = np.arange(p)
         output = np.concatenate([x[rows, chosen], y[rows, chosen]], axis=1)
         metrics = {"chosen_run": Metric(chosen.astype(np.float64), released=True),
-                   "alg3_draws": Metric(np.full(p, released / p), released=True),
+                   "alg3_draws": Metric(released.astype(np.float64), released=True),     # public levels only
                    "score_chosen": Metric(scores[rows, chosen], released=False),
                    "score_best": Metric(scores.min(axis=1), released=False)}
         return ProgramRun({"output": output}, np.ones((p, 1), dtype=np.int64), metrics)

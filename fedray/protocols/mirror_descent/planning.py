@@ -544,6 +544,7 @@ class Boosted:
             raise ConfigError("privacy.epsilon", eps, f"a budget every part meets (planned {over})")
         sampler = LeveledBatches(levels=params.levels, batch_factor=params.batch_factor, stop=params.stop)
         details = {"runs": runs, "checks": checks, "quarter": quarter, "alg3_part": ssp_part, "sco_part": sco_part,
+                   "vertex_constant": constant,
                    "alg3_stop": params.stop, "alg3_levels": params.levels, "alg3_step_size": params.step_size,
                    "alg3_draw_epsilon": per_draw, "sco_rounds": sco_rounds, "sco_round_epsilon": sco_epsilon,
                    **{f"epsilon_{part}": value for part, value in parts.items()},

@@ -53,11 +53,15 @@ class OutlierRemovalStep:
         """(P,) Delta_i = 4 K / 5 + Lap(8 / eps), once per phase."""
         return np.array([float(self.test.noisy_threshold(PASS_FRACTION * batch, rng)) for rng in generators])
 
-    def __call__(self, vectors: np.ndarray, pass_level: np.ndarray, generators: list) -> StepResult:
-        """``vectors`` (P, K, d) the sampled users' averaged gradients per replica."""
+    def __call__(self, vectors: np.ndarray, pass_level: np.ndarray, generators: list,
+                 halted: np.ndarray | None = None) -> StepResult:
+        """``vectors`` (P, K, d) the sampled users' averaged gradients per replica; ``halted`` (P,)
+        the replicas that halted earlier in the phase (they stay halted and release nothing)."""
         p, k, d = vectors.shape
         score = concentration_score(vectors, 2 * self.threshold)
-        halted = np.array([bool(self.test.halts(score[r], pass_level[r], rng)) for r, rng in enumerate(generators)])
+        earlier = np.zeros(p, dtype=bool) if halted is None else np.asarray(halted, dtype=bool)
+        halted = earlier | np.array([bool(self.test.halts(score[r], pass_level[r], rng))
+                                     for r, rng in enumerate(generators)])
         uniforms = np.stack([rng.random(k) for rng in generators])
         kept, mean = outlier_filter(vectors, 2 * self.threshold, uniforms, np.zeros((p, d)))
         noise = np.stack([rng.standard_normal(d) for rng in generators])

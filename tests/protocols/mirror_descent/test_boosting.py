@@ -61,7 +61,7 @@ def test_the_range_runner_reproduces_frank_wolfe_through_the_driver():
     state, released = run_on_ranges(InlineGroups(plan, 2), algorithm, algorithm.init(np.zeros((2, 1))),
                                      lambda *_: spans)
     np.testing.assert_allclose(state.theta, driven, rtol=0, atol=1e-12)
-    assert released == 2 * plan.num_rounds
+    assert released.tolist() == [plan.num_rounds] * 2          # one vertex per round and replica
 
 
 def test_the_selection_is_the_exponential_mechanism_for_the_score_sensitivity():
@@ -113,3 +113,17 @@ def test_alg4_runs_end_to_end_and_releases_one_of_its_candidates(ray_local):
     assert "score_chosen" in result.diagnostics and "chosen_run" not in result.diagnostics
     again = run(plan, inline=True, groups=InlineGroups(plan, 3))
     np.testing.assert_allclose(again.outputs["output"], result.outputs["output"], rtol=0, atol=1e-9)
+
+
+def test_the_alg3_draws_are_counted_per_replica_from_the_public_levels():
+    plan = make_plan(compose(*BOOSTED, "repetitions=3"))
+    program = plan.protocol.build(None)
+    _, _, released = program.candidates(InlineGroups(plan, 2))
+    assert released.shape == (3,) and len(set(released.tolist())) > 1      # each replica its own levels
+    for p, rep in enumerate(plan.replicas.repetitions):
+        expected = 0
+        for i in range(program.runs):
+            levels, _ = program.ssp_sampler.schedule(plan.seed, int(rep) * program.runs + i)
+            steps = min(levels.size, int(program.ssp_sampler.stop))
+            expected += int((2 * (2 ** (levels[:steps] + 1) + 1)).sum())
+        assert released[p] == expected

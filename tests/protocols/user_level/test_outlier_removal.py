@@ -58,3 +58,12 @@ def test_one_far_user_is_removed_and_barely_moves_the_release():
     np.testing.assert_allclose(result.gradient, others)                            # the other 99's mean
     assert np.abs(result.gradient - honest).max() < 0.2 / k * 2                    # moved by < 2 tau / K
     assert result.score == pytest.approx(np.full(50, (99 * 99 + 1) / k))
+
+
+def test_a_replica_that_halted_earlier_releases_nothing_more():
+    step = OutlierRemovalStep(epsilon=20.0, threshold=1.0, noise_std=0.1)
+    vectors = np.zeros((3, 50, 2))
+    generators = _generators(3)
+    result = step(vectors, step.pass_level(50, generators), generators, halted=np.array([False, True, False]))
+    assert result.halted.tolist() == [False, True, False]
+    assert np.isnan(result.gradient[1]).all() and not np.isnan(result.gradient[[0, 2]]).any()
