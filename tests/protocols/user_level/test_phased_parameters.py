@@ -84,3 +84,22 @@ def test_the_feasibility_report_says_profile_p_is_noise_at_the_golden_size():
     assert not any("infeasible" in note for note in notes)
     small = feasibility(Problem(users=10_000, items=10, dim=10, epsilon=1.0, delta=1e-6))
     assert any(note.startswith("Alg. 1 is infeasible") for note in small)
+
+
+def test_e1_script_writes_its_tables_with_the_readmes_slopes(tmp_path, monkeypatch):
+    import importlib.util
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("e1_complexity", REPO / "experiments/user_level_fast/e1_complexity/run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "HERE", tmp_path)
+    module.main()
+    import csv
+
+    slopes = list(csv.DictReader(open(tmp_path / "slopes.csv")))
+    last = {(r["case"], r["count"]): float(r["local_slope"]) for r in slopes}
+    assert last[("smooth", "alg3_order")] == pytest.approx(1.124, abs=5e-4)
+    assert last[("nonsmooth_in_n", "alg3_order")] == pytest.approx(1.376, abs=5e-4)
+    assert (tmp_path / "figure.png").exists()
