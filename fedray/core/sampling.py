@@ -328,15 +328,22 @@ class LeveledBatches:
             out.append(levels[round_index] if round_index < levels.size else -1)
         return np.array(out, dtype=np.int64)
 
+    def batch(self, seed: int, repetition: int, round_index: int, num_units: int) -> tuple[int, int] | None:
+        """[lo, hi): the units of round ``round_index`` of one repetition, None once it has stopped."""
+        levels, starts = self.schedule(seed, repetition)
+        if round_index >= levels.size:
+            return None
+        if starts[round_index + 1] > num_units:
+            raise ValueError(f"round {round_index}: the batch ends at unit {starts[round_index + 1]}, past the "
+                             f"{num_units} units (U = {self.stop} with alpha = {self.batch_factor})")
+        return int(starts[round_index]), int(starts[round_index + 1])
+
     def sample(self, seed: int, repetitions: np.ndarray, round_index: int, num_units: int) -> np.ndarray:
         def draw(rep: int) -> np.ndarray:
             mask = np.zeros(num_units, dtype=bool)
-            levels, starts = self.schedule(seed, rep)
-            if round_index < levels.size:
-                if starts[round_index + 1] > num_units:
-                    raise ValueError(f"round {round_index}: the batch ends at unit {starts[round_index + 1]}, past the "
-                                     f"{num_units} units (U = {self.stop} with alpha = {self.batch_factor})")
-                mask[starts[round_index]:starts[round_index + 1]] = True
+            units = self.batch(seed, rep, round_index, num_units)
+            if units is not None:
+                mask[units[0]:units[1]] = True
             return mask
 
         return np.stack([draw(int(rep)) for rep in np.asarray(repetitions).reshape(-1)])

@@ -32,6 +32,13 @@ def check_real(
         raise ConfigError(key, value, allowed)
 
 
+def check_held(sample_id: int, ids: np.ndarray) -> None:
+    """A neighbour replaces a sample these ids hold; any other id would silently change nothing."""
+    if int(sample_id) not in set(np.asarray(ids).tolist()):
+        raise ConfigError("sample_id", sample_id, "one of these samples' ids (a neighbour replaces a sample "
+                          "held here)")
+
+
 def check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(key, value, "one of " + ", ".join(repr(c) for c in choices))

@@ -27,7 +27,7 @@ from functools import cached_property
 
 import numpy as np
 
-from fedray.data._prep import check_int, check_real
+from fedray.data._prep import check_held, check_int, check_real
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
 from fedray.rng import CounterStream, Stream, generator
@@ -219,9 +219,7 @@ class TaskSamples:
         if a.shape != (self.spec.dim,) or b.shape != (self.spec.tasks,) or np.abs(a).max() > 1 or np.abs(b).max() > 1:
             raise ConfigError("record", (a.shape, b.shape), f"a ({self.spec.dim},) and b ({self.spec.tasks},) with "
                               "entries in [-1, 1]")
-        if int(sample_id) not in set(self.ids.tolist()):
-            raise ConfigError("sample_id", sample_id, "one of these samples' ids (a neighbour replaces a sample "
-                              "held here)")
+        check_held(sample_id, self.ids)
         return TaskSamples(self.spec, self.population, self.ids, {**self.replaced, int(sample_id): (a, b)})
 
     @cached_property

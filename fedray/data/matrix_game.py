@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedray.data._prep import check_int, check_real
+from fedray.data._prep import check_held, check_int, check_real
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
 from fedray.rng import CounterStream, Stream
@@ -216,9 +216,7 @@ class GameSamples:
         if payoff.shape != (self.game.rows, self.game.columns) or np.abs(payoff).max() > self.game.lipschitz:
             raise ConfigError("payoff", payoff.shape, f"a {self.game.rows} x {self.game.columns} matrix with entries "
                               f"in [-{self.game.lipschitz}, {self.game.lipschitz}]")
-        if int(sample_id) not in set(self.ids.tolist()):
-            raise ConfigError("sample_id", sample_id, "one of these samples' ids (a neighbour replaces a sample "
-                              "held here)")
+        check_held(sample_id, self.ids)
         return GameSamples(self.game, self.stream, self.ids, {**self.replaced, int(sample_id): payoff})
 
     def gradient_sums(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -162,12 +162,9 @@ class Boosting:
         def spans(state, round_index: int) -> np.ndarray:
             out = np.repeat(offsets[:, None], 2, axis=1)
             for v, rep in enumerate(algorithm.repetitions):
-                levels, starts = self.ssp_sampler.schedule(self.seed, int(rep))
-                if round_index < levels.size and state.level[v] >= 0:
-                    if starts[round_index + 1] > part:
-                        raise ValueError(f"Alg. 3's batch {round_index} ends at {starts[round_index + 1]}, past the "
-                                         f"part's {part} samples")
-                    out[v] = offsets[v] + starts[round_index:round_index + 2]
+                units = self.ssp_sampler.batch(self.seed, int(rep), round_index, part)
+                if units is not None and state.level[v] >= 0:
+                    out[v] = offsets[v] + np.array(units)
             return out
 
         state, released = run_on_ranges(oracle, algorithm, algorithm.init(np.zeros((p * runs, 1))), spans)
@@ -175,7 +172,7 @@ class Boosting:
         return (packed[:, :self.rows].reshape(p, runs, self.rows),
                 packed[:, self.rows:].reshape(p, runs, self.columns), released.reshape(p, runs).sum(axis=1))
 
-    def checked(self, oracle, x: np.ndarray, y: np.ndarray, keys: RoundKeys) -> tuple[np.ndarray, np.ndarray]:
+    def checked(self, oracle, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Stage 2: (x_ij (P, I, J, dx) against y_i on S2, y_ij (P, I, J, dy) against x_i on S3)."""
         p, runs, checks = x.shape[0], self.runs, self.checks
         quarter, _, part = self.sizes
@@ -209,7 +206,7 @@ class Boosting:
 
     def run(self, oracle, keys: RoundKeys) -> ProgramRun:
         x, y, released = self.candidates(oracle)
-        x_checks, y_checks = self.checked(oracle, x, y, keys)
+        x_checks, y_checks = self.checked(oracle, x, y)
         scores = self.scores(oracle, x, y, x_checks, y_checks)
         p = scores.shape[0]
         probabilities = selection_probabilities(scores, self.epsilon, self.sizes[0], self.value_bound)

@@ -184,6 +184,26 @@ def bias_reduced_parameters(n: int, epsilon: float, delta: float, ell: float, li
     return BiasReducedParameters(levels, moment, stop, step, alpha)
 
 
+def bias_reduced_draw_epsilon(constant: float, step_size, batch_factor: float, lipschitz: float):
+    """Alg. 3's per-draw epsilon c_v tau alpha L0 (Prop. 3.17; per replica for (P,) tau)."""
+    return constant * step_size * batch_factor * lipschitz
+
+
+def bias_reduced_most_draws(stop: float) -> int:
+    """Alg. 3's bound on a run's draws: sum_t 2 (2^(N_t + 1) + 1) <= 6 U (Prop. 3.17)."""
+    return int(6 * stop)
+
+
+def frank_wolfe_rounds(n: int, epsilon: float) -> int:
+    """DP Frank-Wolfe's T = floor((n eps)^(2/3)), at least 1."""
+    return max(1, int((n * epsilon) ** (2 / 3)))
+
+
+def frank_wolfe_round_epsilon(num_steps: int, epsilon: float, delta: float) -> float:
+    """eps0 = eps / (2 sqrt(2 T ln(1/delta))): T draws compose within eps by Cor. 3.6."""
+    return float(epsilon / (2 * np.sqrt(2 * num_steps * np.log(1 / delta))))
+
+
 def boosting_counts(failure_probability: float) -> tuple[int, int]:
     """Alg. 4's (I, J) = (ceil(log2(4 / beta)), ceil(log2(8 I / beta))) (Thm 3.20, rounded up)."""
     runs = math.ceil(math.log2(4 / failure_probability))

@@ -35,6 +35,8 @@ from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.mirror_descent.calibration import (
     REGIMES,
     VERTEX_CONSTANTS,
+    bias_reduced_draw_epsilon,
+    bias_reduced_most_draws,
     bias_reduced_parameters,
     boosting_counts,
     boosting_split,
@@ -43,6 +45,8 @@ from fedray.protocols.mirror_descent.calibration import (
     log_dimensions,
     draw_epsilon,
     draws_per_step,
+    frank_wolfe_round_epsilon,
+    frank_wolfe_rounds,
     gaussian_schedule,
     gaussian_sensitivity,
     private_step_size,
@@ -345,13 +349,13 @@ class BiasReduced:
                             _not_private(replicas), resolved=resolved, constants=constants)
         eps, delta = _budget(priv)
         constant = _vertex_constant(alg)
-        per_draw = constant * replicas.step_sizes * sampler.batch_factor * game.lipschitz            # (P,)
+        per_draw = bias_reduced_draw_epsilon(constant, replicas.step_sizes, sampler.batch_factor, game.lipschitz)
         limit = eps**2 / (48 * np.log(1 / delta) * per_draw**2)
         if np.any(sampler.stop > limit * (1 + 1e-12)):
             raise ConfigError("participation.stop", sampler.stop, f"at most {float(limit.min()):.6g} (Prop. 3.17's U "
                               f"for tau = {float(replicas.step_sizes.max()):.6g}, alpha = {sampler.batch_factor:g}, "
                               f"c_v = {constant:g})")
-        most = int(6 * sampler.stop)
+        most = bias_reduced_most_draws(sampler.stop)
         privacy = _central(
             _pure_draws(per_draw[:, None], delta, most_releases=most), eps, delta, replicas,
             details={"draw_epsilon_max": float(per_draw.max()), "vertex_constant": constant, "most_releases": most,
@@ -455,7 +459,7 @@ class FrankWolfeRecipe:
         if _mode(alg) == "manual" or priv.get("trust_model") == "none":
             return config
         eps, _ = _budget(priv)
-        return {**config, "num_rounds": max(1, int((shape.num_silos * eps) ** (2 / 3)))}
+        return {**config, "num_rounds": frank_wolfe_rounds(shape.num_silos, eps)}
 
     def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
@@ -467,7 +471,7 @@ class FrankWolfeRecipe:
             round_epsilon, privacy = float("inf"), _not_private(replicas)
         else:
             eps, delta = _budget(priv)
-            round_epsilon = eps / (2 * np.sqrt(2 * steps * np.log(1 / delta)))
+            round_epsilon = frank_wolfe_round_epsilon(steps, eps, delta)
             privacy = _central(
                 _pure_draws(round_epsilon, delta), eps, delta, replicas,
                 details={"round_epsilon": round_epsilon, "released": "one vertex per round (exponential mechanism "
@@ -533,10 +537,11 @@ class Boosted:
             raise ConfigError("data.spec.num_samples", n, f"more samples for {name} at beta = {beta:g} (I = {runs}, "
                               f"J = {checks}): Alg. 3 on n / (4 I) = {ssp_part} samples needs U >= 4, and each of "
                               f"the 2 I J stand-in runs at least one sample")
-        per_draw = constant * params.step_size * params.batch_factor * game.lipschitz
-        sco_rounds = max(1, int((sco_part * eps) ** (2 / 3)))
-        sco_epsilon = float(eps / (2 * np.sqrt(2 * sco_rounds * np.log(1 / delta))))
-        parts = {"alg3": float(PureDpComposition(per_draw, delta, route="advanced").epsilons(int(6 * params.stop))),
+        per_draw = bias_reduced_draw_epsilon(constant, params.step_size, params.batch_factor, game.lipschitz)
+        sco_rounds = frank_wolfe_rounds(sco_part, eps)
+        sco_epsilon = frank_wolfe_round_epsilon(sco_rounds, eps, delta)
+        parts = {"alg3": float(PureDpComposition(per_draw, delta, route="advanced").epsilons(
+                     bias_reduced_most_draws(params.stop))),
                  "frank_wolfe": float(PureDpComposition(sco_epsilon, delta, route="advanced").epsilons(sco_rounds)),
                  "selection": eps}
         over = {part: value for part, value in parts.items() if value > eps * (1 + 1e-9)}
