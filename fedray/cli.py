@@ -108,6 +108,9 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
         record_refused(cfg, err)             # in a sweep: a FAILED child run; the sweep goes on
         return None
 
+    for note in plan.protocol.resolved.get("notes", ()):      # what the resolved parameters mean at this size
+        console.print(f"[bold yellow]note:[/] {note}", soft_wrap=True)
+
     def open_tracker():
         tracker = tracker_from_config(plan.tracking, run_name=run_name(plan),
                                       parent_run_id=parent_run_id())  # set by fedray.sweep.ParentRun

@@ -192,8 +192,9 @@ def make_plan(cfg: DictConfig) -> Plan:
     shape = dataset.describe()
     loss = _loss(config["data"])
     sampler = _instantiate("participation", config["participation"])
-    sampler.validate(shape.num_silos)
     algorithm_class = _algorithm_class(config["algorithm"].get("_target_"))
+    if not getattr(algorithm_class.recipe, "sets_participation", False):   # else resolve writes it (then checked)
+        sampler.validate(shape.num_silos)
     known_keys("", config, TOP_LEVEL_KEYS + algorithm_class.recipe.config_keys)
     if loss is None and getattr(algorithm_class.recipe, "needs_loss", True):
         raise ConfigError("data.loss", None, f"a loss for {config['algorithm'].get('name')} (data={config['data'].get('name')} "

@@ -46,21 +46,26 @@ LEVELED = [*GAME[:3], "participation=leveled", "participation.levels=2", "partic
            "participation.stop=3000", *GAME[4:]]
 # Alg. 4 is a driver-side program over a game, private only (its sub-runs' parameters are set by eps).
 BOOSTED = [*GAME[:3], "participation=all", "num_rounds=1", "progress=false"]
+# Seed 002's Alg. 3: 1,000 users of 8 records, phases of fresh users (the algorithm sets them).
+PHASED_USERS = ["data=synthetic", "data.spec.num_silos=1000", "data.spec.samples_per_silo=8", "data.spec.dim=4",
+                "data.spec.test_samples_per_silo=1", "+data.spec.noise=2.0", "participation=phased", "progress=false"]
 PRIVATE_ONLY = {"boosted_smd": ["privacy=central_sampling", "privacy.epsilon=10", "privacy.delta=1e-6"]}
 DATA = {"p_sgd": USERS, "p_agd": USERS, "p_gd": ALL_USERS, "output_perturbation": PROGRAM, "sc_output_pert": PROGRAM,
         "smd": GAME, "gaussian_smd": GAME, "bias_reduced_smd": LEVELED, "online_to_batch_smd": SCO,
-        "frank_wolfe": [*SCO[:5], "participation=all", *SCO[6:]], "boosted_smd": BOOSTED}
+        "frank_wolfe": [*SCO[:5], "participation=all", *SCO[6:]], "boosted_smd": BOOSTED,
+        "accelerated_phased_erm": PHASED_USERS}
 PROGRAMS = {"output_perturbation", "sc_output_pert", "boosted_smd"}
 MISSPELT = {"output_perturbation": ("regularisation", "regularization"), "frank_wolfe": ("paramters", "parameters"),
             "boosted_smd": ("failure_probabilty", "failure_probability"),
-            "sc_output_pert": ("strong_convexty", "strong_convexity")}
+            "sc_output_pert": ("strong_convexty", "strong_convexity"), "accelerated_phased_erm": ("kapa", "kappa")}
 # A round in which some units sit out (for the layout test), where the protocol has such rounds.
 # Games: four manual steps inside the first group (a block per group layout; straddling steps are
 # tested with the protocol, tests/protocols/mirror_descent).
 FEW_GAME_STEPS = ["algorithm.parameters=manual", "num_rounds=4", "participation.batch_size=100", "algorithm.step_size=0.1"]
 PARTIAL = {"p_sgd": [], "p_agd": [], "p_gd": [], "output_perturbation": [], "sc_output_pert": [],
            "smd": FEW_GAME_STEPS, "gaussian_smd": FEW_GAME_STEPS, "bias_reduced_smd": [],
-           "online_to_batch_smd": FEW_GAME_STEPS, "frank_wolfe": ["num_rounds=4"], "boosted_smd": []}
+           "online_to_batch_smd": FEW_GAME_STEPS, "frank_wolfe": ["num_rounds=4"], "boosted_smd": [],
+           "accelerated_phased_erm": []}
 # Privacy off, settings under which each protocol converges on DATA (K records per silo per round).
 FULL_BATCH = ["algorithm.batch_size=240", "algorithm.step_size=4.0", "num_rounds=150"]
 LOCAL = ["algorithm.batch_size=20", "algorithm.step_size=0.2", "num_rounds=150"]
@@ -88,6 +93,8 @@ NON_PRIVATE = {
                             "algorithm.draws=20", "algorithm.refresh=5", "algorithm.step_size=0.3"],
     "frank_wolfe": ["num_rounds=300"],          # exact Frank-Wolfe on the empirical risk
     "boosted_smd": ["algorithm.failure_probability=0.5"],     # I = 3, J = 6 (PRIVATE_ONLY: eps = 10)
+    # the phases run sum T_i rounds (num_rounds is set); logistic loss, ||x|| <= ~5: beta = 6
+    "accelerated_phased_erm": ["algorithm.smoothness=6.0", "algorithm.radius=10.0", "algorithm.lipschitz=5.0"],
 }
 # Games: the largest duality gap of the released output accepted after one pass over 20,000
 # samples (measured 0.004 .. 0.02 over seeds 0-3; a wrong sign leaves ~1, spec §7 test 13).

@@ -82,7 +82,8 @@ class Messages:
 class Aggregated(NamedTuple):
     state: Any
     charge: np.ndarray             # (P, N) bool or int: releases per (replica, unit) this round
-    metrics: dict                  # name -> (P,) values, all released (they derive from messages)
+    metrics: dict                  # name -> (P,) values (released: they derive from messages), or a
+                                   # ``fedray.core.evaluation.Metric`` tagged released or diagnostic
 
 
 @runtime_checkable
@@ -319,6 +320,33 @@ class CuratorSteps(SequentialSteps):
         units = self.step_units(spec.round + spec.steps - 1)[1] - self.step_units(spec.round)[0]
         charge = np.asarray(self.algorithm.releases(spec.round, spec.steps), dtype=np.int64).reshape(p, 1)
         return Aggregated(state, charge, {"participants": np.full(p, float(units))})
+
+
+@dataclass(frozen=True)
+class CuratorSampledRounds(SampledRounds):
+    """Sampled rounds at a trusted curator that tests, filters and noises the units' messages
+    itself, prices its own releases and may halt per replica (seed 002's Alg. 3: each sampled
+    user's gradient reaches the server, which runs a sparse-vector test, an outlier filter and
+    the Gaussian mechanism; a phase of fresh users is one mechanism over all of them).
+
+    As ``SampledRounds`` (the sampler picks the units, each sends its own message, routed
+    directly), except that the server half owns its privacy: ``algorithm.server_step(state,
+    values, mask)`` makes the curator's draws from streams keyed by (replica, round) that the
+    algorithm carries; a round charges ``algorithm.charge(state, participation)`` ((P, N), from
+    the state the round started from: e.g. every user of a phase once, at its first round, for
+    each replica still running) rather than the participation; ``algorithm.metrics(state)`` adds
+    (P,) metrics (``fedray.core.evaluation.Metric``, tagged released or diagnostic); and a
+    replica ends at ``algorithm.done(state)`` (a failed test halts it).
+    """
+
+    def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
+        charge = self.algorithm.charge(state, spec.participation)
+        state = self.algorithm.server_step(state, messages.values, messages.mask)
+        metrics = {"participants": spec.participation.sum(axis=1).astype(np.float64), **self.algorithm.metrics(state)}
+        return Aggregated(state, charge, metrics)
+
+    def done(self, state: Any) -> np.ndarray:
+        return self.algorithm.done(state)
 
 
 @dataclass(frozen=True)

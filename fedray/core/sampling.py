@@ -31,6 +31,14 @@ def _integer(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
+def _list_or_empty(value) -> list:
+    """A config list (a ListConfig when Hydra built the sampler) as a list; anything else as []."""
+    try:
+        return list(value)
+    except TypeError:
+        return []
+
+
 def _per_repetition(seed: int, repetitions: np.ndarray, round_index: int, draw) -> np.ndarray:
     reps, inverse = np.unique(np.asarray(repetitions), return_inverse=True)
     masks = np.stack([draw(generator(seed, Stream.PARTICIPATION, rep, round_index)) for rep in reps])
@@ -245,7 +253,11 @@ class PhasedSubsets:
     batch_sizes: tuple
 
     def validate(self, num_units: int) -> None:
-        units, steps, sizes = list(self.phase_units), list(self.steps), list(self.batch_sizes)
+        if self.phase_units is None and self.steps is None and self.batch_sizes is None:
+            raise ConfigError("participation.phase_units", None, "three lists of phase sizes, rounds and units per "
+                              "round (participation=phased is set by accelerated_phased_erm)")
+        units, steps, sizes = _list_or_empty(self.phase_units), _list_or_empty(self.steps), \
+            _list_or_empty(self.batch_sizes)
         given = {"phase_units": units, "steps": steps, "batch_sizes": sizes}
         if not units or not len(units) == len(steps) == len(sizes) or \
                 not all(_integer(v) and v >= 1 for v in units + steps + sizes):

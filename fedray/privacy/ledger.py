@@ -271,6 +271,31 @@ class PopulationAccountant(ComposedAccountant):
         return f"at most {fits} releases ({fits // self.releases_per_round} rounds) would fit"
 
 
+@dataclass(frozen=True)
+class PhaseAccountant(ComposedAccountant):
+    """Phases of fresh units, each phase ONE release over all of its units, priced by ``rule``
+    (seed 002's Alg. 3: by the paper's argument a phase is (eps, delta)-DP for every one of its
+    users, sampled in some step or not; phases read disjoint users). The protocol charges each
+    unit of a phase once, at the phase's first round, for each replica still running; a plan of
+    R rounds charges once every unit of the phases that start before round R (halting can only
+    charge less). ``phase_units[j]`` units after those of earlier phases run ``phase_steps[j]`` rounds."""
+
+    phase_units: tuple = ()
+    phase_steps: tuple = ()
+
+    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
+        planned = np.zeros_like(counts)
+        first_unit = first_round = 0
+        for units, steps in zip(self.phase_units, self.phase_steps):
+            if first_round < num_rounds:
+                planned[:, first_unit:first_unit + int(units)] = 1
+            first_unit, first_round = first_unit + int(units), first_round + int(steps)
+        return planned
+
+    def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
+        return "each phase is one release at the run's (eps, delta)"
+
+
 def check_budget(ledger: Ledger, counts: np.ndarray, target: np.ndarray,
                  target_delta: np.ndarray | None = None) -> np.ndarray:
     """(P, N) planned epsilons for ``counts``; raises ``BudgetError`` if any exceeds its target, or

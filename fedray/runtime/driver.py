@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from fedray.core.evaluation import split
+from fedray.core.evaluation import Metric, split
 from fedray.core.oracle import sum_partials
 from fedray.core.program import CentralProgram
 from fedray.core.protocol import Messages, RoundKeys, Routing
@@ -375,6 +375,8 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
         nonlocal first_round_at
         last = spec.round + spec.steps - 1      # the last step this round ran (= r for one-step rounds)
         state, charge, metrics = protocol.aggregate(state, spec, messages, keys)
+        metrics, diagnostics = split({k: v if isinstance(v, Metric) else Metric(v, True) for k, v in metrics.items()})
+        result.diagnostics |= diagnostics
         if evaluate:
             values, diagnostics = split(protocol.combine(evaluation))
             metrics = {**values, **metrics}

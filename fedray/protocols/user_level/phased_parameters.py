@@ -78,7 +78,7 @@ def phased_sgd_schedule(problem: Problem, kappa: float = 1.0) -> PhasedSgdSchedu
     """Alg. 1's parameters under profile P (kappa = 1) or X (module docstring)."""
     n, m, d, eps, delta = problem.users, problem.items, problem.dim, problem.epsilon, problem.delta
     L, R = problem.lipschitz, problem.diameter
-    groups = kappa * 100 * math.log(20 * n * m * math.exp(eps) / delta) / eps
+    groups = kappa * 100 * (math.log(20 * n * m / delta) + eps) / eps
     exponent = math.log(m) / math.log(n) + 1.5
     step = R / (L * math.sqrt(d * m * n * eps))
     users = problem.phase_users()
@@ -129,12 +129,13 @@ def accelerated_schedule(problem: Problem, c_tau: float = 1.0, c_steps: float = 
     users = problem.phase_users()
     lams = lam * 2 ** (exponent * np.arange(1, problem.phases + 1))
     steps = c_steps * (1 + np.sqrt(beta / lams)) * log_ndm
-    log_users = np.log(users**2 * m**2 * math.exp(eps) / delta)
+    log_users = np.log(users**2 * m**2 / delta) + eps
     printed = kappa * 500 * log_users * (1 / eps + users * eps / np.sqrt(steps * math.log(1 / delta)))
-    noise = kappa * 1000 * tau * np.sqrt(steps) * math.log(n * d * math.exp(eps) / delta) / (eps * users)
-    condition = (n ** (1 - q), 100 * math.log(20 * n * m * d * math.exp(eps) / delta) / (eps * (1 - 2 ** -q)))
+    # eps = inf (no privacy): no noise, K_i = n_i
+    noise = kappa * 1000 * tau * np.sqrt(steps) * (math.log(n * d / delta) / eps + 1) / users
+    condition = (n ** (1 - q), 100 * (math.log(20 * n * m * d / delta) + eps) / (eps * (1 - 2 ** -q)))
     capped = np.minimum(printed, users)
-    cap_ok = np.where(printed > users, users >= kappa * 500 * log_users / eps, True)
+    cap_ok = np.where(printed > users, users >= kappa * 500 * (np.log(users**2 * m**2 / delta) / eps + 1), True)
     return AcceleratedSchedule(lam, exponent, tau, users, lams, steps, printed, capped, noise, condition, cap_ok, m)
 
 
@@ -156,17 +157,28 @@ def order_gradients(problem: Problem, regularization: float | None = None) -> fl
     return float((steps * batch).sum() * problem.items)
 
 
-def feasibility(problem: Problem, kappa: float = 1.0) -> list[str]:
-    """What the profile's numbers mean at this size, in words (spec §4.1): a run's output states
-    them rather than silently running noise."""
-    sgd, acc = phased_sgd_schedule(problem, kappa), accelerated_schedule(problem, kappa=kappa)
-    diameter, root_d = problem.diameter, math.sqrt(problem.dim)
+def feasibility(problem: Problem, kappa: float = 1.0, algorithms: tuple = (1, 3)) -> list[str]:
+    """What the profile's numbers mean at this size for Alg. 1 and / or Alg. 3, in words (spec
+    §4.1): a run's output states them rather than silently running noise."""
+    notes = (_phased_sgd_notes(problem, kappa) if 1 in algorithms else []) + \
+        (accelerated_notes(accelerated_schedule(problem, kappa=kappa), problem.dim) if 3 in algorithms else [])
+    return notes
+
+
+def _phased_sgd_notes(problem: Problem, kappa: float) -> list[str]:
+    sgd, diameter, root_d = phased_sgd_schedule(problem, kappa), problem.diameter, math.sqrt(problem.dim)
     notes = [f"Alg. 1: {len(sgd.phase_users)} phases of C = {sgd.groups:.4g} groups; the first phase's output "
              f"noise has norm ~ {sgd.noise_std[0] * root_d / diameter:.3g} R"
              + (" (pure noise)" if sgd.noise_std[0] * root_d > diameter else "")]
     if not sgd.feasible:
         notes.append(f"Alg. 1 is infeasible: the last phase has {sgd.group_users[-1]:.3g} users per group "
                      f"(needs >= 1), or n^(1-q) = {sgd.users_condition[0]:.4g} < {sgd.users_condition[1]:.4g}")
+    return notes
+
+
+def accelerated_notes(acc: AcceleratedSchedule, dim: int) -> list[str]:
+    """``feasibility``'s notes on one Alg. 3 schedule."""
+    root_d, notes = math.sqrt(dim), []
     capped = int((acc.batch_printed > acc.phase_users).sum())
     notes.append(f"Alg. 3: K_i > n_i in {capped} of {len(acc.phase_users)} phases (capped at n_i: every user every "
                  f"step); the first phase's gradient noise has norm ~ {acc.noise_std[0] * root_d:.3g} (tau = "
@@ -177,3 +189,68 @@ def feasibility(problem: Problem, kappa: float = 1.0) -> list[str]:
     if acc.users_condition[0] <= acc.users_condition[1]:
         notes.append(f"Alg. 3 needs n^(1-q) = {acc.users_condition[0]:.4g} > {acc.users_condition[1]:.4g} users")
     return notes
+
+
+@dataclass(frozen=True)
+class PhaseLayout:
+    """Alg. 3's schedule as it runs (spec §5 item 1): n_i = floor, T_i = ceil, K_i = min(ceil(K_i), n_i)."""
+
+    users: tuple               # n_i
+    steps: tuple               # T_i
+    batch: tuple               # K_i
+
+    @property
+    def gradients_per_item(self) -> int:
+        """sum_i T_i K_i: times m, the gradient evaluations of a run that does not halt."""
+        return int(sum(t * k for t, k in zip(self.steps, self.batch)))
+
+
+def phase_layout(schedule: AcceleratedSchedule) -> PhaseLayout:
+    users = np.floor(schedule.phase_users).astype(np.int64)
+    steps = np.ceil(schedule.steps).astype(np.int64)
+    batch = np.minimum(np.ceil(schedule.batch_printed), users).astype(np.int64)
+    return PhaseLayout(tuple(map(int, users)), tuple(map(int, steps)), tuple(map(int, batch)))
+
+
+def stage_lengths(steps: int, smoothness: float, strong_convexity: float, variance: float,
+                  initial_gap: float) -> tuple[int, ...]:
+    """GL13's multi-stage AC-SA within a phase's ``steps`` oracle calls (spec §2.2): stage k runs
+    N_k = ceil(max(4 sqrt(2 Ls / mu), 128 V^2 / (3 mu V_0 2^-(k+1)))) steps, the last one truncated,
+    with Ls = ``smoothness``, mu = ``strong_convexity``, V^2 = ``variance`` (d sigma_i^2 +
+    L^2 ln(ndm) / (K_i m)) and V_0 = ``initial_gap`` (L R). Public inputs only."""
+    floor = 4 * math.sqrt(2 * smoothness / strong_convexity)
+    lengths, left, k = [], int(steps), 1
+    while left > 0:
+        wanted = max(floor, 128 * variance / (3 * strong_convexity * initial_gap * 2.0 ** -(k + 1)))
+        length = min(left, int(math.ceil(wanted)) if math.isfinite(wanted) else left)
+        lengths.append(length)
+        left, k = left - length, k + 1
+    return tuple(lengths)
+
+
+def good_event_failure(batch: int, steps: int, epsilon: float) -> float:
+    """An upper bound on P(E_i^c), E_i: the pass level's and every step's Laplace noise within
+    K_i / 20 (spec §6 T6(b)): exp(-K_i eps / 160) + T_i exp(-K_i eps / 320). The proof needs
+    it <= delta / (10 e^eps)."""
+    return math.exp(-batch * epsilon / 160) + steps * math.exp(-batch * epsilon / 320)
+
+
+def privacy_conditions(problem: Problem, schedule: AcceleratedSchedule, layout: PhaseLayout) -> list[str]:
+    """The conditions of Thm 3.1 / C.1 (and its proof's good event) that fail at this size, in
+    words; empty when the (eps, delta) claim holds as the paper proves it."""
+    eps, delta = problem.epsilon, problem.delta
+    failed = []
+    if eps > 10:
+        failed.append(f"eps = {eps:g} > 10")
+    have, need = schedule.users_condition
+    if have <= need:
+        failed.append(f"n^(1-q) = {have:.4g} <= 100 ln(20 n m d e^eps / delta) / (eps (1 - 2^-q)) = {need:.4g}")
+    if not np.all(schedule.cap_condition):
+        failed.append(f"K_i capped at n_i < 500 ln(n_i^2 m^2 e^eps / delta) / eps in "
+                      f"{int((~schedule.cap_condition).sum())} of {len(layout.users)} phases")
+    bound = delta / (10 * math.exp(min(eps, 700.0)))
+    bad = [i + 1 for i, (k, t) in enumerate(zip(layout.batch, layout.steps)) if good_event_failure(k, t, eps) > bound]
+    if bad:
+        failed.append(f"P(the Laplace noises exceed K_i / 20) > delta / (10 e^eps) in phases {bad[:5]}"
+                      + (" ..." if len(bad) > 5 else ""))
+    return failed

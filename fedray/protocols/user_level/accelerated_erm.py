@@ -1,0 +1,154 @@
+"""Seed 002's Alg. 3: user-level DP accelerated phased ERM with outlier-gradient removal (each phase
+is Alg. 2, accelerated minibatch SGD on a regularised ERM), at a trusted server.
+
+Trust model: central user-level DP (the server sees each sampled user's averaged gradient).
+Unit: a user (m items); relation: replace one user's items.
+
+Phase i = 1..l reads n_i fresh users (``fedray.core.sampling.PhasedSubsets``) and runs T_i steps
+of AC-SA (``fedray.acsa``, GL13's restarts within the phase, ``phased_parameters.stage_lengths``)
+on F_i(x) = (mean user loss) + lambda_i / 2 ||x - x_{i-1}||^2, started at x_{i-1}. Step t: K_i of
+the phase's users, drawn without replacement, each send q(Z), their mean gradient at the query
+point x_md (m gradient evaluations each); the server runs ``OutlierRemovalStep`` (AboveThreshold
+on the concentration score at 2 tau against the phase's pass level, drawn once per phase; the
+outlier filter; N(0, sigma_i^2 I)) and one AC-SA step with G = ghat + lambda_i (x_md - x_{i-1}).
+x_i is the phase's x_ag; the output is x_l. A failed test halts the replica: its output is the
+public point 0 (spec §5 item 7) and it releases nothing more.
+
+Privacy (Thm 3.1 / C.1, spec §2.3): given x_{i-1}, a phase is (eps, delta)-DP for each of its
+users: AboveThreshold over its T_i scores is eps/2-DP (sensitivity < 2); on the good event a pass
+means the scores are concentrated, the filtered mean moves by O(tau log(1/zeta) / K_i) when one
+user is replaced (Lemma C.2), and sigma_i with subsampling at K_i / n_i and advanced composition
+over T_i steps makes the noisy gradients eps/2-DP. Phases read disjoint users, so the run is
+(eps, delta)-DP by parallel composition: the ledger charges every user of a phase once, at the
+phase's first round, per replica still running (``fedray.privacy.ledger.PhaseAccountant``). The
+argument is the paper's (with hidden constants): the plan names the conditions that fail at the
+run's size. Released: the noisy gradients, the test outcomes (the halting round), the iterates,
+the output, and the gradient count (a function of the halting round). Diagnostic: how many users
+the filter kept. Every server draw comes from the replica's own stream keyed by the round.
+
+Without privacy (``private=False``) a step averages the K_i gradients: no test, filter or noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+
+from fedray.acsa import AcceleratedState, AcSa, Phases
+from fedray.core.evaluation import Metric
+from fedray.core.sampling import phase_of
+from fedray.data.federation import SiloArrays
+from fedray.losses import clipped_weighted_gradients
+from fedray.protocols.user_level.outlier_removal import OutlierRemovalStep
+from fedray.protocols.user_level.phased_planning import AcceleratedErm
+from fedray.rng import Stream, generator
+
+
+class PhasedErmState(NamedTuple):
+    round: int
+    solver: AcceleratedState     # the current phase's AC-SA iterates, (P, d, C)
+    pass_level: np.ndarray       # (P,) Delta_i of the current phase
+    halted: np.ndarray           # (P,) bool
+    gradients: np.ndarray        # (P,) gradient evaluations so far
+    kept: np.ndarray             # (P,) users the filter kept at the last step (diagnostic)
+
+
+@dataclass(frozen=True)
+class AcceleratedPhasedERM:
+    """The two halves of Alg. 3 (module docstring); per-phase tuples are (l,)."""
+
+    loss: object
+    solvers: tuple               # AcSa per phase: lambda_i, 1 / (beta + lambda_i), its stages, X
+    steps: tuple                 # T_i
+    batch: tuple                 # K_i
+    phase_starts: tuple          # the first round of each phase
+    first_users: tuple           # the first user id of each phase
+    users: tuple                 # n_i
+    items: int                   # m
+    threshold: float             # tau
+    noise_std: tuple             # sigma_i
+    epsilon: float               # the run's eps (each phase's); unused without privacy
+    private: bool
+    seed: int
+    streams: np.ndarray          # (P, k) key the server's draws
+
+    recipe: ClassVar[AcceleratedErm] = AcceleratedErm()
+
+    @property
+    def num_rounds(self) -> int:
+        return int(sum(self.steps))
+
+    def _phase(self, round_index: int) -> int:
+        return min(phase_of(self.steps, round_index), len(self.steps) - 1)
+
+    def init(self, params0: np.ndarray) -> PhasedErmState:
+        p = params0.shape[0]
+        return PhasedErmState(0, self.solvers[0].init(params0), np.zeros(p), np.zeros(p, dtype=bool),
+                              np.zeros(p, dtype=np.int64), np.zeros(p, dtype=np.int64))
+
+    def broadcast(self, state: PhasedErmState) -> np.ndarray:
+        return self.solvers[self._phase(state.round)].broadcast(state.solver)
+
+    def silo_step(self, query: np.ndarray, users: SiloArrays, draws) -> np.ndarray:
+        """(P, U, d, C): each user's mean gradient over its m items at the query point (no clip:
+        the filter, not a clip, bounds a user's influence)."""
+        weights = (np.arange(users.x.shape[1])[None, :] < users.sizes[:, None]) / users.sizes[:, None]
+        return clipped_weighted_gradients(self.loss, query, users.x, users.y, weights[None], np.inf, users.x_norms)
+
+    def charge(self, state: PhasedErmState, participation: np.ndarray) -> np.ndarray:
+        """(P, N): at a phase's first round, each of its users once per replica still running."""
+        charge = np.zeros(participation.shape, dtype=np.int64)
+        phase = self._phase(state.round)
+        if state.round == self.phase_starts[phase]:
+            lo = self.first_users[phase]
+            charge[~state.halted, lo:lo + self.users[phase]] = 1
+        return charge
+
+    def server_step(self, state: PhasedErmState, values: np.ndarray, mask: np.ndarray) -> PhasedErmState:
+        t, p = state.round, values.shape[0]
+        phase = self._phase(t)
+        k = self.batch[phase]
+        vectors = values[mask].reshape(p, k, -1)            # each replica's K_i users, in id order
+        running = ~state.halted
+        if self.private:
+            step = OutlierRemovalStep(self.epsilon, self.threshold, self.noise_std[phase])
+            generators = [generator(self.seed, Stream.SERVER, *row, t) for row in self.streams]
+            pass_level = step.pass_level(k, generators) if t == self.phase_starts[phase] else state.pass_level
+            result = step(vectors, pass_level, generators, state.halted)
+            halted, gradient, kept = result.halted, result.gradient, result.kept
+        else:
+            pass_level, halted, gradient, kept = state.pass_level, state.halted, vectors.mean(axis=1), np.full(p, k)
+        solver = self.solvers[phase]
+        shape = state.solver.params.shape
+        advanced = solver.step(state.solver, np.where(halted[:, None], 0.0, gradient).reshape(shape),
+                               (~halted).astype(np.int64))
+        if t + 1 == self.phase_starts[phase] + self.steps[phase] and phase + 1 < len(self.steps):
+            advanced = self.solvers[phase + 1].init(advanced.params)       # x_i: the next phase's start and anchor
+        return PhasedErmState(t + 1, advanced, pass_level, halted,
+                              state.gradients + np.where(running, k * self.items, 0), kept)
+
+    def metrics(self, state: PhasedErmState) -> dict:
+        phase = self._phase(max(state.round - 1, 0))
+        return {"halted": Metric(state.halted.astype(np.float64), True),
+                "gradient_evaluations": Metric(state.gradients.astype(np.float64), True),
+                "kept_fraction": Metric(state.kept / self.batch[phase], False)}
+
+    def done(self, state: PhasedErmState) -> np.ndarray:
+        return state.halted | (state.round >= self.num_rounds)
+
+    def output(self, state: PhasedErmState) -> dict[str, np.ndarray]:
+        """x_l (the current phase's x_ag while running), the public 0 where a replica halted."""
+        return {"last": np.where(state.halted[:, None, None], 0.0, state.solver.params)}
+
+
+def phase_solvers(regularizations, smoothness: float, radius: float | None, stages: list, replicas: int) -> tuple:
+    """One AC-SA per phase: mu = lambda_i (the regulariser's), step 1 / (beta + lambda_i), restarted
+    after each of the phase's ``stages`` lengths (GL13)."""
+    out = []
+    for lam, lengths in zip(regularizations, stages):
+        step = 1.0 / (smoothness + float(lam))
+        out.append(AcSa(np.full(replicas, step), 0.0, float(lam), radius,
+                        stages=Phases((step,) * len(lengths), tuple(lengths))))
+    return tuple(out)

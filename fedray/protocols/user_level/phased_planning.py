@@ -1,0 +1,204 @@
+"""Planning seed 002's Alg. 3 (the ``ProtocolRecipe`` contract of ``fedray.core.planning``).
+
+``resolve`` turns the public inputs (n users of m items, d, eps, delta, L, R = 2 ``radius``,
+beta, q and the profile) into the phases (``phased_parameters``: Thm C.3's formulas, rounded as
+spec §5 item 1) and writes them into the config: ``participation=phased`` gets its phase sizes,
+steps and users per step, and ``num_rounds`` becomes sum T_i. ``plan`` checks the rest before any
+actor starts (central user-level DP or none, one privacy.epsilon, ``privacy.calibration=paper``,
+every user the same m items, every phase at least one user), builds one AC-SA per phase and a
+ledger that charges each user of a phase once (``PhaseAccountant``: parallel composition over
+disjoint phases of (eps, delta) each).
+
+Without privacy the schedule is the eps -> inf limit of the private one (lambda = (L / R) / sqrt(n m),
+every user of a phase in every step, no test, filter or noise): the non-private reference.
+
+Profiles (spec §4.1): ``paper`` is the printed constants with K_i capped at n_i; ``exploratory``
+multiplies the constants 500 and 1000 by ``kappa``, so its eps is nominal and the privacy
+statement says so. Where Thm 3.1's conditions fail at the run's size (they do at any laptop
+scale under ``paper``) the statement names each failed condition: the run is not covered by the
+theorem, and its output is what the printed noise gives (the feasibility notes say how large).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedray.checks import known_keys, number_in, positive
+from fedray.core.planning import PlanContext
+from fedray.core.protocol import CuratorSampledRounds, Routing
+from fedray.data.federation import SiloArrays
+from fedray.errors import ConfigError
+from fedray.evaluation import LinearModelEvaluation
+from fedray.privacy.composition import ApproxDpComposition
+from fedray.privacy.ledger import Ledger, PhaseAccountant
+from fedray.privacy.statement import PrivacyPlan
+from fedray.protocols.user_level.phased_parameters import (
+    Problem, accelerated_notes, accelerated_schedule, phase_layout, privacy_conditions, stage_lengths,
+)
+
+USER = "user (all records of one silo)"
+FIELDS = ("_target_", "name", "profile", "kappa", "threshold_constant", "steps_constant", "decay", "lipschitz",
+          "smoothness", "radius", "stages")
+PROFILES = ("paper", "exploratory")
+STAGES = ("multi", "single")
+PHASED = "fedray.core.sampling.PhasedSubsets"
+
+
+def _inputs(config: dict, shape, loss) -> tuple[Problem, dict]:
+    """The public problem and the profile's constants, every value checked."""
+    alg, priv = config["algorithm"], config["privacy"]
+    name = alg.get("name")
+    known_keys("algorithm", alg, FIELDS)
+    profile = alg.get("profile", "paper")
+    if profile not in PROFILES:
+        raise ConfigError("algorithm.profile", profile, f"one of {PROFILES}")
+    kappa = positive("algorithm.kappa", alg.get("kappa", 1.0))
+    if profile == "paper" and kappa != 1.0:
+        raise ConfigError("algorithm.kappa", kappa, "1 with algorithm.profile=paper (exploratory scales the constants)")
+    if priv["trust_model"] != "none" and priv.get("epsilon_grid") is not None:
+        raise ConfigError("privacy.epsilon_grid", priv["epsilon_grid"], f"null for {name}: every phase's lambda_i, "
+                          "T_i and K_i depend on eps (one privacy.epsilon per run)")
+    items = set(shape.n_train)
+    if len(items) != 1:
+        raise ConfigError("data", f"{min(items)}..{max(items)} items per user", f"the same m for every user ({name})")
+    if priv["trust_model"] == "none":
+        eps, delta = math.inf, 0.5      # the eps -> inf limit: lambda = (L / R) / sqrt(n m), K_i = n_i (delta unused)
+    else:
+        eps = positive("privacy.epsilon", priv.get("epsilon"))
+        delta = number_in("privacy.delta", priv.get("delta"), 0.0, 1.0, "a number in (0, 1)")
+    problem = Problem(shape.num_silos, items.pop(), shape.dim * loss.num_outputs, eps, delta,
+                      positive("algorithm.lipschitz", alg.get("lipschitz")),
+                      2.0 * positive("algorithm.radius", alg.get("radius")),
+                      positive("algorithm.smoothness", alg.get("smoothness")),
+                      number_in("algorithm.decay", alg.get("decay", 0.1), 0.0, 1.0, "q in (0, 1)"))
+    if problem.users < 2:
+        raise ConfigError("data.spec.num_silos", problem.users, f"at least 2 users for {name} (floor(log2 n) phases)")
+    constants = {"profile": profile, "kappa": kappa,
+                 "c_tau": positive("algorithm.threshold_constant", alg.get("threshold_constant", 1.0)),
+                 "c_T": positive("algorithm.steps_constant", alg.get("steps_constant", 1.0))}
+    return problem, constants
+
+
+def _schedule(problem: Problem, constants: dict):
+    schedule = accelerated_schedule(problem, constants["c_tau"], constants["c_T"], constants["kappa"])
+    layout = phase_layout(schedule)
+    empty = [i + 1 for i, users in enumerate(layout.users) if users < 1]
+    if empty:
+        raise ConfigError("data.spec.num_silos", problem.users, f"more users: phase {empty[0]} of {len(layout.users)} "
+                          f"gets n_i = {schedule.phase_users[empty[0] - 1]:.3g} < 1 (n_i = (1 - 2^-q) n / 2^(i q))")
+    return schedule, layout
+
+
+@dataclass(frozen=True)
+class AcceleratedErmPlan:
+    """Alg. 3 resolved against its data (``PlannedProtocol``)."""
+
+    algorithm: object
+    sampler: object
+    loss: object
+    shape: object
+    replicas: object
+    num_rounds: int
+    privacy: PrivacyPlan
+    resolved: dict = field(default_factory=dict)
+    routing: Routing = Routing.DIRECT
+
+    def build(self, oracle) -> CuratorSampledRounds:
+        params0 = np.zeros((self.replicas.count, self.shape.dim, self.loss.num_outputs))
+        return CuratorSampledRounds(self.algorithm, self.sampler, LinearModelEvaluation(self.loss), SiloArrays.of,
+                                    params0, self.num_rounds, self.shape.num_silos, self.routing,
+                                    {"threshold": self.algorithm.threshold, "noise_std_first_phase": self.algorithm.noise_std[0]})
+
+
+@dataclass(frozen=True)
+class AcceleratedErm:
+    trust_models: tuple[str, ...] = ("central", "none")
+    sets_participation: bool = True           # participation=phased's lists come from the schedule
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+
+    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+        """The phases as ``participation`` and sum T_i as ``num_rounds``."""
+        if config["participation"].get("_target_") != PHASED:
+            raise ConfigError("participation", config["participation"].get("_target_"),
+                              f"participation=phased for {config['algorithm'].get('name')} (it sets the phases)")
+        problem, constants = _inputs(config, shape, loss)
+        _, layout = _schedule(problem, constants)
+        participation = {"_target_": PHASED, "phase_units": list(layout.users), "steps": list(layout.steps),
+                         "batch_sizes": list(layout.batch)}
+        return {**config, "participation": participation, "num_rounds": int(sum(layout.steps))}
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> AcceleratedErmPlan:
+        from fedray.protocols.user_level.accelerated_erm import phase_solvers
+
+        alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
+        name = alg.get("name")
+        if priv["trust_model"] not in self.trust_models:
+            raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {self.trust_models} for {name}")
+        private = priv["trust_model"] != "none"
+        if private and priv.get("calibration") != "paper":
+            raise ConfigError("privacy.calibration", priv.get("calibration"), f"paper for {name} (Alg. 2's printed "
+                              "sigma_i; algorithm.profile chooses the constants)")
+        problem, constants = _inputs(config, shape, context.loss)
+        schedule, layout = _schedule(problem, constants)
+        stages = alg.get("stages", "multi")
+        if stages not in STAGES:
+            raise ConfigError("algorithm.stages", stages, f"one of {STAGES} (GL13's restarts, or one AC-SA run per phase)")
+        sigma = schedule.noise_std if private else np.zeros(len(layout.users))
+        lam, beta, lip = schedule.regularizations, problem.smoothness, problem.lipschitz
+        log_ndm = math.log(problem.users * problem.dim * problem.items)
+        lengths = [stage_lengths(t, beta + lam_i, lam_i, problem.dim * s**2 + lip**2 * log_ndm / (k * problem.items),
+                                 lip * problem.diameter) if stages == "multi" else (t,)
+                   for t, k, lam_i, s in zip(layout.steps, layout.batch, lam, sigma)]
+        starts = np.concatenate([[0], np.cumsum(layout.steps)[:-1]])
+        first_users = np.concatenate([[0], np.cumsum(layout.users)[:-1]])
+        algorithm = algorithm_class(
+            context.loss, phase_solvers(lam, beta, problem.diameter / 2, lengths, replicas.count), layout.steps,
+            layout.batch, tuple(map(int, starts)), tuple(map(int, first_users)), layout.users, problem.items,
+            float(schedule.threshold), tuple(map(float, sigma)), problem.epsilon, private, context.seed,
+            replicas.streams)
+        notes, failed = accelerated_notes(schedule, problem.dim), privacy_conditions(problem, schedule, layout)
+        resolved = {**constants, "users": problem.users, "items": problem.items, "phases": len(layout.users),
+                    "regularization": float(schedule.regularization), "exponent": float(schedule.exponent),
+                    "threshold": float(schedule.threshold), "phase_users": list(layout.users),
+                    "phase_steps": list(layout.steps), "phase_batch": list(layout.batch),
+                    "noise_std": [float(s) for s in sigma], "stages": [list(x) for x in lengths],
+                    "gradients_no_halt": layout.gradients_per_item * problem.items,
+                    "notes": notes, "privacy_conditions_failed": failed}
+        cells = (replicas.count, shape.num_silos)
+        if not private:
+            privacy = PrivacyPlan(trust_model="none", calibration="none", accountant="none", unit=USER,
+                                  relation="replace_one", delta=np.zeros(cells[1]), noise_multiplier=np.zeros(cells),
+                                  target_epsilon=None, ledger=None)
+        else:
+            privacy = _phase_privacy(problem, layout, sigma / (2 * schedule.threshold), cells, constants, failed)
+        return AcceleratedErmPlan(algorithm, context.sampler, context.loss, shape, replicas, context.num_rounds,
+                                  privacy, resolved)
+
+
+def _phase_privacy(problem: Problem, layout, multiplier: np.ndarray, cells: tuple, constants: dict,
+                   failed: list) -> PrivacyPlan:
+    """Each phase one (eps, delta) release to its users (parallel composition over phases); the
+    noise multiplier is sigma_i / (2 tau), the noise over the closeness threshold."""
+    eps, delta = problem.epsilon, problem.delta
+    accountant = PhaseAccountant(ApproxDpComposition(eps, delta, 0.0, route="basic"), "phases",
+                                 phase_units=layout.users, phase_steps=layout.steps)
+    per_unit = np.zeros(cells[1])
+    for lo, users, value in zip(np.cumsum((0,) + layout.users[:-1]), layout.users, multiplier):
+        per_unit[lo:lo + users] = value
+    caveats = []
+    if constants["profile"] == "exploratory":
+        caveats.append(f"algorithm.profile=exploratory: the constants 500 and 1000 are scaled by kappa = "
+                       f"{constants['kappa']:g}, so eps = {eps:g} is nominal (no formal guarantee)")
+    if failed:
+        caveats.append("Thm 3.1's conditions fail at this size, so the paper's proof does not cover the run: "
+                       + "; ".join(failed))
+    return PrivacyPlan(
+        trust_model="central", calibration="paper", accountant="phases", unit=USER, relation="replace_one",
+        delta=np.full(cells[1], delta), noise_multiplier=np.broadcast_to(per_unit, cells).copy(),
+        target_epsilon=np.full(cells, eps), ledger=Ledger(accountant, cells, "user"),
+        nominal_epsilon=np.full(cells, eps) if caveats else None,
+        details={"profile": constants["profile"], "kappa": constants["kappa"]}, non_private_inputs=tuple(caveats))

@@ -1,0 +1,142 @@
+"""Seed 002's Alg. 3 end to end through the driver (spec §6 T2, T4, T10, T11, parallel composition):
+the gradient counter equals the formula, the pass level is drawn once per phase, a forced halt
+releases the public 0, the ledger charges each user of a started phase once, runs do not depend
+on the actor layout, the phases reach the non-private optimum's accuracy, refusals name the key."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedray.core.sampling import phase_of
+from fedray.errors import ConfigError
+from fedray.plan import make_plan
+from fedray.privacy.composition import ApproxDpComposition
+from fedray.privacy.ledger import PhaseAccountant
+from fedray.protocols.user_level import outlier_removal
+from fedray.protocols.user_level.phased_parameters import stage_lengths
+from fedray.runtime.driver import InlineGroups, run
+from tests.conftest import compose
+
+SMALL = ["experiment=user_level_sphere", "data.spec.num_silos=1000", "data.spec.samples_per_silo=16",
+         "data.spec.dim=5", "repetitions=3", "progress=false"]
+# Exploratory constants at a large nominal eps: little noise, the test's Laplace far below K / 20.
+QUIET = ["algorithm.profile=exploratory", "algorithm.kappa=1e-5", "privacy.epsilon=100", "privacy.delta=1e-7"]
+
+
+def _plan(*overrides: str):
+    return make_plan(compose(*SMALL, *overrides))
+
+
+def _excess(plan, model: np.ndarray) -> np.ndarray:
+    w_star = plan.dataset.optimum(plan.seed, plan.trial)
+    return ((model[:, :, 0] - w_star) ** 2).sum(axis=1) / (2 * plan.shape.dim)
+
+
+def test_a_run_counts_sum_t_k_m_gradients_and_spends_eps_once_per_phase_user():
+    plan = _plan(*QUIET)
+    result = run(plan, inline=True)
+    resolved = plan.protocol.resolved
+    assert not result.history[-1]["halted"].any()
+    expected = sum(t * k for t, k in zip(resolved["phase_steps"], resolved["phase_batch"])) * 16
+    assert np.all(result.history[-1]["gradient_evaluations"] == expected) and resolved["gradients_no_halt"] == expected
+    used = sum(resolved["phase_users"])
+    # each phase's users once at (eps, delta): parallel composition; later users untouched
+    assert np.all(result.epsilon_spent[:, :used] == 100.0) and np.all(result.epsilon_spent[:, used:] == 0.0)
+    assert np.array_equal(result.epsilon_spent, plan.privacy.planned_epsilon)
+    assert "kept_fraction" in result.diagnostics and "gradient_evaluations" not in result.diagnostics
+
+
+def test_the_pass_level_is_drawn_once_per_phase(monkeypatch):
+    calls = []
+    original = outlier_removal.OutlierRemovalStep.pass_level
+    monkeypatch.setattr(outlier_removal.OutlierRemovalStep, "pass_level",
+                        lambda self, batch, generators: calls.append(batch) or original(self, batch, generators))
+    plan = _plan(*QUIET)
+    run(plan, inline=True)
+    assert calls == list(plan.protocol.resolved["phase_batch"])
+
+
+def test_a_forced_halt_releases_the_public_zero_and_charges_only_the_first_phase():
+    # tau far too small: every user is alone, the score is 1 < 4 K / 5, every replica halts at once
+    plan = _plan(*QUIET, "algorithm.threshold_constant=1e-9")
+    result = run(plan, inline=True)
+    resolved = plan.protocol.resolved
+    assert len(result.history) == 1 and np.all(result.history[0]["halted"] == 1.0)
+    assert np.array_equal(result.model, np.zeros_like(result.model))
+    assert np.all(result.history[0]["gradient_evaluations"] == resolved["phase_batch"][0] * 16)
+    first = resolved["phase_users"][0]
+    assert np.all(result.epsilon_spent[:, :first] == 100.0) and np.all(result.epsilon_spent[:, first:] == 0.0)
+
+
+def test_halting_rounds_match_the_gradient_count_of_the_steps_run():
+    # printed constants at eps = 1 on 1,000 users: the test's Laplace noise halts replicas mid-run
+    plan = _plan("repetitions=6")
+    result = run(plan, inline=True)
+    steps, batch = plan.protocol.resolved["phase_steps"], plan.protocol.resolved["phase_batch"]
+    halted = np.array([h["halted"] for h in result.history])            # (rounds, P)
+    assert halted[-1].any()
+    for r in range(halted.shape[1]):
+        ran = int(np.argmax(halted[:, r])) + 1 if halted[-1, r] else sum(steps)
+        expected = sum(batch[phase_of(steps, t)] for t in range(ran)) * 16
+        assert result.history[-1]["gradient_evaluations"][r] == expected
+        if halted[-1, r]:
+            assert not result.model[r].any()
+
+
+def test_one_and_three_groups_give_bit_identical_private_runs():
+    plan = _plan("algorithm.profile=exploratory", "algorithm.kappa=1e-3", "privacy.epsilon=8")
+    one, three = (run(plan, inline=True, groups=InlineGroups(plan, k)) for k in (1, 3))
+    assert np.array_equal(one.model, three.model)
+    for a, b in zip(one.history, three.history):
+        np.testing.assert_array_equal(a["gradient_evaluations"], b["gradient_evaluations"])
+
+
+def test_with_little_noise_the_phases_reach_the_non_private_accuracy():
+    private, reference = _plan(*QUIET), _plan("privacy=none")
+    quiet, plain = _excess(private, run(private, inline=True).model), _excess(reference, run(reference, inline=True).model)
+    zero = _excess(reference, np.zeros((1, 5, 1)))
+    assert np.all(plain < zero / 5)                      # the non-private phases learn w*
+    assert np.all(quiet < 2 * plain.max())               # and the noisy ones nearly as well
+
+
+def test_the_plan_names_the_failed_conditions_and_a_nominal_profile():
+    paper = _plan()
+    assert any("Thm 3.1's conditions fail" in s for s in paper.privacy.non_private_inputs)
+    assert any(note.startswith("Alg. 3") for note in paper.protocol.resolved["notes"])
+    nominal = _plan(*QUIET)
+    assert any("nominal" in s for s in nominal.privacy.non_private_inputs)
+
+
+@pytest.mark.parametrize("override, key", [
+    (["privacy.epsilon_grid=[1,2]"], "privacy.epsilon_grid"),
+    (["privacy.calibration=accountant"], "privacy.calibration"),
+    (["participation=uniform"], "participation"),
+    (["data.spec.num_silos=12"], "data.spec.num_silos"),
+    (["algorithm.profile=printed"], "algorithm.profile"),
+    (["algorithm.kappa=0.5"], "algorithm.kappa"),
+    (["algorithm.stages=many"], "algorithm.stages"),
+    (["algorithm.radius=-1"], "algorithm.radius"),
+    (["privacy=paper"], "privacy.trust_model"),
+])
+def test_bad_settings_are_refused_before_any_actor(override, key):
+    with pytest.raises(ConfigError) as err:
+        _plan(*override)
+    assert err.value.key == key
+
+
+def test_gl13_stages_fill_the_phase_and_double_past_the_conditioning_floor():
+    lengths = stage_lengths(200, smoothness=1.0, strong_convexity=0.01, variance=1e-4, initial_gap=1.0)
+    assert sum(lengths) == 200 and lengths[0] == int(np.ceil(4 * np.sqrt(2 * 1.0 / 0.01)))      # 57
+    noisy = stage_lengths(200, smoothness=1.0, strong_convexity=0.01, variance=1.0, initial_gap=1.0)
+    assert noisy == (200,)                                # the variance term asks for more than the phase has
+    growing = stage_lengths(10_000, smoothness=1.0, strong_convexity=1.0, variance=0.05, initial_gap=1.0)
+    assert growing[1] == 2 * growing[0] - 1 or growing[1] >= 2 * growing[0] - 1
+
+
+def test_the_phase_accountant_plans_one_charge_per_user_of_each_started_phase():
+    accountant = PhaseAccountant(ApproxDpComposition(1.0, 1e-6, 0.0, route="basic"), "phases",
+                                 phase_units=(3, 2, 2), phase_steps=(4, 2, 5))
+    planned = accountant.planned(np.zeros((2, 9), dtype=np.int64), num_rounds=5)    # phases 1 and 2 start
+    assert planned.tolist() == [[1, 1, 1, 1, 1, 0, 0, 0, 0]] * 2
+    assert accountant.epsilons(planned).max() == 1.0 and accountant.epsilons(2 * planned).max() == 2.0
