@@ -53,7 +53,7 @@ PRIVATE_ONLY = {"boosted_smd": ["privacy=central_sampling", "privacy.epsilon=10"
 DATA = {"p_sgd": USERS, "p_agd": USERS, "p_gd": ALL_USERS, "output_perturbation": PROGRAM, "sc_output_pert": PROGRAM,
         "smd": GAME, "gaussian_smd": GAME, "bias_reduced_smd": LEVELED, "online_to_batch_smd": SCO,
         "frank_wolfe": [*SCO[:5], "participation=all", *SCO[6:]], "boosted_smd": BOOSTED,
-        "accelerated_phased_erm": PHASED_USERS}
+        "accelerated_phased_erm": PHASED_USERS, "filtered_gd": [*PHASED_USERS[:-2], "participation=all", "progress=false"]}
 PROGRAMS = {"output_perturbation", "sc_output_pert", "boosted_smd"}
 MISSPELT = {"output_perturbation": ("regularisation", "regularization"), "frank_wolfe": ("paramters", "parameters"),
             "boosted_smd": ("failure_probabilty", "failure_probability"),
@@ -65,7 +65,7 @@ FEW_GAME_STEPS = ["algorithm.parameters=manual", "num_rounds=4", "participation.
 PARTIAL = {"p_sgd": [], "p_agd": [], "p_gd": [], "output_perturbation": [], "sc_output_pert": [],
            "smd": FEW_GAME_STEPS, "gaussian_smd": FEW_GAME_STEPS, "bias_reduced_smd": [],
            "online_to_batch_smd": FEW_GAME_STEPS, "frank_wolfe": ["num_rounds=4"], "boosted_smd": [],
-           "accelerated_phased_erm": []}
+           "accelerated_phased_erm": [], "filtered_gd": []}
 # Privacy off, settings under which each protocol converges on DATA (K records per silo per round).
 FULL_BATCH = ["algorithm.batch_size=240", "algorithm.step_size=4.0", "num_rounds=150"]
 LOCAL = ["algorithm.batch_size=20", "algorithm.step_size=0.2", "num_rounds=150"]
@@ -95,6 +95,8 @@ NON_PRIVATE = {
     "boosted_smd": ["algorithm.failure_probability=0.5"],     # I = 3, J = 6 (PRIVATE_ONLY: eps = 10)
     # the phases run sum T_i rounds (num_rounds is set); logistic loss, ||x|| <= ~5: beta = 6
     "accelerated_phased_erm": ["algorithm.smoothness=6.0", "algorithm.radius=10.0", "algorithm.lipschitz=5.0"],
+    "filtered_gd": ["algorithm.step_size=1.0", "algorithm.radius=10.0", "algorithm.lipschitz=5.0", "num_rounds=300",
+                    "evaluate_every=100"],
 }
 # Games: the largest duality gap of the released output accepted after one pass over 20,000
 # samples (measured 0.004 .. 0.02 over seeds 0-3; a wrong sign leaves ~1, spec §7 test 13).

@@ -1,10 +1,11 @@
 """User-level DP protocols (seeds 002 and 003): a user is a silo of m records, neighbours replace
 one user's records. Driver-side programs: ``OutputPerturbation`` (global sensitivity; B0 without
 privacy, B1) and ``SCOutputPert`` (local deletion sensitivity with a gradient certificate); a
-round protocol at a trusted server: ``AcceleratedPhasedERM`` (seed 002's Alg. 3)."""
+round protocol at a trusted server: ``AcceleratedPhasedERM`` (seed 002's Alg. 3; A2 with
+``solver=sgd``) and ``FilteredGradientDescent`` (its full-batch baseline B2)."""
 
-from fedray.protocols.user_level.accelerated_erm import AcceleratedPhasedERM
+from fedray.protocols.user_level.accelerated_erm import AcceleratedPhasedERM, FilteredGradientDescent
 from fedray.protocols.user_level.output_perturbation import OutputPerturbation
 from fedray.protocols.user_level.sc_output_pert import SCOutputPert
 
-__all__ = ["AcceleratedPhasedERM", "OutputPerturbation", "SCOutputPert"]
+__all__ = ["AcceleratedPhasedERM", "FilteredGradientDescent", "OutputPerturbation", "SCOutputPert"]

@@ -42,7 +42,7 @@ from fedray.core.sampling import phase_of
 from fedray.data.federation import SiloArrays
 from fedray.losses import clipped_weighted_gradients
 from fedray.protocols.user_level.outlier_removal import OutlierRemovalStep
-from fedray.protocols.user_level.phased_planning import AcceleratedErm
+from fedray.protocols.user_level.phased_planning import AcceleratedErm, FullBatchFiltered
 from fedray.rng import Stream, generator
 
 
@@ -152,3 +152,11 @@ def phase_solvers(regularizations, smoothness: float, radius: float | None, stag
         out.append(AcSa(np.full(replicas, step), 0.0, float(lam), radius,
                         stages=Phases((step,) * len(lengths), tuple(lengths))))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class FilteredGradientDescent(AcceleratedPhasedERM):
+    """Baseline B2 (``phased_planning.FullBatchFiltered``): one phase of every user for T steps of
+    projected gradient descent, each step through the same test, filter and noise."""
+
+    recipe: ClassVar[FullBatchFiltered] = FullBatchFiltered()

@@ -116,9 +116,11 @@ class AcceleratedSchedule:
 
 
 def accelerated_schedule(problem: Problem, c_tau: float = 1.0, c_steps: float = 1.0, kappa: float = 1.0,
-                         regularization: float | None = None) -> AcceleratedSchedule:
+                         regularization: float | None = None, accelerated: bool = True) -> AcceleratedSchedule:
     """Alg. 3's parameters under profile P (kappa = 1) or X (module docstring); ``regularization``
-    replaces Thm C.3's lambda (Thm D.3's (L / R) / sqrt(n m) for the smoothed non-smooth case)."""
+    replaces Thm C.3's lambda (Thm D.3's (L / R) / sqrt(n m) for the smoothed non-smooth case).
+    ``accelerated=False`` is ablation A2 (spec §4.3): plain SGD per phase needs T_i = c_T (1 +
+    beta / lambda_i) ln(n d m) steps (the condition number, not its square root)."""
     n, m, d, eps, delta = problem.users, problem.items, problem.dim, problem.epsilon, problem.delta
     L, R, beta, q = problem.lipschitz, problem.diameter, problem.smoothness, problem.decay
     log_ndm = math.log(n * d * m)
@@ -128,7 +130,7 @@ def accelerated_schedule(problem: Problem, c_tau: float = 1.0, c_steps: float = 
     tau = c_tau * L * log_ndm / math.sqrt(m)
     users = problem.phase_users()
     lams = lam * 2 ** (exponent * np.arange(1, problem.phases + 1))
-    steps = c_steps * (1 + np.sqrt(beta / lams)) * log_ndm
+    steps = c_steps * (1 + (np.sqrt(beta / lams) if accelerated else beta / lams)) * log_ndm
     log_users = np.log(users**2 * m**2 / delta) + eps
     printed = kappa * 500 * log_users * (1 / eps + users * eps / np.sqrt(steps * math.log(1 / delta)))
     # eps = inf (no privacy): no noise, K_i = n_i

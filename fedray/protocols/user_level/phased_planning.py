@@ -32,26 +32,30 @@ from fedray.core.protocol import CuratorSampledRounds, Routing
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
+from fedray.gradient_descent import ProjectedGradient
 from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.ledger import Ledger, PhaseAccountant
 from fedray.privacy.statement import PrivacyPlan
+from fedray.protocols.user_level.planning import USER, not_private
 from fedray.protocols.user_level.phased_parameters import (
-    Problem, accelerated_notes, accelerated_schedule, phase_layout, privacy_conditions, stage_lengths,
+    PhaseLayout, Problem, accelerated_notes, accelerated_schedule, good_event_failure, phase_layout, privacy_conditions,
+    stage_lengths,
 )
 
-USER = "user (all records of one silo)"
-FIELDS = ("_target_", "name", "profile", "kappa", "threshold_constant", "steps_constant", "decay", "lipschitz",
-          "smoothness", "radius", "stages")
+COMMON = ("_target_", "name", "profile", "kappa", "threshold_constant", "lipschitz", "smoothness", "radius")
+FIELDS = COMMON + ("steps_constant", "decay", "stages", "solver")
+FULL_BATCH_FIELDS = COMMON + ("step_size",)
+SOLVERS = ("acsa", "sgd")
 PROFILES = ("paper", "exploratory")
 STAGES = ("multi", "single")
 PHASED = "fedray.core.sampling.PhasedSubsets"
 
 
-def _inputs(config: dict, shape, loss) -> tuple[Problem, dict]:
+def _inputs(config: dict, shape, loss, fields: tuple = FIELDS) -> tuple[Problem, dict]:
     """The public problem and the profile's constants, every value checked."""
     alg, priv = config["algorithm"], config["privacy"]
     name = alg.get("name")
-    known_keys("algorithm", alg, FIELDS)
+    known_keys("algorithm", alg, fields)
     profile = alg.get("profile", "paper")
     if profile not in PROFILES:
         raise ConfigError("algorithm.profile", profile, f"one of {PROFILES}")
@@ -76,14 +80,18 @@ def _inputs(config: dict, shape, loss) -> tuple[Problem, dict]:
                       number_in("algorithm.decay", alg.get("decay", 0.1), 0.0, 1.0, "q in (0, 1)"))
     if problem.users < 2:
         raise ConfigError("data.spec.num_silos", problem.users, f"at least 2 users for {name} (floor(log2 n) phases)")
-    constants = {"profile": profile, "kappa": kappa,
+    solver = alg.get("solver", "acsa")
+    if solver not in SOLVERS:
+        raise ConfigError("algorithm.solver", solver, f"one of {SOLVERS} (AC-SA, or plain SGD: ablation A2)")
+    constants = {"profile": profile, "kappa": kappa, "solver": solver,
                  "c_tau": positive("algorithm.threshold_constant", alg.get("threshold_constant", 1.0)),
                  "c_T": positive("algorithm.steps_constant", alg.get("steps_constant", 1.0))}
     return problem, constants
 
 
 def _schedule(problem: Problem, constants: dict):
-    schedule = accelerated_schedule(problem, constants["c_tau"], constants["c_T"], constants["kappa"])
+    schedule = accelerated_schedule(problem, constants["c_tau"], constants["c_T"], constants["kappa"],
+                                    accelerated=constants["solver"] == "acsa")
     layout = phase_layout(schedule)
     empty = [i + 1 for i, users in enumerate(layout.users) if users < 1]
     if empty:
@@ -152,11 +160,16 @@ class AcceleratedErm:
         log_ndm = math.log(problem.users * problem.dim * problem.items)
         lengths = [stage_lengths(t, beta + lam_i, lam_i, problem.dim * s**2 + lip**2 * log_ndm / (k * problem.items),
                                  lip * problem.diameter) if stages == "multi" else (t,)
-                   for t, k, lam_i, s in zip(layout.steps, layout.batch, lam, sigma)]
+                   for t, k, lam_i, s in zip(layout.steps, layout.batch, lam, sigma)] if constants["solver"] == "acsa" \
+            else [(t,) for t in layout.steps]
         starts = np.concatenate([[0], np.cumsum(layout.steps)[:-1]])
         first_users = np.concatenate([[0], np.cumsum(layout.users)[:-1]])
+        solvers = phase_solvers(lam, beta, problem.diameter / 2, lengths, replicas.count) \
+            if constants["solver"] == "acsa" else \
+            tuple(ProjectedGradient(np.full(replicas.count, 1.0 / (beta + lam_i)), float(lam_i), problem.diameter / 2)
+                  for lam_i in lam)
         algorithm = algorithm_class(
-            context.loss, phase_solvers(lam, beta, problem.diameter / 2, lengths, replicas.count), layout.steps,
+            context.loss, solvers, layout.steps,
             layout.batch, tuple(map(int, starts)), tuple(map(int, first_users)), layout.users, problem.items,
             float(schedule.threshold), tuple(map(float, sigma)), problem.epsilon, private, context.seed,
             replicas.streams)
@@ -169,12 +182,8 @@ class AcceleratedErm:
                     "gradients_no_halt": layout.gradients_per_item * problem.items,
                     "notes": notes, "privacy_conditions_failed": failed}
         cells = (replicas.count, shape.num_silos)
-        if not private:
-            privacy = PrivacyPlan(trust_model="none", calibration="none", accountant="none", unit=USER,
-                                  relation="replace_one", delta=np.zeros(cells[1]), noise_multiplier=np.zeros(cells),
-                                  target_epsilon=None, ledger=None)
-        else:
-            privacy = _phase_privacy(problem, layout, sigma / (2 * schedule.threshold), cells, constants, failed)
+        privacy = _phase_privacy(problem, layout, sigma / (2 * schedule.threshold), cells, constants, failed) \
+            if private else not_private(cells)
         return AcceleratedErmPlan(algorithm, context.sampler, context.loss, shape, replicas, context.num_rounds,
                                   privacy, resolved)
 
@@ -202,3 +211,61 @@ def _phase_privacy(problem: Problem, layout, multiplier: np.ndarray, cells: tupl
         target_epsilon=np.full(cells, eps), ledger=Ledger(accountant, cells, "user"),
         nominal_epsilon=np.full(cells, eps) if caveats else None,
         details={"profile": constants["profile"], "kappa": constants["kappa"]}, non_private_inputs=tuple(caveats))
+
+
+@dataclass(frozen=True)
+class FullBatchFiltered:
+    """Baseline B2 (spec §4.3, an AL24-style reconstruction): projected DP gradient descent over
+    every user every round (``participation=all``, T = ``num_rounds``), each step through Alg. 2's
+    test, filter and noise with sigma = c tau sqrt(T) ln(n d e^eps / delta) / (eps n), c = 1000
+    kappa; no regularizer, step ``algorithm.step_size`` (a list runs a grid as replicas); the
+    output is the average iterate. One phase: each user charged once. Costs T n m gradients."""
+
+    trust_models: tuple[str, ...] = ("central", "none")
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+
+    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+        return config
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> AcceleratedErmPlan:
+        from fedray.core.sampling import AllUnits
+
+        alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
+        name = alg.get("name")
+        if priv["trust_model"] not in self.trust_models:
+            raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {self.trust_models} for {name}")
+        if not isinstance(context.sampler, AllUnits):
+            raise ConfigError("participation", type(context.sampler).__name__, f"all (participation=all) for {name}: "
+                              "every user in every step")
+        private = priv["trust_model"] != "none"
+        if private and priv.get("calibration") != "paper":
+            raise ConfigError("privacy.calibration", priv.get("calibration"), f"paper for {name}")
+        problem, constants = _inputs(config, shape, context.loss, FULL_BATCH_FIELDS)
+        n, m, d, eps, delta, steps = problem.users, problem.items, problem.dim, problem.epsilon, problem.delta, \
+            context.num_rounds
+        tau = constants["c_tau"] * problem.lipschitz * math.log(n * d * m) / math.sqrt(m)
+        sigma = constants["kappa"] * 1000 * tau * math.sqrt(steps) * (math.log(n * d / delta) / eps + 1) / n \
+            if private else 0.0
+        layout = PhaseLayout((n,), (steps,), (n,))
+        algorithm = algorithm_class(
+            context.loss, (ProjectedGradient(replicas.step_sizes, 0.0, problem.diameter / 2),), layout.steps,
+            layout.batch, (0,), (0,), layout.users, m, float(tau), (float(sigma),), eps, private, context.seed,
+            replicas.streams)
+        failed = []
+        if private:
+            if eps > 10:
+                failed.append(f"eps = {eps:g} > 10")
+            if n < 500 * (math.log(n**2 * m**2 / delta) / eps + 1):
+                failed.append(f"K = n = {n} < 500 ln(n^2 m^2 e^eps / delta) / eps")
+            if good_event_failure(n, steps, eps) > delta / (10 * math.exp(min(eps, 700.0))):
+                failed.append("P(the Laplace noises exceed n / 20) > delta / (10 e^eps)")
+        resolved = {**constants, "users": n, "items": m, "threshold": float(tau), "noise_std": [float(sigma)],
+                    "gradients_no_halt": steps * n * m, "privacy_conditions_failed": failed,
+                    "notes": [f"B2: every user every step; the gradient noise has norm ~ {sigma * math.sqrt(d):.3g} "
+                              f"(tau = {tau:.3g})"]}
+        cells = (replicas.count, shape.num_silos)
+        privacy = _phase_privacy(problem, layout, np.array([sigma / (2 * tau)]), cells, constants, failed) if private \
+            else not_private(cells)
+        return AcceleratedErmPlan(algorithm, context.sampler, context.loss, shape, replicas, steps, privacy, resolved)
+

@@ -72,7 +72,7 @@ class OutputPerturbationRecipe:
         replicas, cells = context.replicas, (context.replicas.count, shape.num_silos)
         resolved = {"lipschitz": objective.lipschitz, "smoothness": objective.smoothness, "sensitivity": delta_sens}
         if priv["trust_model"] == "none":
-            privacy, noise_std = _not_private(cells), np.zeros(replicas.count)
+            privacy, noise_std = not_private(cells), np.zeros(replicas.count)
         else:
             calibration = priv["calibration"]
             if calibration not in CALIBRATIONS:
@@ -142,7 +142,7 @@ class CertifiedPerturbationRecipe:
         resolved = {"lipschitz": lipschitz, "items_per_user": m}
         if priv["trust_model"] == "none":
             return CertifiedPlan(algorithm_class, objective, mu, (None,) * replicas.count, 1e-9 * lipschitz, shape,
-                                 _not_private(cells), resolved)
+                                 not_private(cells), resolved)
         if priv["calibration"] != "paper":
             raise ConfigError("privacy.calibration", priv["calibration"], "paper for SCOutputPert (Thm 3.3's noise)")
         delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "a number in (0, 1/2]", closed_high=True)
@@ -203,6 +203,6 @@ def _one_release(calibration: str, levels: np.ndarray, delta: float, cells: tupl
         ledger=Ledger(ComposedAccountant(rule, "basic"), cells, "user"), details=details)
 
 
-def _not_private(cells: tuple) -> PrivacyPlan:
+def not_private(cells: tuple) -> PrivacyPlan:
     return PrivacyPlan(trust_model="none", calibration="none", accountant="none", unit=USER, relation="replace_one",
                        delta=np.zeros(cells[1]), noise_multiplier=np.zeros(cells), target_epsilon=None, ledger=None)

@@ -10,6 +10,7 @@ import pytest
 
 from fedray.core.sampling import phase_of
 from fedray.errors import ConfigError
+from fedray.gradient_descent import ProjectedGradient
 from fedray.plan import make_plan
 from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.ledger import PhaseAccountant
@@ -140,3 +141,56 @@ def test_the_phase_accountant_plans_one_charge_per_user_of_each_started_phase():
     planned = accountant.planned(np.zeros((2, 9), dtype=np.int64), num_rounds=5)    # phases 1 and 2 start
     assert planned.tolist() == [[1, 1, 1, 1, 1, 0, 0, 0, 0]] * 2
     assert accountant.epsilons(planned).max() == 1.0 and accountant.epsilons(2 * planned).max() == 2.0
+
+
+def test_ablation_a2_runs_sgd_phases_of_condition_number_length():
+    plan = _plan("privacy=none", "algorithm.solver=sgd")
+    accelerated = _plan("privacy=none")
+    steps, fast = plan.protocol.resolved["phase_steps"], accelerated.protocol.resolved["phase_steps"]
+    resolved = accelerated.protocol.resolved
+    lams = resolved["regularization"] * 2.0 ** (resolved["exponent"] * np.arange(1, len(steps) + 1))
+    log_ndm = np.log(1000 * 5 * 16)
+    assert steps == [int(np.ceil((1 + 1.0 / lam) * log_ndm)) for lam in lams]            # beta = 1
+    assert fast == [int(np.ceil((1 + np.sqrt(1.0 / lam)) * log_ndm)) for lam in lams]
+    result = run(plan, inline=True)
+    assert np.all(_excess(plan, result.model) < _excess(plan, np.zeros((1, 5, 1))) / 5)
+
+
+B2 = ["algorithm=filtered_gd", "participation=all", "num_rounds=40"]
+
+
+def test_b2_full_batch_counts_t_n_m_charges_every_user_once_and_learns_with_little_noise():
+    plan = _plan(*B2, *QUIET)
+    result = run(plan, inline=True)
+    assert np.all(result.history[-1]["gradient_evaluations"] == 40 * 1000 * 16)
+    assert np.all(result.epsilon_spent == 100.0)
+    plain = _plan(*B2, "privacy=none")
+    reference = _excess(plain, run(plain, inline=True).model)
+    assert np.all(_excess(plan, result.model) < 2 * reference.max())
+    assert np.all(reference < _excess(plain, np.zeros((1, 5, 1))) / 5)
+
+
+@pytest.mark.parametrize("override, key", [
+    (["participation=uniform", "participation.silos_per_round=10"], "participation"),
+    (["privacy.calibration=accountant"], "privacy.calibration"),
+    (["+algorithm.solver=sgd"], "algorithm.solver"),
+])
+def test_b2_refusals(override, key):
+    with pytest.raises(ConfigError) as err:
+        _plan(*B2, *override)
+    assert err.value.key == key
+
+
+def test_projected_gradient_averages_its_iterates_and_stays_in_the_ball():
+    solver = ProjectedGradient(np.array([0.5, 0.5]), regularization=0.0, radius=1.0)
+    state = solver.init(np.zeros((2, 3, 1)))
+    target = np.array([0.3, -0.2, 0.1])[None, :, None]
+    iterates = []
+    for _ in range(60):
+        grad = state.iterate - target                            # f = ||w - target||^2 / 2
+        state = solver.step(state, grad, np.array([1, 0]))       # replica 1 receives nothing
+        iterates.append(state.iterate[0].copy())
+    assert np.allclose(state.iterate[0], target[0]) and np.allclose(state.params[0], np.mean(iterates, axis=0))
+    assert not state.iterate[1].any() and state.steps.tolist() == [60, 0]
+    far = solver.step(solver.init(np.zeros((2, 3, 1))), np.full((2, 3, 1), -10.0), np.array([1, 1]))
+    assert np.allclose(np.linalg.norm(far.iterate[:, :, 0], axis=1), 1.0)
