@@ -336,8 +336,14 @@ class CuratorSampledRounds(SampledRounds):
     the state the round started from: e.g. every user of a phase once, at its first round, for
     each replica still running) rather than the participation; ``algorithm.metrics(state)`` adds
     (P,) metrics (``fedray.core.evaluation.Metric``, tagged released or diagnostic); and a
-    replica ends at ``algorithm.done(state)`` (a failed test halts it).
+    replica ends at ``algorithm.done(state)`` (a failed test halts it), after which none of its
+    units takes part (the others' rounds go on).
     """
+
+    def configure(self, state: Any, keys: RoundKeys) -> RoundSpec:
+        """As ``SampledRounds``, with no unit taking part for a replica that is done."""
+        spec = super().configure(state, keys)
+        return RoundSpec(spec.round, spec.participation & ~self.algorithm.done(state)[:, None], spec.broadcast)
 
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
         charge = self.algorithm.charge(state, spec.participation)

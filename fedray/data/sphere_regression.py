@@ -17,6 +17,10 @@ where t^2 ~ Beta(1/2, (d - 1)/2) for d >= 2 (t = +-1 for d = 1), so E h(u) is a 
 beta functions (``_absolute_risk``). Both are minimised at w = w*
 (F* = s^2 / 6 and s / 2), so the excess risk is F(w) - F*.
 
+``adversary`` (seed 002's P3): that user's training labels all equal ``adversarial_label``, the
+rest of the federation unchanged: with ``adversary=null`` a neighbouring pair under
+replace-one-user (the user's features stay; its labels are the worst case a bounded label allows).
+
 Lipschitz constants over Theta = {||w|| <= R}: |<w, x> - y| <= R + r + s, so the squared loss's
 gradient is (R + r + s)-bounded and the absolute loss's 1-bounded; the squared loss is 1-smooth
 (||x||^2 = 1) and its population risk is (1/d)-strongly convex.
@@ -30,6 +34,7 @@ import numpy as np
 from scipy import special
 
 from fedray.data._prep import check_int, check_real
+from fedray.errors import ConfigError
 from fedray.data.federation import Federation, FederationShape
 from fedray.rng import BLOCK, Stream, data_generator, generator
 
@@ -46,6 +51,8 @@ class SphereRegression:
     dim: int = 10
     signal: float = 0.5
     noise: float = 0.5
+    adversary: int | None = None          # a user whose every training label is adversarial_label (P3)
+    adversarial_label: float = 0.0
 
     def validate(self) -> None:
         check_int("data.num_silos", self.num_silos, 1)
@@ -54,6 +61,12 @@ class SphereRegression:
         check_int("data.dim", self.dim, 1)
         check_real("data.signal", self.signal, 0.0, float("inf"), high_open=True)
         check_real("data.noise", self.noise, 0.0, float("inf"), low_open=True, high_open=True)
+        if self.adversary is not None:
+            check_int("data.adversary", self.adversary, 0)
+            if self.adversary >= self.num_silos:
+                raise ConfigError("data.adversary", self.adversary, f"null or a user id below num_silos = {self.num_silos}")
+            check_real("data.adversarial_label", self.adversarial_label, -float("inf"), float("inf"), low_open=True,
+                       high_open=True)
 
     def describe(self) -> FederationShape:
         return FederationShape(num_silos=self.num_silos, n_train=(self.samples_per_silo,) * self.num_silos,
@@ -72,6 +85,8 @@ class SphereRegression:
         w_star = self.optimum(seed, trial)
         blocks = {b: self._block(seed, trial, b, w_star) for b in np.unique(ids // BLOCK)}
         x_train, y_train, x_test, y_test = (np.stack([blocks[i // BLOCK][k][i % BLOCK] for i in ids]) for k in range(4))
+        if self.adversary is not None:         # the neighbour that replaces one user's labels (seed 002's P3)
+            y_train[ids == self.adversary] = self.adversarial_label
         return Federation(x_train=x_train, y_train=y_train, n_train=np.full(len(ids), self.samples_per_silo),
                           x_test=x_test, y_test=y_test, n_test=np.full(len(ids), self.test_samples_per_silo),
                           task="regression", num_outputs=1)

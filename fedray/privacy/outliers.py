@@ -36,15 +36,17 @@ def neighbour_counts(points: np.ndarray, threshold) -> np.ndarray:
     p, k, d = points.shape
     threshold = np.broadcast_to(np.asarray(threshold, dtype=np.float64), (p,))
     counts = np.full((p, k), k, dtype=np.int64)
-    radius = np.linalg.norm(points - points.mean(axis=1, keepdims=True), axis=2).max(axis=1)
-    slow = np.flatnonzero(~(radius <= FAST_PATH_MARGIN * threshold / 2))          # NaN: the pairwise path
-    block = max(1, PAIR_BLOCK_BYTES // max(1, 8 * k * d))
-    for r in slow:
-        limit = threshold[r] ** 2
-        for start in range(0, k, block):
-            rows = points[r, start:start + block]
-            squared = ((rows[:, None, :] - points[r][None, :, :]) ** 2).sum(axis=2)
-            counts[r, start:start + block] = (squared <= limit).sum(axis=1)
+    # a non-finite or overflowing point gives NaN / inf distances: close to nothing, no warning
+    with np.errstate(invalid="ignore", over="ignore"):
+        radius = np.linalg.norm(points - points.mean(axis=1, keepdims=True), axis=2).max(axis=1)
+        slow = np.flatnonzero(~(radius <= FAST_PATH_MARGIN * threshold / 2))          # NaN: the pairwise path
+        block = max(1, PAIR_BLOCK_BYTES // max(1, 8 * k * d))
+        for r in slow:
+            limit = threshold[r] ** 2
+            for start in range(0, k, block):
+                rows = points[r, start:start + block]
+                squared = ((rows[:, None, :] - points[r][None, :, :]) ** 2).sum(axis=2)
+                counts[r, start:start + block] = (squared <= limit).sum(axis=1)
     return counts
 
 
@@ -68,6 +70,7 @@ def outlier_filter(points: np.ndarray, threshold, uniforms: np.ndarray,
     kept = np.asarray(uniforms) < keep_probabilities(neighbour_counts(points, threshold))
     points = np.broadcast_to(points, kept.shape + points.shape[2:])
     sizes = kept.sum(axis=1)
-    sums = np.einsum("pk,pkd->pd", kept.astype(np.float64), points)
+    # where, not a 0/1 weight: 0 * inf is NaN, and a removed non-finite point must leave no trace
+    sums = np.where(kept[:, :, None], points, 0.0).sum(axis=1)
     mean = np.where(sizes[:, None] > 0, sums / np.maximum(sizes, 1)[:, None], np.asarray(empty_value, dtype=np.float64))
     return kept, mean

@@ -146,3 +146,17 @@ def test_the_fast_path_cannot_flip_half_the_verdicts_at_a_rounding_boundary():
     broken = np.zeros((1, 50, 2))
     broken[0, 0] = np.nan                                       # a NaN point is close to nothing
     np.testing.assert_array_equal(neighbour_counts(broken, 1.0)[0], [0] + [49] * 49)
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan, 1e300])
+def test_a_non_finite_or_huge_point_is_removed_without_a_trace(bad):
+    # a user whose gradient overflowed: close to nothing, never kept, and the mean of the others is
+    # released as if it were absent (0 * inf would have made the whole release NaN)
+    rng = np.random.default_rng(7)
+    points = rng.uniform(-0.1, 0.1, size=(1, 40, 5))
+    spoiled = points.copy()
+    spoiled[0, 0] = bad
+    uniforms = rng.random((1, 40))
+    kept, mean = outlier_filter(spoiled, 1.0, uniforms, np.zeros((1, 5)))
+    assert not kept[0, 0] and kept[0, 1:].all()
+    np.testing.assert_allclose(mean[0], points[0, 1:].mean(axis=0))

@@ -52,7 +52,7 @@ class PhasedErmState(NamedTuple):
     pass_level: np.ndarray       # (P,) Delta_i of the current phase
     halted: np.ndarray           # (P,) bool
     gradients: np.ndarray        # (P,) gradient evaluations so far
-    kept: np.ndarray             # (P,) users the filter kept at the last step (diagnostic)
+    kept: np.ndarray             # (P,) users the filter kept at the last step (diagnostic; NaN once halted)
 
 
 @dataclass(frozen=True)
@@ -107,27 +107,31 @@ class AcceleratedPhasedERM:
         return charge
 
     def server_step(self, state: PhasedErmState, values: np.ndarray, mask: np.ndarray) -> PhasedErmState:
+        """Replicas still running received their K_i users' gradients (a halted one takes no part)."""
         t, p = state.round, values.shape[0]
         phase = self._phase(t)
         k = self.batch[phase]
-        vectors = values[mask].reshape(p, k, -1)            # each replica's K_i users, in id order
-        running = ~state.halted
-        if self.private:
+        running = np.flatnonzero(~state.halted)
+        vectors = values[mask].reshape(running.size, k, -1)     # each running replica's K_i users, in id order
+        pass_level, halted = state.pass_level.copy(), state.halted.copy()
+        gradient, kept = np.zeros((p, vectors.shape[2])), np.full(p, np.nan)
+        if self.private and running.size:
             step = OutlierRemovalStep(self.epsilon, self.threshold, self.noise_std[phase])
-            generators = [generator(self.seed, Stream.SERVER, *row, t) for row in self.streams]
-            pass_level = step.pass_level(k, generators) if t == self.phase_starts[phase] else state.pass_level
-            result = step(vectors, pass_level, generators, state.halted)
-            halted, gradient, kept = result.halted, result.gradient, result.kept
-        else:
-            pass_level, halted, gradient, kept = state.pass_level, state.halted, vectors.mean(axis=1), np.full(p, k)
+            generators = [generator(self.seed, Stream.SERVER, *self.streams[r], t) for r in running]
+            if t == self.phase_starts[phase]:
+                pass_level[running] = step.pass_level(k, generators)
+            result = step(vectors, pass_level[running], generators)
+            halted[running], kept[running] = result.halted, result.kept
+            gradient[running] = np.where(result.halted[:, None], 0.0, result.gradient)
+        elif running.size:
+            gradient[running], kept[running] = vectors.mean(axis=1), k
         solver = self.solvers[phase]
-        shape = state.solver.params.shape
-        advanced = solver.step(state.solver, np.where(halted[:, None], 0.0, gradient).reshape(shape),
-                               (~halted).astype(np.int64))
+        advanced = solver.step(state.solver, gradient.reshape(state.solver.params.shape), (~halted).astype(np.int64))
         if t + 1 == self.phase_starts[phase] + self.steps[phase] and phase + 1 < len(self.steps):
             advanced = self.solvers[phase + 1].init(advanced.params)       # x_i: the next phase's start and anchor
-        return PhasedErmState(t + 1, advanced, pass_level, halted,
-                              state.gradients + np.where(running, k * self.items, 0), kept)
+        gradients = state.gradients.copy()
+        gradients[running] += k * self.items
+        return PhasedErmState(t + 1, advanced, pass_level, halted, gradients, kept)
 
     def metrics(self, state: PhasedErmState) -> dict:
         phase = self._phase(max(state.round - 1, 0))

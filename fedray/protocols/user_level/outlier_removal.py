@@ -11,8 +11,8 @@ level Delta_i = 4 K / 5 + xi, xi ~ Lap(8 / eps), once; per step, with threshold 
 AboveThreshold over the phase's steps is eps/2-DP (the score's sensitivity is < 2); given a pass
 the filtered mean moves by O(tau log(1/zeta) / K) under replacing one user (Lemma C.2), which
 sigma covers together with subsampling and advanced composition over the phase (the paper's
-argument, spec §2.3). A halted replica releases nothing more in the phase: its gradient is NaN
-and the caller outputs the public constant. Every draw comes from the replica's own generator.
+argument, spec §2.3). A halted replica releases nothing more in the run (Alg. 3 aborts): its
+gradient is NaN and the caller outputs the public constant. Every draw comes from the replica's own generator.
 """
 
 from __future__ import annotations

@@ -3,12 +3,13 @@ and noise for Alg. 1 (phased SGD with outlier-iterate removal) and Alg. 3 (accel
 with outlier-gradient removal), from public inputs only (n users of m items, d, eps, delta and the
 problem's L, R, beta), and the gradient evaluations each costs.
 
-Profile P ("paper") is the printed formulas, natural logs, no rounding, with Alg. 3's users per step
+Profile P ("paper") is the printed formulas, natural logs, no rounding (``phase_layout`` rounds
+what runs, ``layout_noise_std`` recomputes sigma_i for it), with Alg. 3's users per step
 capped at the phase's users (K_i := min(K_i, n_i): full participation, privacy-consistent since
 sigma_i does not depend on K_i). At laptop scale P is vacuous (spec §4.1: Alg. 1's first phase adds
 noise of norm ~680 R at n = 1e6); ``feasibility`` says so in words. Profile X ("exploratory")
-multiplies the printed constants (100, 1000, 500) and log factors by ``kappa``; its results carry a
-nominal eps only.
+multiplies the printed constants (100, 1000, 500) by ``kappa`` (not the log factors); its results
+carry a nominal eps only.
 
 Symbols: l = floor(log2 n) phases; phase i has n_i = (1 - 2^-q) n / 2^(i q) fresh users.
 Alg. 1: C = 100 ln(20 n m e^eps / delta) / eps groups, eta_i = eta / 2^(p i), N_i = n_i / C users per
@@ -214,6 +215,13 @@ def phase_layout(schedule: AcceleratedSchedule) -> PhaseLayout:
     return PhaseLayout(tuple(map(int, users)), tuple(map(int, steps)), tuple(map(int, batch)))
 
 
+def layout_noise_std(schedule: AcceleratedSchedule, layout: PhaseLayout) -> np.ndarray:
+    """(l,) sigma_i of the phases as they run: the printed formula at ceil(T_i) and floor(n_i)
+    (sigma_i grows as sqrt(T_i) / n_i, so the rounded sizes need up to a few % more noise)."""
+    return schedule.noise_std * np.sqrt(np.asarray(layout.steps) / schedule.steps) \
+        * (schedule.phase_users / np.asarray(layout.users))
+
+
 def stage_lengths(steps: int, smoothness: float, strong_convexity: float, variance: float,
                   initial_gap: float) -> tuple[int, ...]:
     """GL13's multi-stage AC-SA within a phase's ``steps`` oracle calls (spec §2.2): stage k runs
@@ -244,6 +252,9 @@ def privacy_conditions(problem: Problem, schedule: AcceleratedSchedule, layout: 
     failed = []
     if eps > 10:
         failed.append(f"eps = {eps:g} > 10")
+    if eps > 2:
+        failed.append(f"eps / 2 = {eps / 2:g} > 1: the classic Gaussian calibration (Def. A.5) holds for budgets <= 1 "
+                      "(spec §5 item 13)")
     have, need = schedule.users_condition
     if have <= need:
         failed.append(f"n^(1-q) = {have:.4g} <= 100 ln(20 n m d e^eps / delta) / (eps (1 - 2^-q)) = {need:.4g}")

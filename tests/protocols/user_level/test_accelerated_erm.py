@@ -194,3 +194,29 @@ def test_projected_gradient_averages_its_iterates_and_stays_in_the_ball():
     assert not state.iterate[1].any() and state.steps.tolist() == [60, 0]
     far = solver.step(solver.init(np.zeros((2, 3, 1))), np.full((2, 3, 1), -10.0), np.array([1, 1]))
     assert np.allclose(np.linalg.norm(far.iterate[:, :, 0], axis=1), 1.0)
+
+
+def _released(adversary: bool, draws: int, seed: int, *overrides: str) -> np.ndarray:
+    """(draws, d) Alg. 3's released output on D (user 0 honest) or D' (user 0's labels all 1e6)."""
+    neighbour = ["data.spec.adversary=0", "data.spec.adversarial_label=1e6"] if adversary else []
+    plan = _plan(f"repetitions={draws}", f"seed={seed}", "evaluate_every=1000000", *neighbour, *overrides)
+    return run(plan, inline=True).model[:, :, 0]
+
+
+@pytest.mark.slow
+def test_an_audit_against_one_adversarial_user_stays_below_eps_and_catches_an_unprotected_release():
+    """Spec §6 T14 / E7: D and D' differ in user 0 (phase 1), whose labels become 1e6 in D' (its
+    gradient norm ~ 1e6 against the others' <= 2): the filter must remove it every time it is
+    sampled. The printed constants at eps = 1: the audit's lower bound stays below eps. Control:
+    the same pair without privacy (no filter, no noise) is told apart at once."""
+    from fedray.privacy.audit import audit_epsilon
+
+    def sampler(overrides):
+        def sample(flag, num, rng):
+            return _released(bool(flag), num, int(rng.integers(2**31)), *overrides)
+        return sample
+
+    private = audit_epsilon(sampler([]), 400, np.random.default_rng(0), delta=7.8e-7)
+    control = audit_epsilon(sampler(["privacy=none"]), 400, np.random.default_rng(1), delta=7.8e-7)
+    assert private.eps_lower <= 1.0
+    assert control.eps_lower > 3.0
