@@ -2,10 +2,11 @@
 one user's records. Driver-side programs: ``OutputPerturbation`` (global sensitivity; B0 without
 privacy, B1) and ``SCOutputPert`` (local deletion sensitivity with a gradient certificate); a
 round protocol at a trusted server: ``AcceleratedPhasedERM`` (seed 002's Alg. 3; A2 with
-``solver=sgd``) and ``FilteredGradientDescent`` (its full-batch baseline B2)."""
+``solver=sgd``) ``FilteredGradientDescent`` (its full-batch baseline B2) and ``UserDpSgd`` (B1, user-level DP-SGD)."""
 
 from fedray.protocols.user_level.accelerated_erm import AcceleratedPhasedERM, FilteredGradientDescent
 from fedray.protocols.user_level.output_perturbation import OutputPerturbation
 from fedray.protocols.user_level.sc_output_pert import SCOutputPert
+from fedray.protocols.user_level.user_dp_sgd import UserDpSgd
 
-__all__ = ["AcceleratedPhasedERM", "FilteredGradientDescent", "OutputPerturbation", "SCOutputPert"]
+__all__ = ["AcceleratedPhasedERM", "FilteredGradientDescent", "OutputPerturbation", "SCOutputPert", "UserDpSgd"]

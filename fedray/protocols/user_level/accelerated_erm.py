@@ -46,6 +46,13 @@ from fedray.protocols.user_level.phased_planning import AcceleratedErm, FullBatc
 from fedray.rng import Stream, generator
 
 
+def user_mean_gradients(loss, query: np.ndarray, users: SiloArrays) -> np.ndarray:
+    """(P, U, d, C) q(Z): each user's mean per-item gradient at its replica's query point (m
+    gradient evaluations per user), unclipped."""
+    weights = (np.arange(users.x.shape[1])[None, :] < users.sizes[:, None]) / users.sizes[:, None]
+    return clipped_weighted_gradients(loss, query, users.x, users.y, weights[None], np.inf, users.x_norms)
+
+
 class PhasedErmState(NamedTuple):
     round: int
     solver: AcceleratedState     # the current phase's AC-SA iterates, (P, d, C)
@@ -94,8 +101,7 @@ class AcceleratedPhasedERM:
     def silo_step(self, query: np.ndarray, users: SiloArrays, draws) -> np.ndarray:
         """(P, U, d, C): each user's mean gradient over its m items at the query point (no clip:
         the filter, not a clip, bounds a user's influence)."""
-        weights = (np.arange(users.x.shape[1])[None, :] < users.sizes[:, None]) / users.sizes[:, None]
-        return clipped_weighted_gradients(self.loss, query, users.x, users.y, weights[None], np.inf, users.x_norms)
+        return user_mean_gradients(self.loss, query, users)
 
     def charge(self, state: PhasedErmState, participation: np.ndarray) -> np.ndarray:
         """(P, N): at a phase's first round, each of its users once per replica still running."""

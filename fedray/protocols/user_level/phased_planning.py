@@ -22,21 +22,18 @@ theorem, and its output is what the printed noise gives (the feasibility notes s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from fedray.checks import known_keys, number_in, positive
 from fedray.core.planning import PlanContext
-from fedray.core.protocol import CuratorSampledRounds, Routing
-from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
-from fedray.evaluation import LinearModelEvaluation
 from fedray.gradient_descent import ProjectedGradient
 from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.ledger import Ledger, PhaseAccountant
 from fedray.privacy.statement import PrivacyPlan
-from fedray.protocols.user_level.planning import USER, not_private
+from fedray.protocols.user_level.planning import USER, CuratorRoundsPlan, not_private
 from fedray.protocols.user_level.phased_parameters import (
     PhaseLayout, Problem, accelerated_notes, accelerated_schedule, good_event_failure, layout_noise_std, phase_layout, privacy_conditions,
     stage_lengths,
@@ -101,27 +98,6 @@ def _schedule(problem: Problem, constants: dict):
 
 
 @dataclass(frozen=True)
-class AcceleratedErmPlan:
-    """Alg. 3 resolved against its data (``PlannedProtocol``)."""
-
-    algorithm: object
-    sampler: object
-    loss: object
-    shape: object
-    replicas: object
-    num_rounds: int
-    privacy: PrivacyPlan
-    resolved: dict = field(default_factory=dict)
-    routing: Routing = Routing.DIRECT
-
-    def build(self, oracle) -> CuratorSampledRounds:
-        params0 = np.zeros((self.replicas.count, self.shape.dim, self.loss.num_outputs))
-        return CuratorSampledRounds(self.algorithm, self.sampler, LinearModelEvaluation(self.loss), SiloArrays.of,
-                                    params0, self.num_rounds, self.shape.num_silos, self.routing,
-                                    {"threshold": self.algorithm.threshold, "noise_std_first_phase": self.algorithm.noise_std[0]})
-
-
-@dataclass(frozen=True)
 class AcceleratedErm:
     trust_models: tuple[str, ...] = ("central", "none")
     sets_participation: bool = True           # participation=phased's lists come from the schedule
@@ -139,7 +115,7 @@ class AcceleratedErm:
                          "batch_sizes": list(layout.batch)}
         return {**config, "participation": participation, "num_rounds": int(sum(layout.steps))}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> AcceleratedErmPlan:
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> CuratorRoundsPlan:
         from fedray.protocols.user_level.accelerated_erm import phase_solvers
 
         alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
@@ -184,8 +160,8 @@ class AcceleratedErm:
         cells = (replicas.count, shape.num_silos)
         privacy = _phase_privacy(problem, layout, sigma / (2 * schedule.threshold), cells, constants, failed) \
             if private else not_private(cells)
-        return AcceleratedErmPlan(algorithm, context.sampler, context.loss, shape, replicas, context.num_rounds,
-                                  privacy, resolved)
+        return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, context.num_rounds,
+                                 privacy, resolved, _constants(algorithm))
 
 
 def _phase_privacy(problem: Problem, layout, multiplier: np.ndarray, cells: tuple, constants: dict,
@@ -235,7 +211,7 @@ class FullBatchFiltered:
     def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
         return config
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> AcceleratedErmPlan:
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> CuratorRoundsPlan:
         from fedray.core.sampling import AllUnits
 
         alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
@@ -274,5 +250,10 @@ class FullBatchFiltered:
         cells = (replicas.count, shape.num_silos)
         privacy = _phase_privacy(problem, layout, np.array([sigma / (2 * tau)]), cells, constants, failed) if private \
             else not_private(cells)
-        return AcceleratedErmPlan(algorithm, context.sampler, context.loss, shape, replicas, steps, privacy, resolved)
+        return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, steps, privacy, resolved,
+                                 _constants(algorithm))
 
+
+
+def _constants(algorithm) -> dict:
+    return {"threshold": algorithm.threshold, "noise_std_first_phase": algorithm.noise_std[0]}

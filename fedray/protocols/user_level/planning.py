@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -206,3 +207,103 @@ def _one_release(calibration: str, levels: np.ndarray, delta: float, cells: tupl
 def not_private(cells: tuple) -> PrivacyPlan:
     return PrivacyPlan(trust_model="none", calibration="none", accountant="none", unit=USER, relation="replace_one",
                        delta=np.zeros(cells[1]), noise_multiplier=np.zeros(cells), target_epsilon=None, ledger=None)
+
+
+B1_FIELDS = ("_target_", "name", "step_size", "l2_clip", "radius")
+
+
+@dataclass(frozen=True)
+class CuratorRoundsPlan:
+    """A user-level round protocol at a trusted server resolved against its data
+    (``PlannedProtocol``): ``CuratorSampledRounds`` over the users' records, starting at 0."""
+
+    algorithm: object
+    sampler: object
+    loss: object
+    shape: object
+    replicas: object
+    num_rounds: int
+    privacy: PrivacyPlan
+    resolved: dict = field(default_factory=dict)
+    constants: dict = field(default_factory=dict)
+    routing: Routing = Routing.DIRECT
+
+    def build(self, oracle):
+        from fedray.core.protocol import CuratorSampledRounds
+        from fedray.data.federation import SiloArrays
+        from fedray.evaluation import LinearModelEvaluation
+
+        params0 = np.zeros((self.replicas.count, self.shape.dim, self.loss.num_outputs))
+        return CuratorSampledRounds(self.algorithm, self.sampler, LinearModelEvaluation(self.loss), SiloArrays.of,
+                                    params0, self.num_rounds, self.shape.num_silos, self.routing, dict(self.constants))
+
+
+@dataclass(frozen=True)
+class UserSampledGaussian:
+    """B1 (``user_dp_sgd``): K users per round (``participation=uniform``), each user's mean
+    gradient clipped to L, the mean's Gaussian noise z 2 L / K with z calibrated by the RDP
+    accountant for num_rounds K-of-N subsampled releases at (eps, delta) (``privacy.calibration=
+    accountant``), every user charged every round (``RoundsAccountant``)."""
+
+    trust_models: tuple[str, ...] = ("central", "none")
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+
+    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+        return config
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> CuratorRoundsPlan:
+        from fedray.core.sampling import UniformParticipation
+        from fedray.gradient_descent import ProjectedGradient
+        from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
+        from fedray.privacy.ledger import RoundsAccountant
+
+        alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
+        name = alg.get("name")
+        known_keys("algorithm", alg, B1_FIELDS)
+        if priv["trust_model"] not in self.trust_models:
+            raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {self.trust_models} for {name}")
+        if not isinstance(context.sampler, UniformParticipation):
+            raise ConfigError("participation", type(context.sampler).__name__,
+                              f"uniform (K of the N users each round, without replacement) for {name}")
+        clip = positive("algorithm.l2_clip", alg.get("l2_clip"))
+        radius = positive("algorithm.radius", alg.get("radius"), allow_none=True)
+        users, rounds, batch = shape.num_silos, context.num_rounds, int(context.sampler.silos_per_round)
+        items = set(shape.n_train)
+        if len(items) != 1:
+            raise ConfigError("data", f"{min(items)}..{max(items)} items per user", f"the same m for every user ({name})")
+        items = items.pop()
+        cells = (replicas.count, users)
+        solver = ProjectedGradient(replicas.step_sizes, 0.0, radius)
+        resolved = {"users_per_round": batch, "l2_clip": clip}
+        if priv["trust_model"] == "none":
+            algorithm = algorithm_class(context.loss, solver, math.inf, np.zeros(replicas.count), rounds, items,
+                                        context.seed, replicas.streams)
+            return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, rounds,
+                                     not_private(cells), resolved)
+        if priv.get("calibration") != "accountant":
+            raise ConfigError("privacy.calibration", priv.get("calibration"), f"accountant for {name} (the RDP "
+                              "accountant's noise for the subsampled Gaussian)")
+        if priv.get("epsilon_grid") is not None:
+            raise ConfigError("privacy.epsilon_grid", priv["epsilon_grid"], f"null for {name} (one budget per run: "
+                              "the ledger prices one noise multiplier)")
+        delta = number_in("privacy.delta", priv.get("delta"), 0.0, 1.0, "a number in (0, 1)")
+        levels = _levels(priv, replicas)
+        multipliers = {float(eps): calibrate_noise_multiplier(float(eps), delta, batch, users, 1, rounds, "rdp")
+                       for eps in np.unique(levels)}
+        z = np.array([multipliers[float(eps)] for eps in levels])
+        algorithm = algorithm_class(context.loss, solver, clip, z * 2 * clip / batch, rounds, items, context.seed,
+                                    replicas.streams)
+        first = z[0]
+        accountant = RoundsAccountant(partial(participation_epsilon, float(first), batch, users, 1, delta=delta,
+                                              accountant="rdp"), "rdp (K of N users, every round)", delta)
+        resolved.update(noise_multiplier=float(first), noise_std=float(first * 2 * clip / batch))
+        privacy = PrivacyPlan(
+            trust_model="central", calibration="accountant", accountant="rdp", unit=USER, relation="replace_one",
+            delta=np.full(users, delta), noise_multiplier=np.broadcast_to(z[:, None], cells).copy(),
+            target_epsilon=np.broadcast_to(levels[:, None], cells).copy(), ledger=Ledger(accountant, cells, "user"),
+            details={"noise_multiplier": float(first)},
+            non_private_inputs=("the subsampling credit needs each round's users to stay secret (a simulation keys "
+                                "them by the run seed)",))
+        return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, rounds, privacy, resolved,
+                                 {"l2_clip": clip, "noise_std_max": float(algorithm.noise_std.max())})

@@ -220,3 +220,31 @@ def test_an_audit_against_one_adversarial_user_stays_below_eps_and_catches_an_un
     control = audit_epsilon(sampler(["privacy=none"]), 400, np.random.default_rng(1), delta=7.8e-7)
     assert private.eps_lower <= 1.0
     assert control.eps_lower > 3.0
+
+
+B1 = ["algorithm=user_dp_sgd", "participation=uniform", "participation.silos_per_round=100", "num_rounds=60",
+      "privacy.calibration=accountant"]
+
+
+def test_b1_spends_the_accountants_eps_for_every_user_and_counts_k_m_per_round():
+    from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
+
+    plan = _plan(*B1, "privacy.epsilon=2", "privacy.delta=1e-6")
+    result = run(plan, inline=True)
+    z = calibrate_noise_multiplier(2.0, 1e-6, 100, 1000, 1, 60, "rdp")
+    assert plan.protocol.resolved["noise_multiplier"] == pytest.approx(z)
+    assert plan.protocol.resolved["noise_std"] == pytest.approx(z * 2 * 2.0 / 100)
+    assert np.allclose(result.epsilon_spent, participation_epsilon(z, 100, 1000, 1, 60, 1e-6, "rdp"))
+    assert result.epsilon_spent.max() <= 2.0 + 1e-6
+    assert np.all(result.history[-1]["gradient_evaluations"] == 60 * 100 * 16)
+
+
+def test_b1_without_privacy_learns_and_refuses_what_its_accountant_cannot_price():
+    plan = _plan(*B1[:-1], "privacy=none")
+    assert np.all(_excess(plan, run(plan, inline=True).model) < _excess(plan, np.zeros((1, 5, 1))) / 5)
+    everyone = [B1[0], "participation=all", *B1[3:]]
+    for overrides, key in ((everyone, "participation"), ([*B1, "privacy.calibration=paper"], "privacy.calibration"),
+                           ([*B1, "privacy.epsilon_grid=[1,2]"], "privacy.epsilon_grid")):
+        with pytest.raises(ConfigError) as err:
+            _plan(*overrides)
+        assert err.value.key == key
