@@ -10,9 +10,10 @@ records, its own user sampling, concentration test, filter, noise and AC-SA recu
 2 / (t + 1), gamma_t = 4 Ls / (t (t + 1)), Ls = beta + lambda_i, mu = lambda_i), with draws of its
 own: the two runs have the same law, not the same bits. Both carry R replicas (repetitions).
 
-Printed: seconds, gradient evaluations per second, the ratio fedray / numpy, peak memory (fedray's
-actors by VmHWM, the reference by tracemalloc), halts and the mean excess risk ||x - w*||^2 / (2 d)
-of both. No timing is asserted.
+Printed: seconds (fedray's from the call, Ray's start included, and per step after the first
+round), gradient evaluations per second, the ratio fedray / numpy, peak memory (fedray's actors by
+VmHWM, the reference by tracemalloc), halts and the mean excess risk ||x - w*||^2 / (2 d) of both.
+No timing is asserted.
 
     python experiments/benchmark/user_level_fast.py                     # n = 2e4, m = 64, d = 20, R = 4
     python experiments/benchmark/user_level_fast.py --users 2000 --replicas 2
@@ -138,6 +139,12 @@ def main(argv: list[str] | None = None) -> dict:
           f"{fedray_halts} of {reps} | {fedray_excess.mean():.3g} |")
     print(f"| numpy loop (1 process) | {numpy_seconds:.1f} | {total / numpy_seconds:.3g} | 1.00 | "
           f"{numpy_peak:.3f} (tracemalloc) | {int(halted.sum())} of {reps} | {numpy_excess.mean():.3g} |")
+    rounds = plan.num_rounds
+    after_first = result.wall_time - result.time_to_first_round
+    print(f"after the first round (Ray and the actors up): fedray {after_first:.1f} s for {rounds - 1} steps, "
+          f"{1e3 * after_first / (rounds - 1):.1f} ms per step against numpy's {1e3 * numpy_seconds / rounds:.1f} "
+          f"(ratio {after_first / (rounds - 1) / (numpy_seconds / rounds):.2f}); start-up and first round "
+          f"{result.time_to_first_round:.1f} s")
     print(f"gradient evaluations of one replica: fedray {int(result.history[-1]['gradient_evaluations'][0]):,}, "
           f"numpy {count:,}, formula {per_run:,}; zero model's excess risk {excess(np.zeros((1, d)))[0]:.3g}")
     return {"fedray_seconds": fedray_seconds, "numpy_seconds": numpy_seconds, "fedray_excess": fedray_excess,

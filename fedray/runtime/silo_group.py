@@ -98,6 +98,8 @@ class SiloGroup:
         units = self.silo_ids[active]
         draws = SiloDraws(self._draw_seed, self.streams, spec.round, units, width=self._width)
         sub_mask = mask[:, active]
+        if active.size and active[-1] - active[0] + 1 == active.size:     # contiguous: a view of the records, no copy
+            active = slice(int(active[0]), int(active[-1]) + 1)
         if getattr(self.protocol, "per_actor_sums", False):
             # A curator's step: one row per replica, the sum over the units of this group it takes
             # (a zero row, masked, where it takes none here).
