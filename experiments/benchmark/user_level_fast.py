@@ -105,13 +105,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--epsilon", type=float, default=8.0)
     parser.add_argument("--kappa", type=float, default=1e-3)
+    parser.add_argument("--actors", type=int, default=2)
     args = parser.parse_args(argv)
     n, m, d, reps = args.users, args.items, args.dim, args.replicas
     delta = 1.0 / (10 * n * m)
     plan = compose_plan(["experiment=user_level_sphere", f"data.spec.num_silos={n}", f"data.spec.samples_per_silo={m}",
                          f"data.spec.dim={d}", f"repetitions={reps}", f"privacy.epsilon={args.epsilon}",
                          f"privacy.delta={delta}", "algorithm.profile=exploratory", f"algorithm.kappa={args.kappa}",
-                         "progress=false", "runtime.num_actors=2", f"evaluate_every={10**9}"])
+                         "progress=false", f"runtime.num_actors={args.actors}", f"evaluate_every={10**9}"])
     resolved = plan.protocol.resolved
     per_run = resolved["gradients_no_halt"]
     print(f"## Alg. 3 on P1: n = {n:,} users x m = {m}, d = {d}, {reps} replicas, eps = {args.epsilon} (nominal, "
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
     print("| runner | seconds | gradient evaluations per second | ratio to numpy | peak memory (GiB) | halted | "
           "mean excess risk |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    print(f"| fedray (2 actors) | {fedray_seconds:.1f} | {total / fedray_seconds:.3g} | "
+    print(f"| fedray ({args.actors} actor{'s' * (args.actors > 1)}) | {fedray_seconds:.1f} | {total / fedray_seconds:.3g} | "
           f"{fedray_seconds / numpy_seconds:.2f} | {max(actors, default=float('nan')):.3f} per actor | "
           f"{fedray_halts} of {reps} | {fedray_excess.mean():.3g} |")
     print(f"| numpy loop (1 process) | {numpy_seconds:.1f} | {total / numpy_seconds:.3g} | 1.00 | "

@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from fedray.errors import ConfigError
-from fedray.rng import Stream, generator
+from fedray.rng import EPOCH_ROUND, Stream, generator
 
 
 def _integer(value) -> bool:
@@ -243,10 +243,13 @@ class PhasedGroups:
 
 @dataclass(frozen=True)
 class PhasedSubsets:
-    """Phases of fresh units, a random subset of the phase's units every round: phase j holds the
-    ``phase_units[j]`` units after those of earlier phases and runs ``steps[j]`` rounds, each on
-    ``batch_sizes[j]`` of its units drawn uniformly without replacement (seed 002's Alg. 3: n_i
-    fresh users per phase, K_i of them per step). Units after the last phase never take part."""
+    """Phases of fresh units, a random subset of the phase's units every round: phase j holds
+    ``phase_units[j]`` units and runs ``steps[j]`` rounds, each on ``batch_sizes[j]`` of its units
+    drawn uniformly without replacement (seed 002's Alg. 3: n_i fresh users per phase, K_i of them
+    per step). Which units form phase j: positions [sum of the earlier sizes, + phase_units[j]) of
+    a uniform permutation of the ids keyed by the run seed alone (``members``), so every phase is
+    spread over the whole population (and over every actor, whose units are a contiguous id
+    range) and owes nothing to how ids were assigned. Units of no phase never take part."""
 
     phase_units: tuple
     steps: tuple
@@ -276,25 +279,50 @@ class PhasedSubsets:
         return int(sum(self.steps))
 
     def phase_range(self, phase: int) -> tuple[int, int]:
-        """[lo, hi): the units of ``phase`` (0-based)."""
+        """[lo, hi): the positions of ``phase`` (0-based) in the permutation of ``members``."""
         lo = int(sum(self.phase_units[:phase]))
         return lo, lo + int(self.phase_units[phase])
+
+    def members(self, seed: int, num_units: int) -> np.ndarray:
+        """(N,) the phase (0-based) of every unit, -1 for units of no phase."""
+        return _phase_members(int(seed), int(num_units), tuple(int(u) for u in self.phase_units))
 
     def sample(self, seed: int, repetitions: np.ndarray, round_index: int, num_units: int) -> np.ndarray:
         if round_index >= self.max_rounds(num_units):
             raise ValueError(f"round {round_index}: the phases run {self.max_rounds(num_units)} rounds")
         phase = phase_of(self.steps, round_index)
         lo, hi = self.phase_range(phase)
+        units = _permutation(int(seed), int(num_units))[lo:hi]
 
         def draw(g: np.random.Generator) -> np.ndarray:
             mask = np.zeros(num_units, dtype=bool)
-            mask[lo + g.choice(hi - lo, size=int(self.batch_sizes[phase]), replace=False)] = True
+            mask[units[g.choice(hi - lo, size=int(self.batch_sizes[phase]), replace=False)]] = True
             return mask
 
         return _per_repetition(seed, repetitions, round_index, draw)
 
     def counts(self, seed: int, repetitions: np.ndarray, num_rounds: int, num_units: int) -> np.ndarray:
         return _accumulated(self, seed, repetitions, min(num_rounds, self.max_rounds(num_units)), num_units)
+
+
+@lru_cache(maxsize=8)
+def _permutation(seed: int, num_units: int) -> np.ndarray:
+    """The public permutation of the unit ids that phases are cut from (keyed by the seed alone:
+    every replica and repetition of a run shares the phases)."""
+    permutation = generator(seed, Stream.PARTICIPATION, EPOCH_ROUND).permutation(num_units)
+    permutation.setflags(write=False)
+    return permutation
+
+
+@lru_cache(maxsize=8)
+def _phase_members(seed: int, num_units: int, phase_units: tuple) -> np.ndarray:
+    members = np.full(num_units, -1, dtype=np.int64)
+    bounds = np.concatenate([[0], np.cumsum(phase_units)])
+    permutation = _permutation(seed, num_units)
+    for phase, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        members[permutation[lo:hi]] = phase
+    members.setflags(write=False)
+    return members
 
 
 @dataclass(frozen=True)

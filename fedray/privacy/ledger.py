@@ -278,19 +278,16 @@ class PhaseAccountant(ComposedAccountant):
     users, sampled in some step or not; phases read disjoint users). The protocol charges each
     unit of a phase once, at the phase's first round, for each replica still running; a plan of
     R rounds charges once every unit of the phases that start before round R (halting can only
-    charge less). ``phase_units[j]`` units after those of earlier phases run ``phase_steps[j]`` rounds."""
+    charge less). ``unit_phase`` (N,) is each unit's phase (-1: none), ``phase_starts`` each
+    phase's first round."""
 
-    phase_units: tuple = ()
-    phase_steps: tuple = ()
+    unit_phase: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    phase_starts: tuple = ()
 
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
-        planned = np.zeros_like(counts)
-        first_unit = first_round = 0
-        for units, steps in zip(self.phase_units, self.phase_steps):
-            if first_round < num_rounds:
-                planned[:, first_unit:first_unit + int(units)] = 1
-            first_unit, first_round = first_unit + int(units), first_round + int(steps)
-        return planned
+        started = np.flatnonzero(np.asarray(self.phase_starts) < num_rounds)
+        charged = np.isin(self.unit_phase, started)
+        return np.broadcast_to(charged, counts.shape).astype(counts.dtype)
 
     def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
         return "each phase is one release at the run's (eps, delta)"

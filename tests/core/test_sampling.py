@@ -95,12 +95,16 @@ def test_phased_subsets_draw_k_of_each_phases_fresh_units_uniformly():
     sampler.validate(20)
     reps = np.array([0, 0, 1])
     masks = np.stack([sampler.sample(5, reps, t, 20) for t in range(5000)])           # (T, P, N)
-    assert np.all(masks[:3000, :, :10].sum(axis=2) == 4) and not masks[:3000, :, 10:].any()
-    assert np.all(masks[3000:, :, 10:16].sum(axis=2) == 2) and not masks[3000:, :, :10].any()
-    assert not masks[:, :, 16:].any()                                 # after the last phase: never
+    members = sampler.members(5, 20)
+    first, second = members == 0, members == 1
+    assert first.sum() == 10 and second.sum() == 6 and np.array_equal(members, sampler.members(5, 20))
+    assert not np.array_equal(members, sampler.members(6, 20))        # a permutation keyed by the seed
+    assert np.all(masks[:3000][:, :, first].sum(axis=2) == 4) and not masks[:3000][:, :, ~first].any()
+    assert np.all(masks[3000:][:, :, second].sum(axis=2) == 2) and not masks[3000:][:, :, ~second].any()
+    assert not masks[:, :, members < 0].any()                        # units of no phase: never
     assert np.array_equal(masks[:, 0], masks[:, 1]) and not np.array_equal(masks[:, 0], masks[:, 2])
-    for rows, size, units, lo in ((slice(0, 3000), 4, 10, 0), (slice(3000, 5000), 2, 6, 10)):
-        counts = masks[rows, 2, lo:lo + units].sum(axis=0)
+    for rows, size, units, phase in ((slice(0, 3000), 4, 10, first), (slice(3000, 5000), 2, 6, second)):
+        counts = masks[rows, 2][:, phase].sum(axis=0)
         expected = counts.sum() / units
         assert stats.chi2.sf(((counts - expected) ** 2 / expected).sum(), df=units - 1) > 1e-3
     np.testing.assert_array_equal(sampler.counts(5, reps, 5000, 20), masks.sum(axis=0))

@@ -71,8 +71,7 @@ class AcceleratedPhasedERM:
     steps: tuple                 # T_i
     batch: tuple                 # K_i
     phase_starts: tuple          # the first round of each phase
-    first_users: tuple           # the first user id of each phase
-    users: tuple                 # n_i
+    unit_phase: np.ndarray       # (N,) each user's phase (-1: none; ``PhasedSubsets.members``)
     items: int                   # m
     threshold: float             # tau
     noise_std: tuple             # sigma_i
@@ -108,8 +107,7 @@ class AcceleratedPhasedERM:
         charge = np.zeros(participation.shape, dtype=np.int64)
         phase = self._phase(state.round)
         if state.round == self.phase_starts[phase]:
-            lo = self.first_users[phase]
-            charge[~state.halted, lo:lo + self.users[phase]] = 1
+            charge[np.ix_(~state.halted, self.unit_phase == phase)] = 1
         return charge
 
     def server_step(self, state: PhasedErmState, values: np.ndarray, mask: np.ndarray) -> PhasedErmState:

@@ -138,15 +138,15 @@ class AcceleratedErm:
                                  lip * problem.diameter) if stages == "multi" else (t,)
                    for t, k, lam_i, s in zip(layout.steps, layout.batch, lam, sigma)] if constants["solver"] == "acsa" \
             else [(t,) for t in layout.steps]
-        starts = np.concatenate([[0], np.cumsum(layout.steps)[:-1]])
-        first_users = np.concatenate([[0], np.cumsum(layout.users)[:-1]])
+        starts = tuple(int(v) for v in np.concatenate([[0], np.cumsum(layout.steps)[:-1]]))
+        unit_phase = context.sampler.members(context.seed, shape.num_silos)
         solvers = phase_solvers(lam, beta, problem.diameter / 2, lengths, replicas.count) \
             if constants["solver"] == "acsa" else \
             tuple(ProjectedGradient(np.full(replicas.count, 1.0 / (beta + lam_i)), float(lam_i), problem.diameter / 2)
                   for lam_i in lam)
         algorithm = algorithm_class(
             context.loss, solvers, layout.steps,
-            layout.batch, tuple(map(int, starts)), tuple(map(int, first_users)), layout.users, problem.items,
+            layout.batch, starts, unit_phase, problem.items,
             float(schedule.threshold), tuple(map(float, sigma)), problem.epsilon, private, context.seed,
             replicas.streams)
         notes, failed = accelerated_notes(schedule, problem.dim), privacy_conditions(problem, schedule, layout)
@@ -158,24 +158,23 @@ class AcceleratedErm:
                     "gradients_no_halt": layout.gradients_per_item * problem.items,
                     "notes": notes, "privacy_conditions_failed": failed}
         cells = (replicas.count, shape.num_silos)
-        privacy = _phase_privacy(problem, layout, sigma / (2 * schedule.threshold), cells, constants, failed) \
-            if private else not_private(cells)
+        privacy = _phase_privacy(problem, layout, unit_phase, sigma / (2 * schedule.threshold), cells, constants,
+                                 failed) if private else not_private(cells)
         return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, context.num_rounds,
                                  privacy, resolved, _constants(algorithm))
 
 
-def _phase_privacy(problem: Problem, layout, multiplier: np.ndarray, cells: tuple, constants: dict,
-                   failed: list) -> PrivacyPlan:
+def _phase_privacy(problem: Problem, layout, unit_phase: np.ndarray, multiplier: np.ndarray, cells: tuple,
+                   constants: dict, failed: list) -> PrivacyPlan:
     """Each phase one (eps, delta) release to its users (parallel composition over phases). The
     statement's noise multiplier is sigma_i / (2 tau): the sensitivity itself is the paper's
     O(tau log(1 / zeta) / K_i) with a hidden constant, so the noise is stated against the
     closeness threshold instead (recorded under ``details``)."""
     eps, delta = problem.epsilon, problem.delta
+    starts = tuple(int(v) for v in np.concatenate([[0], np.cumsum(layout.steps)[:-1]]))
     accountant = PhaseAccountant(ApproxDpComposition(eps, delta, 0.0, route="basic"), "phases",
-                                 phase_units=layout.users, phase_steps=layout.steps)
-    per_unit = np.zeros(cells[1])
-    for lo, users, value in zip(np.cumsum((0,) + layout.users[:-1]), layout.users, multiplier):
-        per_unit[lo:lo + users] = value
+                                 unit_phase=unit_phase, phase_starts=starts)
+    per_unit = np.where(unit_phase >= 0, np.asarray(multiplier)[np.maximum(unit_phase, 0)], 0.0)
     caveats = []
     if constants["profile"] == "exploratory":
         caveats.append(f"algorithm.profile=exploratory: the constants 500 and 1000 are scaled by kappa = "
@@ -233,8 +232,8 @@ class FullBatchFiltered:
         layout = PhaseLayout((n,), (steps,), (n,))
         algorithm = algorithm_class(
             context.loss, (ProjectedGradient(replicas.step_sizes, 0.0, problem.diameter / 2),), layout.steps,
-            layout.batch, (0,), (0,), layout.users, m, float(tau), (float(sigma),), eps, private, context.seed,
-            replicas.streams)
+            layout.batch, (0,), np.zeros(n, dtype=np.int64), m, float(tau), (float(sigma),), eps, private,
+            context.seed, replicas.streams)
         failed = []
         if private:
             if eps > 10:
@@ -248,8 +247,8 @@ class FullBatchFiltered:
                     "notes": [f"B2: every user every step; the gradient noise has norm ~ {sigma * math.sqrt(d):.3g} "
                               f"(tau = {tau:.3g})"]}
         cells = (replicas.count, shape.num_silos)
-        privacy = _phase_privacy(problem, layout, np.array([sigma / (2 * tau)]), cells, constants, failed) if private \
-            else not_private(cells)
+        privacy = _phase_privacy(problem, layout, algorithm.unit_phase, np.array([sigma / (2 * tau)]), cells,
+                                 constants, failed) if private else not_private(cells)
         return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, steps, privacy, resolved,
                                  _constants(algorithm))
 

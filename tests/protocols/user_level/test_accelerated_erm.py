@@ -41,9 +41,10 @@ def test_a_run_counts_sum_t_k_m_gradients_and_spends_eps_once_per_phase_user():
     assert not result.history[-1]["halted"].any()
     expected = sum(t * k for t, k in zip(resolved["phase_steps"], resolved["phase_batch"])) * 16
     assert np.all(result.history[-1]["gradient_evaluations"] == expected) and resolved["gradients_no_halt"] == expected
-    used = sum(resolved["phase_users"])
-    # each phase's users once at (eps, delta): parallel composition; later users untouched
-    assert np.all(result.epsilon_spent[:, :used] == 100.0) and np.all(result.epsilon_spent[:, used:] == 0.0)
+    members = plan.sampler.members(plan.seed, 1000)
+    assert np.bincount(members[members >= 0]).tolist() == list(resolved["phase_users"])
+    # each phase's users once at (eps, delta): parallel composition; users of no phase untouched
+    assert np.all(result.epsilon_spent[:, members >= 0] == 100.0) and np.all(result.epsilon_spent[:, members < 0] == 0.0)
     assert np.array_equal(result.epsilon_spent, plan.privacy.planned_epsilon)
     assert "kept_fraction" in result.diagnostics and "gradient_evaluations" not in result.diagnostics
 
@@ -66,8 +67,9 @@ def test_a_forced_halt_releases_the_public_zero_and_charges_only_the_first_phase
     assert len(result.history) == 1 and np.all(result.history[0]["halted"] == 1.0)
     assert np.array_equal(result.model, np.zeros_like(result.model))
     assert np.all(result.history[0]["gradient_evaluations"] == resolved["phase_batch"][0] * 16)
-    first = resolved["phase_users"][0]
-    assert np.all(result.epsilon_spent[:, :first] == 100.0) and np.all(result.epsilon_spent[:, first:] == 0.0)
+    first = plan.sampler.members(plan.seed, 1000) == 0
+    assert first.sum() == resolved["phase_users"][0]
+    assert np.all(result.epsilon_spent[:, first] == 100.0) and np.all(result.epsilon_spent[:, ~first] == 0.0)
 
 
 def test_halting_rounds_match_the_gradient_count_of_the_steps_run():
@@ -137,9 +139,9 @@ def test_gl13_stages_fill_the_phase_and_double_past_the_conditioning_floor():
 
 def test_the_phase_accountant_plans_one_charge_per_user_of_each_started_phase():
     accountant = PhaseAccountant(ApproxDpComposition(1.0, 1e-6, 0.0, route="basic"), "phases",
-                                 phase_units=(3, 2, 2), phase_steps=(4, 2, 5))
+                                 unit_phase=np.array([1, 0, -1, 2, 0, 1, 2, 0, -1]), phase_starts=(0, 4, 6))
     planned = accountant.planned(np.zeros((2, 9), dtype=np.int64), num_rounds=5)    # phases 1 and 2 start
-    assert planned.tolist() == [[1, 1, 1, 1, 1, 0, 0, 0, 0]] * 2
+    assert planned.tolist() == [[1, 1, 0, 0, 1, 1, 0, 1, 0]] * 2
     assert accountant.epsilons(planned).max() == 1.0 and accountant.epsilons(2 * planned).max() == 2.0
 
 
