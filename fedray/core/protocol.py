@@ -94,7 +94,8 @@ class RoundProtocol(Protocol):
     replica: the sum over the units of that actor the replica takes, shaped (P, 1, ...), from
     ``client_step(broadcast, shard, draws, participation)`` with the (P, U) mask of the shard's
     units per replica; only a protocol whose server may see un-noised sums (a trusted curator) can
-    ask for it.
+    ask for it. A protocol with ``masked_client = True`` gets the same mask in ``client_step`` and
+    sends per-unit messages as usual, computed only for the (replica, unit) pairs it marks.
     """
 
     routing: Routing
@@ -335,10 +336,18 @@ class CuratorSampledRounds(SampledRounds):
     algorithm carries; a round charges ``algorithm.charge(state, participation)`` ((P, N), from
     the state the round started from: e.g. every user of a phase once, at its first round, for
     each replica still running) rather than the participation; ``algorithm.metrics(state)`` adds
-    (P,) metrics (``fedray.core.evaluation.Metric``, tagged released or diagnostic); and a
-    replica ends at ``algorithm.done(state)`` (a failed test halts it), after which none of its
-    units takes part (the others' rounds go on).
+    (P,) metrics (``fedray.core.evaluation.Metric``, tagged released or diagnostic); a replica
+    ends at ``algorithm.done(state)`` (a failed test halts it), after which none of its units
+    takes part (the others' rounds go on); and the client step receives the (P, U) mask of its
+    units (``masked_client``), so a unit computes only for the replicas that sampled it.
     """
+
+    masked_client: ClassVar[bool] = True
+
+    def client_step(self, broadcast: Any, shard: Any, draws: Any, participation: np.ndarray) -> np.ndarray:
+        """The messages of the (replica, unit) pairs of ``participation`` (the shard's (P, U) mask):
+        ``algorithm.silo_step(broadcast, shard, draws, participation)`` computes no other pair."""
+        return self.algorithm.silo_step(broadcast, shard, draws, participation)
 
     def configure(self, state: Any, keys: RoundKeys) -> RoundSpec:
         """As ``SampledRounds``, with no unit taking part for a replica that is done."""

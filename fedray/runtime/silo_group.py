@@ -105,7 +105,10 @@ class SiloGroup:
             # (a zero row, masked, where it takes none here).
             messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws, sub_mask)
             return RoundReply(units, messages, sub_mask.any(axis=1, keepdims=True), evaluation)
-        messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws)
+        if getattr(self.protocol, "masked_client", False):     # computes only the pairs of the mask
+            messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws, sub_mask)
+        else:
+            messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws)
         # A replica that did not sample this unit receives nothing from it.
         messages = messages * sub_mask.reshape(sub_mask.shape + (1,) * (messages.ndim - 2))
         return RoundReply(units, messages, sub_mask, evaluation)

@@ -46,11 +46,18 @@ from fedray.protocols.user_level.phased_planning import AcceleratedErm, FullBatc
 from fedray.rng import Stream, generator
 
 
-def user_mean_gradients(loss, query: np.ndarray, users: SiloArrays) -> np.ndarray:
+def user_mean_gradients(loss, query: np.ndarray, users: SiloArrays, participation: np.ndarray) -> np.ndarray:
     """(P, U, d, C) q(Z): each user's mean per-item gradient at its replica's query point (m
-    gradient evaluations per user), unclipped."""
+    gradient evaluations per user), unclipped, for the (replica, user) pairs of ``participation``
+    (P, U) only (zero elsewhere): replicas sample different users, so computing every pair would
+    cost up to P times the work."""
     weights = (np.arange(users.x.shape[1])[None, :] < users.sizes[:, None]) / users.sizes[:, None]
-    return clipped_weighted_gradients(loss, query, users.x, users.y, weights[None], np.inf, users.x_norms)
+    out = np.zeros(participation.shape + query.shape[1:])
+    for r in np.flatnonzero(participation.any(axis=1)):
+        taken = np.flatnonzero(participation[r])
+        out[r, taken] = clipped_weighted_gradients(loss, query[r:r + 1], users.x[taken], users.y[taken],
+                                                   weights[None, taken], np.inf, users.x_norms[taken])[0]
+    return out
 
 
 class PhasedErmState(NamedTuple):
@@ -97,10 +104,10 @@ class AcceleratedPhasedERM:
     def broadcast(self, state: PhasedErmState) -> np.ndarray:
         return self.solvers[self._phase(state.round)].broadcast(state.solver)
 
-    def silo_step(self, query: np.ndarray, users: SiloArrays, draws) -> np.ndarray:
-        """(P, U, d, C): each user's mean gradient over its m items at the query point (no clip:
-        the filter, not a clip, bounds a user's influence)."""
-        return user_mean_gradients(self.loss, query, users)
+    def silo_step(self, query: np.ndarray, users: SiloArrays, draws, participation: np.ndarray) -> np.ndarray:
+        """(P, U, d, C): each sampled user's mean gradient over its m items at its replica's query
+        point (no clip: the filter, not a clip, bounds a user's influence)."""
+        return user_mean_gradients(self.loss, query, users, participation)
 
     def charge(self, state: PhasedErmState, participation: np.ndarray) -> np.ndarray:
         """(P, N): at a phase's first round, each of its users once per replica still running."""

@@ -54,8 +54,8 @@ class UserDpSgd:
     def broadcast(self, state: UserSgdState) -> np.ndarray:
         return self.solver.broadcast(state.solver)
 
-    def silo_step(self, query: np.ndarray, users: SiloArrays, draws) -> np.ndarray:
-        return user_mean_gradients(self.loss, query, users)
+    def silo_step(self, query: np.ndarray, users: SiloArrays, draws, participation: np.ndarray) -> np.ndarray:
+        return user_mean_gradients(self.loss, query, users, participation)
 
     def charge(self, state: UserSgdState, participation: np.ndarray) -> np.ndarray:
         return participation            # the rounds accountant charges every user of a round with any
