@@ -3,7 +3,8 @@ interface (``fedray.acsa.AcSa``: ``init``, ``broadcast``, ``step``, the output i
 a protocol can swap one for the other (seed 002's ablation A2 and its full-batch baseline B2).
 
 Round r: w_{r+1} = Pi_W(w_r - eta (g_r + lambda (w_r - w_0))) at the query point w_r; the output
-is the running average of w_1..w_r (the convex-case output). A replica whose round had no
+is the running average of w_1..w_r (the convex-case output for noisy gradients), or with
+``average=False`` the last iterate (exact full-batch gradients: the average lags by O(1 / r)). A replica whose round had no
 gradient keeps its iterates. Post-processing of the gradient estimates only.
 """
 
@@ -30,6 +31,7 @@ class ProjectedGradient:
     step_size: np.ndarray                 # (P,) eta
     regularization: float = 0.0          # lambda: the run minimises f + lambda/2 ||w - w_0||^2
     radius: float | None = None          # W = l2 ball of this radius; None = R^d
+    average: bool = True                 # the output: the average iterate, or the last
 
     def init(self, params0: np.ndarray) -> GradientState:
         w0 = project_l2_ball(np.asarray(params0, dtype=np.float64), self.radius)
@@ -48,4 +50,4 @@ class ProjectedGradient:
         weight = (moved / np.maximum(steps, 1))[:, None, None]
         average = np.where(state.steps[:, None, None] == 0, iterate, state.params + weight * (iterate - state.params))
         average = np.where(moved[:, None, None], average, state.params)
-        return GradientState(state.round + 1, iterate, state.anchor, average, steps)
+        return GradientState(state.round + 1, iterate, state.anchor, average if self.average else iterate, steps)

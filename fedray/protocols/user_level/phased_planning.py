@@ -41,7 +41,8 @@ from fedray.protocols.user_level.phased_parameters import (
 
 COMMON = ("_target_", "name", "profile", "kappa", "threshold_constant", "lipschitz", "smoothness", "radius")
 FIELDS = COMMON + ("steps_constant", "decay", "stages", "solver")
-FULL_BATCH_FIELDS = COMMON + ("step_size",)
+FULL_BATCH_FIELDS = COMMON + ("step_size", "output")
+OUTPUTS = ("average", "last")
 SOLVERS = ("acsa", "sgd")
 PROFILES = ("paper", "exploratory")
 STAGES = ("multi", "single")
@@ -224,6 +225,9 @@ class FullBatchFiltered:
         if private and priv.get("calibration") != "paper":
             raise ConfigError("privacy.calibration", priv.get("calibration"), f"paper for {name}")
         problem, constants = _inputs(config, shape, context.loss, FULL_BATCH_FIELDS)
+        output = alg.get("output", "average")
+        if output not in OUTPUTS:
+            raise ConfigError("algorithm.output", output, f"one of {OUTPUTS} (the average iterate, or the last)")
         n, m, d, eps, delta, steps = problem.users, problem.items, problem.dim, problem.epsilon, problem.delta, \
             context.num_rounds
         tau = constants["c_tau"] * problem.lipschitz * math.log(n * d * m) / math.sqrt(m)
@@ -231,7 +235,8 @@ class FullBatchFiltered:
             if private else 0.0
         layout = PhaseLayout((n,), (steps,), (n,))
         algorithm = algorithm_class(
-            context.loss, (ProjectedGradient(replicas.step_sizes, 0.0, problem.diameter / 2),), layout.steps,
+            context.loss, (ProjectedGradient(replicas.step_sizes, 0.0, problem.diameter / 2, output == "average"),),
+            layout.steps,
             layout.batch, (0,), np.zeros(n, dtype=np.int64), m, float(tau), (float(sigma),), eps, private,
             context.seed, replicas.streams)
         failed = []

@@ -250,3 +250,15 @@ def test_b1_without_privacy_learns_and_refuses_what_its_accountant_cannot_price(
         with pytest.raises(ConfigError) as err:
             _plan(*overrides)
         assert err.value.key == key
+
+
+def test_b2_without_privacy_and_its_last_iterate_is_the_erm():
+    plan = _plan(*B2[:2], "num_rounds=100", "privacy=none", "algorithm.output=last", "repetitions=1")
+    model = run(plan, inline=True).model[0, :, 0]
+    fed = plan.dataset.load(plan.seed, plan.trial)
+    x, y = fed.x_train.reshape(-1, 5), fed.y_train.reshape(-1)
+    erm = np.linalg.lstsq(x, y, rcond=None)[0]                    # inside the unit ball here
+    assert np.linalg.norm(erm) < 1 and np.allclose(model, erm, atol=1e-6)
+    with pytest.raises(ConfigError) as err:
+        _plan(*B2, "algorithm.output=best")
+    assert err.value.key == "algorithm.output"
