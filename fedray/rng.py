@@ -27,6 +27,7 @@ class Stream(IntEnum):
     SERVER = 8        # a trusted server's other draws (a deletion budget)
     VERTEX = 9        # a curator's vertex draws (the exponential mechanism of entropic mirror descent)
     LEVEL = 10        # a curator's random levels (truncated geometric, multilevel Monte Carlo)
+    SMOOTHING = 11    # a client's randomized-smoothing perturbations (uniform in a ball, seed 002's App. D)
 
 
 # The round coordinate of draws made once per run rather than once per round (the one-pass
@@ -196,6 +197,16 @@ class SiloDraws:
         """(P, S, *shape) standard normals from the NOISE stream ((U, S, *shape) by repetition)."""
         return self._rows(Stream.NOISE, self.round_index, lambda g, h: g.standard_normal((h,) + tuple(shape)),
                           by_repetition)
+
+    def ball_projections(self, width: int, dim: int) -> np.ndarray:
+        """(P, S, width) <y, u> / r for y uniform in the d-ball of radius r and any unit vector u,
+        one per record (SMOOTHING stream): 2 B - 1 with B ~ Beta((d + 1) / 2, (d + 1) / 2), the
+        marginal of the uniform ball (density proportional to (1 - t^2)^((d - 1) / 2)). For a linear
+        model a record's perturbed margin <w + y, x> is <w, x> + r ||x|| t, so one scalar per record
+        draws exactly what a d-vector y would."""
+        shape = (dim + 1) / 2
+        return self._rows(Stream.SMOOTHING, self.round_index,
+                          lambda g, h: 2.0 * g.beta(shape, shape, size=(h, width)) - 1.0)
 
     def without_replacement(self, sizes: np.ndarray, k: int, by_repetition: bool = False) -> np.ndarray:
         """(P, S, k) indices: k distinct records of silo s out of its sizes[s] (MINIBATCH stream).

@@ -40,23 +40,31 @@ from fedray.acsa import AcceleratedState, AcSa, Phases
 from fedray.core.evaluation import Metric
 from fedray.core.sampling import phase_of
 from fedray.data.federation import SiloArrays
-from fedray.losses import clipped_weighted_gradients
+from fedray.losses import clipped_weighted_gradients, loss_residual
 from fedray.protocols.user_level.outlier_removal import OutlierRemovalStep
 from fedray.protocols.user_level.phased_planning import AcceleratedErm, FullBatchFiltered
 from fedray.rng import Stream, generator
 
 
-def user_mean_gradients(loss, query: np.ndarray, users: SiloArrays, participation: np.ndarray) -> np.ndarray:
+def user_mean_gradients(loss, query: np.ndarray, users: SiloArrays, participation: np.ndarray,
+                        shifts: np.ndarray | None = None) -> np.ndarray:
     """(P, U, d, C) q(Z): each user's mean per-item gradient at its replica's query point (m
     gradient evaluations per user), unclipped, for the (replica, user) pairs of ``participation``
     (P, U) only (zero elsewhere): replicas sample different users, so computing every pair would
-    cost up to P times the work."""
+    cost up to P times the work. ``shifts`` (P, U, n) moves each record's margin: the gradient
+    at the query point plus a perturbation y with <y, x> = shift (randomized smoothing)."""
     weights = (np.arange(users.x.shape[1])[None, :] < users.sizes[:, None]) / users.sizes[:, None]
     out = np.zeros(participation.shape + query.shape[1:])
     for r in np.flatnonzero(participation.any(axis=1)):
         taken = np.flatnonzero(participation[r])
-        out[r, taken] = clipped_weighted_gradients(loss, query[r:r + 1], users.x[taken], users.y[taken],
-                                                   weights[None, taken], np.inf, users.x_norms[taken])[0]
+        if shifts is None:
+            out[r, taken] = clipped_weighted_gradients(loss, query[r:r + 1], users.x[taken], users.y[taken],
+                                                       weights[None, taken], np.inf, users.x_norms[taken])[0]
+            continue
+        x = users.x[taken]                                                      # (k, n, d)
+        margins = np.matmul(x, query[r]) + shifts[r, taken][..., None]          # (k, n, C)
+        residual = loss_residual(loss, margins, users.y[taken], users.x_norms[taken]) * weights[taken][..., None]
+        out[r, taken] = np.matmul(x.transpose(0, 2, 1), residual)              # (k, d, C)
     return out
 
 
@@ -86,6 +94,7 @@ class AcceleratedPhasedERM:
     private: bool
     seed: int
     streams: np.ndarray          # (P, k) key the server's draws
+    smoothing_radius: float = 0.0    # r > 0: gradients at x + y, y uniform in B(0, r) per record and step (App. D)
 
     recipe: ClassVar[AcceleratedErm] = AcceleratedErm()
 
@@ -107,7 +116,11 @@ class AcceleratedPhasedERM:
     def silo_step(self, query: np.ndarray, users: SiloArrays, draws, participation: np.ndarray) -> np.ndarray:
         """(P, U, d, C): each sampled user's mean gradient over its m items at its replica's query
         point (no clip: the filter, not a clip, bounds a user's influence)."""
-        return user_mean_gradients(self.loss, query, users, participation)
+        shifts = None
+        if self.smoothing_radius > 0:
+            projections = draws.ball_projections(users.x.shape[1], query.shape[1])          # (P, U, n)
+            shifts = self.smoothing_radius * users.x_norms[None] * projections
+        return user_mean_gradients(self.loss, query, users, participation, shifts)
 
     def charge(self, state: PhasedErmState, participation: np.ndarray) -> np.ndarray:
         """(P, N): at a phase's first round, each of its users once per replica still running."""

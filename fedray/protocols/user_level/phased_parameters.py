@@ -151,6 +151,12 @@ def smoothed(problem: Problem) -> tuple[Problem, float]:
         (L / R) / math.sqrt(n * m)
 
 
+def smoothing_radius(problem: Problem) -> float:
+    """Thm D.3's r = sqrt(d) R / (eps n sqrt m): f_r <= f <= f_r + L r, so the smoothing costs at
+    most L r = L R sqrt(d) / (eps n sqrt m), the privacy term of the optimal rate."""
+    return math.sqrt(problem.dim) * problem.diameter / (problem.epsilon * problem.users * math.sqrt(problem.items))
+
+
 def order_gradients(problem: Problem, regularization: float | None = None) -> float:
     """sum_i T_i K_i m by the log-free order calculator (spec §6 T3): T_i = ceil(1 + sqrt(beta /
     lambda_i)), K_i = n_i eps / sqrt(T_i) + 1 / eps, with Thm C.3's p and lambda (or the one given); no cap."""

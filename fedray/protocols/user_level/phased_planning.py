@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedray.checks import known_keys, number_in, positive
+from fedray.checks import check_bool, known_keys, number_in, positive
 from fedray.core.planning import PlanContext
 from fedray.errors import ConfigError
 from fedray.gradient_descent import ProjectedGradient
@@ -35,12 +35,12 @@ from fedray.privacy.ledger import Ledger, PhaseAccountant
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.planning import USER, CuratorRoundsPlan, not_private
 from fedray.protocols.user_level.phased_parameters import (
-    PhaseLayout, Problem, accelerated_notes, accelerated_schedule, good_event_failure, layout_noise_std, phase_layout, privacy_conditions,
+    PhaseLayout, Problem, accelerated_notes, smoothed, smoothing_radius, accelerated_schedule, good_event_failure, layout_noise_std, phase_layout, privacy_conditions,
     stage_lengths,
 )
 
 COMMON = ("_target_", "name", "profile", "kappa", "threshold_constant", "lipschitz", "smoothness", "radius")
-FIELDS = COMMON + ("steps_constant", "decay", "stages", "solver")
+FIELDS = COMMON + ("steps_constant", "decay", "stages", "solver", "smoothing")
 FULL_BATCH_FIELDS = COMMON + ("step_size", "output")
 OUTPUTS = ("average", "last")
 SOLVERS = ("acsa", "sgd")
@@ -84,6 +84,15 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS) -> tuple[Problem,
     constants = {"profile": profile, "kappa": kappa, "solver": solver,
                  "c_tau": positive("algorithm.threshold_constant", alg.get("threshold_constant", 1.0)),
                  "c_T": positive("algorithm.steps_constant", alg.get("steps_constant", 1.0))}
+    smoothing = alg.get("smoothing", False)
+    check_bool("algorithm.smoothing", smoothing)
+    if smoothing:
+        # Thm D.3: gradients of f at x + y, y uniform in B(0, r), r from eps; beta_r replaces beta
+        if not math.isfinite(eps):
+            raise ConfigError("algorithm.smoothing", True, f"false without privacy for {name} (the radius "
+                              "r = sqrt(d) R / (eps n sqrt m) is set by eps)")
+        problem = smoothed(problem)[0]
+        constants["smoothing_radius"] = smoothing_radius(problem)
     return problem, constants
 
 
@@ -149,8 +158,12 @@ class AcceleratedErm:
             context.loss, solvers, layout.steps,
             layout.batch, starts, unit_phase, problem.items,
             float(schedule.threshold), tuple(map(float, sigma)), problem.epsilon, private, context.seed,
-            replicas.streams)
+            replicas.streams, constants.get("smoothing_radius", 0.0))
         notes, failed = accelerated_notes(schedule, problem.dim), privacy_conditions(problem, schedule, layout)
+        if "smoothing_radius" in constants:
+            notes.append(f"randomized smoothing (Thm D.3): r = {constants['smoothing_radius']:.3g} (costs at most L r = "
+                         f"{problem.lipschitz * constants['smoothing_radius']:.3g} in risk), beta_r = "
+                         f"{problem.smoothness:.4g}, {sum(layout.steps)} steps")
         resolved = {**constants, "users": problem.users, "items": problem.items, "phases": len(layout.users),
                     "regularization": float(schedule.regularization), "exponent": float(schedule.exponent),
                     "threshold": float(schedule.threshold), "phase_users": list(layout.users),

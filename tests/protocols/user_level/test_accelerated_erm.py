@@ -262,3 +262,66 @@ def test_b2_without_privacy_and_its_last_iterate_is_the_erm():
     with pytest.raises(ConfigError) as err:
         _plan(*B2, "algorithm.output=best")
     assert err.value.key == "algorithm.output"
+
+
+def test_ball_projections_are_the_uniform_balls_marginal_and_smooth_the_gradient_as_f_r():
+    """Spec T13: <y, u> / r for y uniform in the d-ball (against explicit ball samples), the
+    smoothed subgradient of |z - b| against f_r' from the marginal's CDF, and f <= f_r <= f + L r
+    (Jensen: E f(x + y) >= f(x) for convex f; the spec's Lemma D.1 prints the reverse order)."""
+    from scipy import stats as st
+
+    from fedray.data.federation import SiloArrays
+    from fedray.protocols.user_level.accelerated_erm import user_mean_gradients
+    from fedray.rng import SiloDraws
+    from fedray.smoothing import Absolute
+
+    d, width = 6, 4000
+    t = np.concatenate([SiloDraws(0, np.array([[r]]), r, np.array([0]), width=width).ball_projections(width, d)[0, 0]
+                        for r in range(5)])
+    g = np.random.default_rng(0).standard_normal((20000, d))
+    ball = (np.random.default_rng(1).random(20000) ** (1 / d))[:, None] * g / np.linalg.norm(g, axis=1, keepdims=True)
+    assert np.abs(t).max() <= 1 and st.ks_2samp(t, ball[:, 0]).pvalue > 1e-3
+
+    # one user, m records on the sphere, margins z = <w, x>; radius r = 0.3
+    rng, m, r = np.random.default_rng(2), 200, 0.3
+    x = rng.standard_normal((1, m, d))
+    x /= np.linalg.norm(x, axis=2, keepdims=True)
+    y = rng.uniform(-0.2, 0.2, size=(1, m))
+    users = SiloArrays(np.array([0]), x, y, np.array([m]), np.ones((1, m)))
+    w = np.zeros((1, d, 1))
+    draws = 400
+    shifts = r * np.stack([SiloDraws(5, np.array([[0]]), k, np.array([0]), width=m).ball_projections(m, d)[0]
+                           for k in range(draws)])                          # (draws, 1, m)
+    smoothed = np.mean([user_mean_gradients(Absolute(), w, users, np.ones((1, 1), bool), shifts[k][None])[0, 0, :, 0]
+                        for k in range(draws)], axis=0)
+    beta = st.beta((d + 1) / 2, (d + 1) / 2)
+    cut = (y[0] / r + 1) / 2                              # sign(z + r t - y) with z = 0: P(t > y / r) - P(t < y / r)
+    exact = ((1 - 2 * beta.cdf(np.clip(cut, 0, 1)))[:, None] * x[0]).mean(axis=0)
+    assert np.abs(smoothed - exact).max() < 4 * np.sqrt(1.0 / draws)
+    f = np.abs(y[0])                                      # f at w = 0, per record
+    f_r = np.abs(r * t[:, None][:5000] - y[0][None]).mean(axis=0)
+    assert np.all(f <= f_r + 0.01) and np.all(f_r <= f + r)
+
+
+def test_smoothed_alg3_runs_thm_d3s_schedule_and_counts_no_extra_gradient():
+    """The smoothed schedule: r = sqrt(d) R / (eps n sqrt m), beta_r = (L / R) eps n sqrt m in every
+    T_i; the perturbed gradients differ from the plain ones; smoothing adds no gradient evaluation."""
+    overrides = [*QUIET, "data.loss._target_=fedray.smoothing.Absolute", "algorithm.smoothing=true",
+                 "algorithm.lipschitz=1.0", "algorithm.steps_constant=0.01"]
+    plan = _plan(*overrides)
+    resolved = plan.protocol.resolved
+    assert resolved["smoothing_radius"] == pytest.approx(np.sqrt(5) * 2.0 / (100 * 1000 * 4))
+    beta_r = 0.5 * 100 * 1000 * 4
+    lams = resolved["regularization"] * 2.0 ** (resolved["exponent"] * np.arange(1, len(resolved["phase_steps"]) + 1))
+    expected = np.ceil(0.01 * (1 + np.sqrt(beta_r / lams)) * np.log(1000 * 5 * 16))
+    assert resolved["phase_steps"] == [int(v) for v in expected]
+    result = run(plan, inline=True)
+    assert not result.history[-1]["halted"].any()
+    assert np.all(result.history[-1]["gradient_evaluations"] == resolved["gradients_no_halt"])
+    plain = run(_plan(*overrides[:-3], "algorithm.lipschitz=1.0", "algorithm.steps_constant=0.01",
+                      "algorithm.smoothing=false", "algorithm.smoothness=20000"), inline=True)
+    assert not np.array_equal(plain.model, result.model)
+    assert any(note.startswith("randomized smoothing") for note in resolved["notes"])
+    with pytest.raises(ConfigError) as err:
+        _plan("privacy=none", "algorithm.smoothing=true")
+    assert err.value.key == "algorithm.smoothing"
