@@ -55,3 +55,18 @@ def test_the_benchmarks_numpy_reference_has_fedrays_law():
     theirs = ((output - w_star) ** 2).sum(axis=1)
     spread = np.sqrt(ours.var(ddof=1) / reps + theirs.var(ddof=1) / reps)
     assert abs(ours.mean() - theirs.mean()) < 4 * spread
+
+
+def test_e8_lemma_checks_on_a_reduced_grid(monkeypatch):
+    e8 = _load("e8_lemmas", REPO / "experiments/user_level_fast/e8_lemmas/run.py")
+    monkeypatch.setattr(e8, "USERS", (16, 64))
+    monkeypatch.setattr(e8, "ITEMS", (4, 16, 64))
+    monkeypatch.setattr(e8, "STEPS", (100, 1000))
+    monkeypatch.setattr(e8, "STEP_SIZES", (0.1, 1.0))
+    variance, stability = e8.variance_rows(), e8.stability_rows()
+    for k in (16, 64):
+        assert -1.1 <= e8.slope(variance, "items_m", "users_K", k) <= -0.9          # spec T8
+    for m in (4, 16, 64):
+        assert -1.1 <= e8.slope(variance, "users_K", "items_m", m) <= -0.9
+    assert all(r["kept_fraction"] == 1.0 and r["halted"] == 0 for r in variance)
+    assert max(r["ratio_q99"] for r in stability) < 5.0                                # spec T7
