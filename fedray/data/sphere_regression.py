@@ -20,6 +20,9 @@ beta functions (``_absolute_risk``). Both are minimised at w = w*
 ``adversary`` (seed 002's P3): that user's training labels all equal ``adversarial_label``, the
 rest of the federation unchanged: with ``adversary=null`` a neighbouring pair under
 replace-one-user (the user's features stay; its labels are the worst case a bounded label allows).
+``shifted_fraction`` and ``shift`` (P3's heterogeneity): the users with id < ceil(fraction n) have
+labels from w* + shift u (u orthogonal to w*, same noise); the test records and the closed-form
+risk stay the majority's.
 
 Lipschitz constants over Theta = {||w|| <= R}: |<w, x> - y| <= R + r + s, so the squared loss's
 gradient is (R + r + s)-bounded and the absolute loss's 1-bounded; the squared loss is 1-smooth
@@ -53,6 +56,8 @@ class SphereRegression:
     noise: float = 0.5
     adversary: int | None = None          # a user whose every training label is adversarial_label (P3)
     adversarial_label: float = 0.0
+    shifted_fraction: float = 0.0         # the users with id < ceil(fraction n) learn w* + shift u (P3)
+    shift: float = 0.0
 
     def validate(self) -> None:
         check_int("data.num_silos", self.num_silos, 1)
@@ -67,6 +72,8 @@ class SphereRegression:
                 raise ConfigError("data.adversary", self.adversary, f"null or a user id below num_silos = {self.num_silos}")
             check_real("data.adversarial_label", self.adversarial_label, -float("inf"), float("inf"), low_open=True,
                        high_open=True)
+        check_real("data.shifted_fraction", self.shifted_fraction, 0.0, 1.0)
+        check_real("data.shift", self.shift, 0.0, float("inf"), high_open=True)
 
     def describe(self) -> FederationShape:
         return FederationShape(num_silos=self.num_silos, n_train=(self.samples_per_silo,) * self.num_silos,
@@ -80,11 +87,25 @@ class SphereRegression:
         e = data_generator(seed, trial).standard_normal(self.dim)
         return self.signal * e / np.linalg.norm(e)
 
+    @property
+    def shifted_users(self) -> int:
+        return int(np.ceil(self.shifted_fraction * self.num_silos - 1e-9)) if self.shift > 0 else 0   # 0.07 * 200 = 14.000000000000002
+
+    def shifted_optimum(self, seed: int, trial: int = 0) -> np.ndarray:
+        """w* + shift u, u a unit vector orthogonal to w* (the shifted minority's optimum)."""
+        w_star = self.optimum(seed, trial)
+        g = data_generator(seed, trial).standard_normal((2, self.dim))[1]
+        u = g - (g @ w_star) * w_star / max(w_star @ w_star, 1e-300)
+        return w_star + self.shift * u / np.linalg.norm(u)
+
     def load(self, seed: int, trial: int = 0, silo_ids=None) -> Federation:
         ids = np.arange(self.num_silos) if silo_ids is None else np.asarray(silo_ids, dtype=np.int64)
         w_star = self.optimum(seed, trial)
         blocks = {b: self._block(seed, trial, b, w_star) for b in np.unique(ids // BLOCK)}
         x_train, y_train, x_test, y_test = (np.stack([blocks[i // BLOCK][k][i % BLOCK] for i in ids]) for k in range(4))
+        shifted = ids < self.shifted_users
+        if shifted.any():                      # a minority with its own optimum: the same noise, moved means
+            y_train[shifted] += x_train[shifted] @ (self.shifted_optimum(seed, trial) - w_star)
         if self.adversary is not None:         # the neighbour that replaces one user's labels (seed 002's P3)
             y_train[ids == self.adversary] = self.adversarial_label
         return Federation(x_train=x_train, y_train=y_train, n_train=np.full(len(ids), self.samples_per_silo),

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from fedray.data.sphere_regression import SphereRegression
+from fedray.errors import ConfigError
 
 
 @pytest.mark.parametrize("dim", [1, 2, 3, 10])
@@ -41,3 +42,20 @@ def test_a_subset_of_silos_is_the_full_federations_rows():
     np.testing.assert_array_equal(part.y_test, full.y_test[[699, 3, 300]])
     assert np.allclose(np.linalg.norm(full.x_train, axis=2), 1.0)
     assert full.shape == spec.describe()
+
+
+def test_a_shifted_minority_learns_its_own_optimum_and_the_rest_is_unchanged():
+    from fedray.data.sphere_regression import SphereRegression
+
+    plain = SphereRegression(num_silos=200, samples_per_silo=30, dim=6)
+    shifted = SphereRegression(num_silos=200, samples_per_silo=30, dim=6, shifted_fraction=0.07, shift=0.8)
+    a, b = plain.load(3, 1), shifted.load(3, 1)
+    w_star, w_shift = shifted.optimum(3, 1), shifted.shifted_optimum(3, 1)
+    assert shifted.shifted_users == 14 and abs((w_shift - w_star) @ w_star) < 1e-12
+    assert np.linalg.norm(w_shift - w_star) == pytest.approx(0.8)
+    np.testing.assert_array_equal(a.y_train[14:], b.y_train[14:])                      # the majority: as before
+    np.testing.assert_array_equal(a.x_train, b.x_train)
+    np.testing.assert_allclose(b.y_train[:14] - b.x_train[:14] @ w_shift, a.y_train[:14] - a.x_train[:14] @ w_star)
+    np.testing.assert_array_equal(shifted.load(3, 1, np.arange(10, 40)).y_train, b.y_train[10:40])   # any layout
+    with pytest.raises(ConfigError):
+        SphereRegression(shifted_fraction=1.5, shift=0.1).validate()

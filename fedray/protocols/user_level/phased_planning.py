@@ -41,7 +41,8 @@ from fedray.protocols.user_level.phased_parameters import (
 
 COMMON = ("_target_", "name", "profile", "kappa", "threshold_constant", "lipschitz", "smoothness", "radius")
 FIELDS = COMMON + ("steps_constant", "decay", "stages", "solver", "smoothing")
-FULL_BATCH_FIELDS = COMMON + ("step_size", "output")
+FULL_BATCH_FIELDS = COMMON + ("step_size", "output", "solver")
+SINGLE_PHASE_SOLVERS = ("gd", "acsa")
 OUTPUTS = ("average", "last")
 SOLVERS = ("acsa", "sgd")
 PROFILES = ("paper", "exploratory")
@@ -49,7 +50,7 @@ STAGES = ("multi", "single")
 PHASED = "fedray.core.sampling.PhasedSubsets"
 
 
-def _inputs(config: dict, shape, loss, fields: tuple = FIELDS) -> tuple[Problem, dict]:
+def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = SOLVERS) -> tuple[Problem, dict]:
     """The public problem and the profile's constants, every value checked."""
     alg, priv = config["algorithm"], config["privacy"]
     name = alg.get("name")
@@ -78,9 +79,9 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS) -> tuple[Problem,
                       number_in("algorithm.decay", alg.get("decay", 0.1), 0.0, 1.0, "q in (0, 1)"))
     if problem.users < 2:
         raise ConfigError("data.spec.num_silos", problem.users, f"at least 2 users for {name} (floor(log2 n) phases)")
-    solver = alg.get("solver", "acsa")
-    if solver not in SOLVERS:
-        raise ConfigError("algorithm.solver", solver, f"one of {SOLVERS} (AC-SA, or plain SGD: ablation A2)")
+    solver = alg.get("solver", solvers[0])
+    if solver not in solvers:
+        raise ConfigError("algorithm.solver", solver, f"one of {solvers}")
     constants = {"profile": profile, "kappa": kappa, "solver": solver,
                  "c_tau": positive("algorithm.threshold_constant", alg.get("threshold_constant", 1.0)),
                  "c_T": positive("algorithm.steps_constant", alg.get("steps_constant", 1.0))}
@@ -211,11 +212,17 @@ def _phase_privacy(problem: Problem, layout, unit_phase: np.ndarray, multiplier:
 
 @dataclass(frozen=True)
 class FullBatchFiltered:
-    """Baseline B2 (spec §4.3, an AL24-style reconstruction): projected DP gradient descent over
-    every user every round (``participation=all``, T = ``num_rounds``), each step through Alg. 2's
-    test, filter and noise with sigma = c tau sqrt(T) ln(n d e^eps / delta) / (eps n), c = 1000
-    kappa; no regularizer, step ``algorithm.step_size`` (a list runs a grid as replicas); the
-    output is the average iterate. One phase: each user charged once. Costs T n m gradients."""
+    """One phase of Alg. 2's test, filter and noise over all n users, T = ``num_rounds`` steps,
+    sigma = c tau sqrt(T) ln(n d e^eps / delta) / (eps n), c = 1000 kappa, no regularizer, step
+    ``algorithm.step_size`` (a list runs a grid as replicas); each user charged once.
+
+    - ``solver=gd`` with ``participation=all``: baseline B2 (spec §4.3, an AL24-style
+      reconstruction), projected DP gradient descent, the average (or last) iterate; T n m
+      gradients.
+    - ``solver=acsa`` with ``participation=uniform`` (K of the n users per step): Alg. 2 on its own
+      (accelerated minibatch SGD with outlier-gradient removal, AC-SA at prox scale 1 / step);
+      T K m gradients. Lemma D.2's K >= 500 ln(n^2 m^2 e^eps / delta) (1 / eps + n eps /
+      sqrt(T ln(1 / delta))) is checked and a shortfall named in the privacy statement."""
 
     trust_models: tuple[str, ...] = ("central", "none")
     privacy_keys: tuple[str, ...] = ()
@@ -225,19 +232,20 @@ class FullBatchFiltered:
         return config
 
     def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> CuratorRoundsPlan:
-        from fedray.core.sampling import AllUnits
+        from fedray.acsa import AcSa
+        from fedray.core.sampling import AllUnits, UniformParticipation
 
         alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
         name = alg.get("name")
         if priv["trust_model"] not in self.trust_models:
             raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {self.trust_models} for {name}")
-        if not isinstance(context.sampler, AllUnits):
-            raise ConfigError("participation", type(context.sampler).__name__, f"all (participation=all) for {name}: "
-                              "every user in every step")
+        if not isinstance(context.sampler, (AllUnits, UniformParticipation)):
+            raise ConfigError("participation", type(context.sampler).__name__, f"all (every user every step) or "
+                              f"uniform (K of them) for {name}")
         private = priv["trust_model"] != "none"
         if private and priv.get("calibration") != "paper":
             raise ConfigError("privacy.calibration", priv.get("calibration"), f"paper for {name}")
-        problem, constants = _inputs(config, shape, context.loss, FULL_BATCH_FIELDS)
+        problem, constants = _inputs(config, shape, context.loss, FULL_BATCH_FIELDS, SINGLE_PHASE_SOLVERS)
         output = alg.get("output", "average")
         if output not in OUTPUTS:
             raise ConfigError("algorithm.output", output, f"one of {OUTPUTS} (the average iterate, or the last)")
@@ -246,24 +254,27 @@ class FullBatchFiltered:
         tau = constants["c_tau"] * problem.lipschitz * math.log(n * d * m) / math.sqrt(m)
         sigma = constants["kappa"] * 1000 * tau * math.sqrt(steps) * (math.log(n * d / delta) / eps + 1) / n \
             if private else 0.0
-        layout = PhaseLayout((n,), (steps,), (n,))
+        batch = n if isinstance(context.sampler, AllUnits) else int(context.sampler.silos_per_round)
+        layout = PhaseLayout((n,), (steps,), (batch,))
+        solver = ProjectedGradient(replicas.step_sizes, 0.0, problem.diameter / 2, output == "average") \
+            if constants["solver"] == "gd" else AcSa(replicas.step_sizes, 0.0, 0.0, problem.diameter / 2)
         algorithm = algorithm_class(
-            context.loss, (ProjectedGradient(replicas.step_sizes, 0.0, problem.diameter / 2, output == "average"),),
-            layout.steps,
-            layout.batch, (0,), np.zeros(n, dtype=np.int64), m, float(tau), (float(sigma),), eps, private,
-            context.seed, replicas.streams)
+            context.loss, (solver,), layout.steps, layout.batch, (0,), np.zeros(n, dtype=np.int64), m, float(tau),
+            (float(sigma),), eps, private, context.seed, replicas.streams)
         failed = []
         if private:
             if eps > 10:
                 failed.append(f"eps = {eps:g} > 10")
-            if n < 500 * (math.log(n**2 * m**2 / delta) / eps + 1):
-                failed.append(f"K = n = {n} < 500 ln(n^2 m^2 e^eps / delta) / eps")
-            if good_event_failure(n, steps, eps) > delta / (10 * math.exp(min(eps, 700.0))):
-                failed.append("P(the Laplace noises exceed n / 20) > delta / (10 e^eps)")
+            log_users = math.log(n**2 * m**2 / delta) + eps
+            needed = 500 * log_users * (1 / eps + (n * eps / math.sqrt(steps * math.log(1 / delta)) if batch < n else 0))
+            if batch < needed:
+                failed.append(f"K = {batch} < {needed:.4g} (Lemma D.2's users per step)")
+            if good_event_failure(batch, steps, eps) > delta / (10 * math.exp(min(eps, 700.0))):
+                failed.append("P(the Laplace noises exceed K / 20) > delta / (10 e^eps)")
         resolved = {**constants, "users": n, "items": m, "threshold": float(tau), "noise_std": [float(sigma)],
-                    "gradients_no_halt": steps * n * m, "privacy_conditions_failed": failed,
-                    "notes": [f"B2: every user every step; the gradient noise has norm ~ {sigma * math.sqrt(d):.3g} "
-                              f"(tau = {tau:.3g})"]}
+                    "users_per_step": batch, "gradients_no_halt": steps * batch * m, "privacy_conditions_failed": failed,
+                    "notes": [f"one phase of {steps} steps on {batch} of the {n} users each; the gradient noise has "
+                              f"norm ~ {sigma * math.sqrt(d):.3g} (tau = {tau:.3g})"]}
         cells = (replicas.count, shape.num_silos)
         privacy = _phase_privacy(problem, layout, algorithm.unit_phase, np.array([sigma / (2 * tau)]), cells,
                                  constants, failed) if private else not_private(cells)

@@ -173,7 +173,7 @@ def test_b2_full_batch_counts_t_n_m_charges_every_user_once_and_learns_with_litt
 
 
 @pytest.mark.parametrize("override, key", [
-    (["participation=uniform", "participation.silos_per_round=10"], "participation"),
+    (["participation=poisson"], "participation"),
     (["privacy.calibration=accountant"], "privacy.calibration"),
     (["+algorithm.solver=sgd"], "algorithm.solver"),
 ])
@@ -325,3 +325,20 @@ def test_smoothed_alg3_runs_thm_d3s_schedule_and_counts_no_extra_gradient():
     with pytest.raises(ConfigError) as err:
         _plan("privacy=none", "algorithm.smoothing=true")
     assert err.value.key == "algorithm.smoothing"
+
+
+ALG2 = ["algorithm=filtered_acsa", "participation=uniform", "participation.silos_per_round=300", "num_rounds=60"]
+
+
+def test_alg2_alone_counts_t_k_m_charges_every_user_once_and_names_a_short_batch():
+    plan = _plan(*ALG2, *QUIET)
+    result = run(plan, inline=True)
+    assert plan.protocol.resolved["users_per_step"] == 300
+    assert np.all(result.history[-1]["gradient_evaluations"] == 60 * 300 * 16)
+    assert np.all(result.epsilon_spent == 100.0)
+    plain = _plan(*ALG2, "privacy=none")
+    reference = _excess(plain, run(plain, inline=True).model)
+    assert np.all(reference < _excess(plain, np.zeros((1, 5, 1))) / 5)
+    assert np.all(_excess(plan, result.model) < 2 * reference.max())
+    short = _plan(*ALG2[:2], "participation.silos_per_round=20", "num_rounds=60")        # paper profile, eps = 1
+    assert any("Lemma D.2" in s for s in short.privacy.non_private_inputs)
