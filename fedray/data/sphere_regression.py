@@ -20,6 +20,7 @@ beta functions (``_absolute_risk``). Both are minimised at w = w*
 ``adversary`` (seed 002's P3): that user's training labels all equal ``adversarial_label``, the
 rest of the federation unchanged: with ``adversary=null`` a neighbouring pair under
 replace-one-user (the user's features stay; its labels are the worst case a bounded label allows).
+(With an adversary or a shifted minority the Lipschitz bound below no longer holds for those users.)
 ``shifted_fraction`` and ``shift`` (P3's heterogeneity): the users with id < ceil(fraction n) have
 labels from w* + shift u (u orthogonal to w*, same noise); the test records and the closed-form
 risk stay the majority's.

@@ -152,8 +152,9 @@ def smoothed(problem: Problem) -> tuple[Problem, float]:
 
 
 def smoothing_radius(problem: Problem) -> float:
-    """Thm D.3's r = sqrt(d) R / (eps n sqrt m): f_r <= f <= f_r + L r, so the smoothing costs at
-    most L r = L R sqrt(d) / (eps n sqrt m), the privacy term of the optimal rate."""
+    """Thm D.3's r = sqrt(d) R / (eps n sqrt m): f <= f_r <= f + L r (Jensen; Lemma D.1 prints the
+    reverse order), so the smoothing costs at most L r = L R sqrt(d) / (eps n sqrt m), the privacy
+    term of the optimal rate."""
     return math.sqrt(problem.dim) * problem.diameter / (problem.epsilon * problem.users * math.sqrt(problem.items))
 
 

@@ -89,6 +89,9 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
     check_bool("algorithm.smoothing", smoothing)
     if smoothing:
         # Thm D.3: gradients of f at x + y, y uniform in B(0, r), r from eps; beta_r replaces beta
+        if loss.num_outputs != 1:
+            raise ConfigError("algorithm.smoothing", True, f"false for a loss of {loss.num_outputs} outputs (the "
+                              "perturbation is drawn per margin of a single-output linear model)")
         if not math.isfinite(eps):
             raise ConfigError("algorithm.smoothing", True, f"false without privacy for {name} (the radius "
                               "r = sqrt(d) R / (eps n sqrt m) is set by eps)")
@@ -265,6 +268,9 @@ class FullBatchFiltered:
         if private:
             if eps > 10:
                 failed.append(f"eps = {eps:g} > 10")
+            if eps > 2:
+                failed.append(f"eps / 2 = {eps / 2:g} > 1: the classic Gaussian calibration (Def. A.5) holds for "
+                              "budgets <= 1 (spec §5 item 13)")
             log_users = math.log(n**2 * m**2 / delta) + eps
             needed = 500 * log_users * (1 / eps + (n * eps / math.sqrt(steps * math.log(1 / delta)) if batch < n else 0))
             if batch < needed:

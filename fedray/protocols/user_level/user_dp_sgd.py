@@ -64,9 +64,13 @@ class UserDpSgd:
         p = values.shape[0]
         k = mask.sum(axis=1)
         flat = values.reshape(p, values.shape[1], -1)
-        norms = np.linalg.norm(flat, axis=2)
-        factor = np.minimum(1.0, self.l2_clip / np.maximum(norms, 1e-300)) * mask
-        mean = np.einsum("ps,psd->pd", factor, flat) / np.maximum(k, 1)[:, None]
+        with np.errstate(over="ignore", invalid="ignore"):
+            norms = np.linalg.norm(flat, axis=2)
+        # A non-finite (or overflowing) user gradient counts as the zero vector, which is inside the
+        # clip ball: the sensitivity stays 2 L / K, and no 0 * inf turns the release into NaN.
+        usable = mask & np.isfinite(norms)
+        factor = np.where(usable, np.minimum(1.0, self.l2_clip / np.maximum(np.where(usable, norms, 1.0), 1e-300)), 0.0)
+        mean = np.einsum("ps,psd->pd", factor, np.where(usable[..., None], flat, 0.0)) / np.maximum(k, 1)[:, None]
         noise = np.stack([generator(self.seed, Stream.SERVER, *row, state.round).standard_normal(flat.shape[2])
                           for row in self.streams])
         gradient = (mean + self.noise_std[:, None] * noise).reshape(state.solver.params.shape)

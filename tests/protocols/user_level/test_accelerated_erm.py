@@ -346,3 +346,32 @@ def test_alg2_alone_counts_t_k_m_charges_every_user_once_and_names_a_short_batch
     assert np.all(_excess(plan, result.model) < 2 * reference.max())
     short = _plan(*ALG2[:2], "participation.silos_per_round=20", "num_rounds=60")        # paper profile, eps = 1
     assert any("Lemma D.2" in s for s in short.privacy.non_private_inputs)
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan, 1e200])
+def test_b1_counts_a_non_finite_user_gradient_as_zero_and_releases_no_nan(bad):
+    """A sampled user whose gradient overflowed must not turn the release into NaN (0 * inf):
+    its vector counts as the zero vector, inside the clip ball, so the sensitivity stays 2 L / K."""
+    from fedray.gradient_descent import ProjectedGradient
+    from fedray.protocols.user_level.user_dp_sgd import UserDpSgd
+    from fedray.losses import Squared
+
+    sgd = UserDpSgd(Squared(), ProjectedGradient(np.array([0.5]), 0.0, 1.0), 1.0, np.array([0.1]), 5, 16, 3,
+                    np.array([[0]]))
+    state = sgd.init(np.zeros((1, 3, 1)))
+    values = np.random.default_rng(0).uniform(-0.3, 0.3, size=(1, 4, 3, 1))
+    spoiled = values.copy()
+    spoiled[0, 2, 1, 0] = bad
+    mask = np.ones((1, 4), dtype=bool)
+    clean, dirty = sgd.server_step(state, np.where(np.arange(4)[None, :, None, None] == 2, 0.0, values), mask), \
+        sgd.server_step(state, spoiled, mask)
+    assert np.isfinite(dirty.solver.params).all()
+    np.testing.assert_array_equal(dirty.solver.params, clean.solver.params)
+
+
+def test_single_phase_names_the_classic_gaussian_range_and_smoothing_needs_one_output():
+    plan = _plan(*B2, "privacy.epsilon=3")
+    assert any("classic Gaussian" in s for s in plan.privacy.non_private_inputs)
+    with pytest.raises(ConfigError) as err:
+        _plan("data.loss._target_=fedray.losses.Softmax", "+data.loss.num_outputs=3", "algorithm.smoothing=true")
+    assert err.value.key == "algorithm.smoothing"
