@@ -21,9 +21,10 @@ Arms:
 Reported per cell: mean excess risk, its 95% interval (t), the halt rate, the mean gradient count.
 Log-log slopes in m of the mean excess risk per (arm, eps).
 
-Writes results.csv, tuning.csv, slopes.csv and figure.png next to this file.
+Writes results.csv, tuning.csv, slopes.csv and figure.png next to this file; ``--report`` redraws
+slopes.csv and figure.png from results.csv without running anything.
 
-    python experiments/user_level_fast/e3_risk_vs_m/run.py
+    python experiments/user_level_fast/e3_risk_vs_m/run.py [--report]
 """
 
 from __future__ import annotations
@@ -135,11 +136,29 @@ def main() -> None:
             row, tries, threshold = run_cell(arm, m, eps, threshold)
             rows.append(row)
             tuning += tries
-    for name, table in (("results.csv", rows), ("tuning.csv", tuning)):
-        with open(HERE / name, "w", newline="") as f:
-            writer = csv.DictWriter(f, list(table[0]))
-            writer.writeheader()
-            writer.writerows(table)
+    write_csv(HERE / "results.csv", rows)
+    write_csv(HERE / "tuning.csv", tuning)
+    report(rows)
+    print(f"wall time {time.perf_counter() - started:.1f} s")
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """Rows with different keys (each arm tunes its own settings) under the union of the keys."""
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fields, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_results(path: Path) -> list[dict]:
+    numbers = ("m", "epsilon", "excess_mean", "ci95_half", "halt_rate", "gradients_mean")
+    rows = list(csv.DictReader(open(path)))
+    return [{**r, **{k: float(r[k]) for k in numbers}, "m": int(r["m"])} for r in rows]
+
+
+def report(rows: list[dict]) -> None:
+    """slopes.csv and figure.png from the cells' rows."""
     slopes = []
     for arm, eps in itertools.product(ARMS, EPSILONS):
         private = arm not in ("b0", "alg3_np")
@@ -150,12 +169,8 @@ def main() -> None:
         slope = float(np.polyfit(ms, np.log([r["excess_mean"] for r in picked]), 1)[0])
         slopes.append({"arm": arm, "epsilon": eps if private else float("inf"), "slope_in_m": slope})
         print(f"{arm} eps {eps}: slope in m {slope:.3f}")
-    with open(HERE / "slopes.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, list(slopes[0]))
-        writer.writeheader()
-        writer.writerows(slopes)
+    write_csv(HERE / "slopes.csv", slopes)
     figure(rows, HERE / "figure.png")
-    print(f"wall time {time.perf_counter() - started:.1f} s")
 
 
 def figure(rows: list[dict], path: Path) -> None:
@@ -183,4 +198,7 @@ def figure(rows: list[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if "--report" in sys.argv:         # slopes and figure again from results.csv, no runs
+        report(read_results(HERE / "results.csv"))
+    else:
+        main()

@@ -12,7 +12,6 @@ Writes results.csv, tuning.csv, slopes.csv and figure.png next to this file.
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import itertools
 import time
@@ -39,11 +38,8 @@ def main() -> None:
             row, tries, threshold = e3.run_cell(arm, ITEMS, eps, threshold, users=n)
             rows.append({"n": n, **row})
             tuning += [{"n": n, **t} for t in tries]
-    for name, table in (("results.csv", rows), ("tuning.csv", tuning)):
-        with open(HERE / name, "w", newline="") as f:
-            writer = csv.DictWriter(f, list(table[0]))
-            writer.writeheader()
-            writer.writerows(table)
+    e3.write_csv(HERE / "results.csv", rows)
+    e3.write_csv(HERE / "tuning.csv", tuning)
     slopes = []
     for arm, eps in itertools.product(e3.ARMS, e3.EPSILONS):
         private = arm not in ("b0", "alg3_np")
@@ -53,10 +49,7 @@ def main() -> None:
         slope = float(np.polyfit(np.log([r["n"] for r in picked]), np.log([r["excess_mean"] for r in picked]), 1)[0])
         slopes.append({"arm": arm, "epsilon": eps if private else float("inf"), "slope_in_n": slope})
         print(f"{arm} eps {eps}: slope in n {slope:.3f}")
-    with open(HERE / "slopes.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, list(slopes[0]))
-        writer.writeheader()
-        writer.writerows(slopes)
+    e3.write_csv(HERE / "slopes.csv", slopes)
     figure(rows, HERE / "figure.png")
     print(f"wall time {time.perf_counter() - started:.1f} s")
 
