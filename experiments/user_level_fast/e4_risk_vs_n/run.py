@@ -5,15 +5,17 @@ profile with c_tau tuned, Alg. 3 without privacy, the ERM (B0), user-level DP-SG
 full-batch filtered DP-GD (B2), tuned per cell on a separate draw), at m = 64 items per user,
 n in {2,000; 8,000; 32,000}, eps in {1, 4}, d = 10, 8 repetitions. Log-log slopes in n.
 
-Writes results.csv, tuning.csv, slopes.csv and figure.png next to this file.
+Writes results.csv, tuning.csv, slopes.csv and figure.png next to this file; ``--report`` redraws
+figure.png from results.csv without running anything.
 
-    python experiments/user_level_fast/e4_risk_vs_n/run.py
+    python experiments/user_level_fast/e4_risk_vs_n/run.py [--report]
 """
 
 from __future__ import annotations
 
 import importlib.util
 import itertools
+import sys
 import time
 from pathlib import Path
 
@@ -56,6 +58,7 @@ def main() -> None:
 
 def figure(rows: list[dict], path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -68,6 +71,8 @@ def figure(rows: list[dict], path: Path) -> None:
                         yerr=[r["ci95_half"] for r in picked], marker="o", capsize=3, label=arm)
         ax.axhline(0.25 / (2 * e3.DIM), color="grey", ls=":", lw=0.8, label="the zero model")
         ax.set(xscale="log", yscale="log", xlabel="users n", title=f"eps = {eps:g}, m = {ITEMS}, d = {e3.DIM}")
+        ax.set_xticks(USERS, labels=[f"{n:,}" for n in USERS])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes[0].set_ylabel("excess population risk")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
@@ -76,4 +81,7 @@ def figure(rows: list[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if "--report" in sys.argv:         # the figure again from results.csv, no runs
+        figure([{**r, "n": int(r["n"])} for r in e3.read_results(HERE / "results.csv")], HERE / "figure.png")
+    else:
+        main()
