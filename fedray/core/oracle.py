@@ -7,6 +7,12 @@
   that depends on the unit ids only (``block_partials`` in the actors, ``sum_partials`` at the
   driver), so it is bit-identical whatever the number of actors: a solver that queries the data
   many times follows the same path on any layout.
+- ``fold(fn, state, *args)`` is a pass over the units in id order: ``state = fn(federation,
+  unit_ids, state, *args)`` runs in each actor in turn (lowest ids first), each starting from the
+  state the previous one returned, and the last state comes back. The state goes from actor to
+  actor without stopping at the driver. A sequential computation that reads one unit after
+  another (an SGD chain relayed user to user) gives the same result on any layout, provided
+  ``fn`` treats its units in id order.
 
 Raw records never reach the driver, only what ``fn`` returns; a protocol that uses a returned
 value names it in its privacy statement (a data-dependent constant) unless the value is itself
@@ -30,6 +36,8 @@ class Oracle(Protocol):
     def map(self, fn: Callable[..., Any], *args: Any) -> list: ...
 
     def unit_sum(self, fn: Callable[..., np.ndarray], *args: Any) -> np.ndarray: ...
+
+    def fold(self, fn: Callable[..., Any], state: Any, *args: Any) -> Any: ...
 
 
 class Partial(NamedTuple):

@@ -287,6 +287,16 @@ class PhasedSubsets:
         """(N,) the phase (0-based) of every unit, -1 for units of no phase."""
         return _phase_members(int(seed), int(num_units), tuple(int(u) for u in self.phase_units))
 
+    def positions(self, seed: int, num_units: int) -> np.ndarray:
+        """(N,) every unit's place in its phase (0 .. phase_units[j] - 1, in the permutation's
+        order, so consecutive places are a uniform random subset), -1 for units of no phase: what
+        cuts a phase into groups (seed 002's Alg. 1)."""
+        members = self.members(seed, num_units)
+        place = np.empty(int(num_units), dtype=np.int64)
+        place[_permutation(int(seed), int(num_units))] = np.arange(int(num_units))
+        starts = np.concatenate([[0], np.cumsum(self.phase_units)])
+        return np.where(members >= 0, place - starts[np.maximum(members, 0)], -1)
+
     def sample(self, seed: int, repetitions: np.ndarray, round_index: int, num_units: int) -> np.ndarray:
         if round_index >= self.max_rounds(num_units):
             raise ValueError(f"round {round_index}: the phases run {self.max_rounds(num_units)} rounds")

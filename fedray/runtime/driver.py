@@ -205,6 +205,14 @@ class RayGroups(GroupOracle):
         self.shuffler = None if shuffler is None else ShufflerActor.remote(*shuffler)
         self.ranges = _ranges(blocks)
 
+    def fold(self, fn, state, *args):
+        """``Oracle.fold``: each actor's call takes the previous one's result as an object ref,
+        so the state passes actor to actor; the driver waits once, for the last."""
+        args = [ray.put(arg) for arg in args]
+        for actor in self.actors:
+            state = actor.fold.remote(fn, state, *args)
+        return ray.get(state)
+
     def node_ids(self) -> list[str]:
         """The Ray node of every silo-group actor (waits for them to start)."""
         return ray.get([actor.node_id.remote() for actor in self.actors])
@@ -286,6 +294,11 @@ class InlineGroups(GroupOracle):
 
     def call(self, method: str, *args) -> list:
         return [getattr(group, method)(*args) for group in self.groups]
+
+    def fold(self, fn, state, *args):
+        for group in self.groups:
+            state = group.fold(fn, state, *args)
+        return state
 
 
     def exchange(self, payload: RoundPayload) -> tuple[Messages, list]:

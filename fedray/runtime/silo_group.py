@@ -72,6 +72,10 @@ class SiloGroup:
         """The partial sums of ``fn(federation, unit_ids, *args)``'s per-unit rows (``Oracle.unit_sum``)."""
         return block_partials(self.silo_ids, fn(self._fed, self.silo_ids, *args), num_units)
 
+    def fold(self, fn, state, *args):
+        """``fn(federation, unit_ids, state, *args)``: this group's leg of ``Oracle.fold``."""
+        return fn(self._fed, self.silo_ids, state, *args)
+
     def node_id(self) -> str:
         """The Ray node this group runs on ("local" outside Ray): where a run's actors landed."""
         return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"

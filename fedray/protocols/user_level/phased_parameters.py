@@ -94,6 +94,47 @@ def phased_sgd_schedule(problem: Problem, kappa: float = 1.0) -> PhasedSgdSchedu
 
 
 @dataclass(frozen=True)
+class PhasedSgdLayout:
+    """Alg. 1 as it runs (spec §5 item 1): C = ceil(C), N_i = floor(n_i / C), n_i = C N_i, T_i = N_i
+    m, with tau_i and sigma_i recomputed at the rounded sizes for the theorem's eta (a step
+    multiplier scales eta_i, tau_i and sigma_i alike)."""
+
+    groups: int                # C
+    group_users: tuple         # N_i
+    steps: tuple               # T_i
+    step_sizes: np.ndarray     # eta_i
+    thresholds: np.ndarray     # tau_i
+    noise_std: np.ndarray      # sigma_i
+
+    @property
+    def phase_users(self) -> tuple:
+        return tuple(self.groups * n for n in self.group_users)
+
+    @property
+    def gradients(self) -> int:
+        """sum_i C N_i m: the gradient evaluations of a run that does not halt."""
+        return int(sum(self.groups * t for t in self.steps))
+
+
+def phased_sgd_layout(problem: Problem, kappa: float = 1.0) -> PhasedSgdLayout:
+    schedule = phased_sgd_schedule(problem, kappa)
+    groups = int(math.ceil(schedule.groups))
+    group_users = np.floor(schedule.phase_users / groups).astype(np.int64)
+    steps = group_users * problem.items
+    thresholds = kappa * 1000 * schedule.step_sizes * problem.lipschitz * np.sqrt(steps) \
+        * math.log(problem.users * problem.dim * problem.items)
+    noise = kappa * 100 * thresholds * math.log(problem.users / problem.delta) ** 2 / (problem.epsilon * groups)
+    return PhasedSgdLayout(groups, tuple(map(int, group_users)), tuple(map(int, steps)), schedule.step_sizes,
+                           thresholds, noise)
+
+
+def laplace_test_failure(groups: int, epsilon: float) -> float:
+    """P(|Lap(20 / eps)| >= 2 C / 15) = exp(-C eps / 150): the Laplace test's bad event in Alg. 1's
+    proof, which must be <= delta / (10 e^eps) (spec §5 item 10)."""
+    return math.exp(-groups * epsilon / 150)
+
+
+@dataclass(frozen=True)
 class AcceleratedSchedule:
     """Alg. 3 (module docstring); per-phase arrays are (l,)."""
 

@@ -111,6 +111,25 @@ def _schedule(problem: Problem, constants: dict):
     return schedule, layout
 
 
+def require_phased(config: dict) -> None:
+    """An algorithm that sets participation=phased's lists needs participation=phased."""
+    if config["participation"].get("_target_") != PHASED:
+        raise ConfigError("participation", config["participation"].get("_target_"),
+                          f"participation=phased for {config['algorithm'].get('name')} (it sets the phases)")
+
+
+def curator_privacy(recipe, config: dict, calibration_why: str = "") -> bool:
+    """Whether the run is private: the trust model one of the recipe's, and a private run's
+    calibration ``paper`` (the printed noise; ``algorithm.profile`` chooses the constants)."""
+    priv, name = config["privacy"], config["algorithm"].get("name")
+    if priv["trust_model"] not in recipe.trust_models:
+        raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {recipe.trust_models} for {name}")
+    private = priv["trust_model"] != "none"
+    if private and priv.get("calibration") != "paper":
+        raise ConfigError("privacy.calibration", priv.get("calibration"), f"paper for {name}{calibration_why}")
+    return private
+
+
 @dataclass(frozen=True)
 class AcceleratedErm:
     trust_models: tuple[str, ...] = ("central", "none")
@@ -120,9 +139,7 @@ class AcceleratedErm:
 
     def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
         """The phases as ``participation`` and sum T_i as ``num_rounds``."""
-        if config["participation"].get("_target_") != PHASED:
-            raise ConfigError("participation", config["participation"].get("_target_"),
-                              f"participation=phased for {config['algorithm'].get('name')} (it sets the phases)")
+        require_phased(config)
         problem, constants = _inputs(config, shape, loss)
         _, layout = _schedule(problem, constants)
         participation = {"_target_": PHASED, "phase_units": list(layout.users), "steps": list(layout.steps),
@@ -132,14 +149,8 @@ class AcceleratedErm:
     def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> CuratorRoundsPlan:
         from fedray.protocols.user_level.accelerated_erm import phase_solvers
 
-        alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
-        name = alg.get("name")
-        if priv["trust_model"] not in self.trust_models:
-            raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {self.trust_models} for {name}")
-        private = priv["trust_model"] != "none"
-        if private and priv.get("calibration") != "paper":
-            raise ConfigError("privacy.calibration", priv.get("calibration"), f"paper for {name} (Alg. 2's printed "
-                              "sigma_i; algorithm.profile chooses the constants)")
+        alg, shape, replicas = config["algorithm"], context.shape, context.replicas
+        private = curator_privacy(self, config, " (Alg. 2's printed sigma_i; algorithm.profile chooses the constants)")
         problem, constants = _inputs(config, shape, context.loss)
         schedule, layout = _schedule(problem, constants)
         stages = alg.get("stages", "multi")
@@ -238,16 +249,12 @@ class FullBatchFiltered:
         from fedray.acsa import AcSa
         from fedray.core.sampling import AllUnits, UniformParticipation
 
-        alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
+        alg, shape, replicas = config["algorithm"], context.shape, context.replicas
         name = alg.get("name")
-        if priv["trust_model"] not in self.trust_models:
-            raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {self.trust_models} for {name}")
+        private = curator_privacy(self, config)
         if not isinstance(context.sampler, (AllUnits, UniformParticipation)):
             raise ConfigError("participation", type(context.sampler).__name__, f"all (every user every step) or "
                               f"uniform (K of them) for {name}")
-        private = priv["trust_model"] != "none"
-        if private and priv.get("calibration") != "paper":
-            raise ConfigError("privacy.calibration", priv.get("calibration"), f"paper for {name}")
         problem, constants = _inputs(config, shape, context.loss, FULL_BATCH_FIELDS, SINGLE_PHASE_SOLVERS)
         output = alg.get("output", "average")
         if output not in OUTPUTS:

@@ -1,0 +1,193 @@
+"""Seed 002's Alg. 1: user-level DP phased SGD with outlier-iterate removal and output perturbation,
+at a trusted server, as a driver-side program (``fedray.core.program``).
+
+Trust model: central user-level DP (the server runs the groups' SGD chains on the users' records
+and sees their iterates). Unit: a user (m items); relation: replace one user's items.
+
+Phase i = 1..l reads its C N_i fresh users (``PhasedSubsets.members``), cut into C groups of N_i
+users (consecutive places of the phase's permutation, ``PhasedSubsets.positions``: a uniform random
+partition). Group j runs one pass of projected SGD at eta_i from x_{i-1} over its N_i m items and
+returns its average iterate (1/T_i) sum_t y_t. A group visits its users one after another in id
+order, each user's items in a random order (MINIBATCH stream, keyed by the replica, the phase and
+the user): under the paper's i.i.d. model that is the distribution of a pooled random order, and
+the chain can be relayed user to user (spec §2.6 and §5 item 15), so ``Oracle.fold`` carries all C
+chains from actor to actor, each advancing them over the users it holds. The server then:
+
+    s = ConcScore(iterates, tau_i);  halt if s + Lap(20 / eps) < 4 C / 5    (output: the public 0)
+    S, mean = OutlierFilter(iterates, 2 tau_i)      (nobody kept: x_{i-1})
+    x_i = mean + N(0, sigma_i^2 I)
+
+and the output is x_l (also reported projected onto X: free post-processing, spec §5 item 8).
+
+Privacy (App. B, spec §2.1): given x_{i-1}, a phase is (eps, delta)-DP for each of its users: the
+score's sensitivity is < 2, so the Laplace test is eps/10-DP; when the Laplace noise is below 2C/15
+(probability >= 1 - delta / (10 e^eps) once C >= 150 ln(10 e^eps / delta) / eps) a pass means s >=
+2C/3, and then Lemma B.2 couples the filtered means of neighbours within O(tau_i ln(1/zeta) / C),
+which sigma_i covers at (eps/4, delta/n). Phases read disjoint users, so the run is (eps,
+delta)-DP by parallel composition: each user is charged once, per replica that reached its phase.
+The argument is the paper's (with Lemma B.2's hidden constant): the plan names the conditions
+that fail at the run's size. Released: x_1..x_l, the halting phase, the gradient count (a function
+of it). Diagnostic: the scores and how many groups the filter kept. The group iterates never
+leave the program. Every server draw comes from the replica's own stream keyed by the phase.
+
+Without privacy the same schedule runs with the plain mean of the C iterates (no test, filter or
+noise): what the privacy steps cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+
+from fedray.core.evaluation import Metric
+from fedray.core.program import ProgramRun
+from fedray.core.protocol import RoundKeys
+from fedray.data.federation import SiloArrays
+from fedray.evaluation import LinearModelEvaluation
+from fedray.losses import loss_residual
+from fedray.privacy.outliers import concentration_score, outlier_filter
+from fedray.protocols.user_level.phased_sgd_planning import PhasedSgdRecipe
+from fedray.rng import SiloDraws, Stream, generator
+
+PASS_FRACTION = 0.8          # halt below 4 C / 5
+TEST_SCALE = 20.0            # the score's Laplace noise, Lap(20 / eps)
+
+
+class Chains(NamedTuple):
+    """The C SGD chains of a phase, for the replicas still running, as they pass between actors."""
+
+    point: np.ndarray        # (R, C, d, k) each chain's current iterate y_t
+    total: np.ndarray        # (R, C, d, k) sum of y_1..y_t
+    evaluations: int         # per-item gradients so far (each running replica's count)
+
+
+def _project(points: np.ndarray, radius: float) -> np.ndarray:
+    """Pi_X per (replica, chain) for X = B(0, radius); points (R, G, d, k)."""
+    norms = np.sqrt((points * points).sum(axis=(2, 3)))
+    factor = np.minimum(1.0, radius / np.maximum(norms, 1e-300))
+    return points * factor[:, :, None, None]
+
+
+def advance_chains(federation, unit_ids: np.ndarray, chains: Chains, loss, group_of: np.ndarray,
+                   step: np.ndarray, radius: float, seed: int, streams: np.ndarray, phase: int) -> Chains:
+    """One actor's leg of a phase (``Oracle.fold``): every chain takes one SGD step per item of
+    each of its users held here, users in id order. ``group_of`` (N,) is each unit's group in this
+    phase (-1: not in it); ``step`` (R,) eta_i and ``streams`` (R, k) of the running replicas."""
+    local = group_of[unit_ids]
+    taken = np.flatnonzero(local >= 0)
+    if taken.size == 0:
+        return chains
+    users = SiloArrays.of(federation, unit_ids).select(taken)
+    items = int(users.sizes[0])
+    orders = SiloDraws(seed, streams, phase, users.silo_ids, width=users.x.shape[1]).without_replacement(
+        users.sizes, items)                                                     # (R, U, m)
+    groups = local[taken]
+    by_group = np.argsort(groups, kind="stable")
+    starts = np.searchsorted(groups[by_group], groups[by_group], side="left")
+    rank = np.empty(taken.size, dtype=np.int64)
+    rank[by_group] = np.arange(taken.size) - starts                             # place among its group's users here
+    point, total = chains.point.copy(), chains.total.copy()     # arrays from the object store are read-only
+    gradient_step = step[:, None, None, None]
+    for r in range(int(rank.max()) + 1):
+        users_now = np.flatnonzero(rank == r)                                   # at most one per group
+        chain = groups[users_now]
+        y, running_sum = point[:, chain], total[:, chain]
+        x, labels, norms = users.x[users_now], users.y[users_now], users.x_norms[users_now]
+        which = np.arange(users_now.size)[None, :]
+        for t in range(items):
+            item = orders[:, users_now, t]                                      # (R, G)
+            features = x[which, item]                                           # (R, G, d)
+            margins = np.matmul(features[:, :, None, :], y)[:, :, 0, :]         # (R, G, k)
+            residual = loss_residual(loss, margins, labels[which, item], norms[which, item])
+            y = _project(y - gradient_step * features[..., None] * residual[:, :, None, :], radius)
+            running_sum = running_sum + y
+        point[:, chain], total[:, chain] = y, running_sum
+    return Chains(point, total, chains.evaluations + taken.size * items)
+
+
+@dataclass(frozen=True)
+class PhasedSgd:
+    """Alg. 1 (module docstring); per-phase arrays are (P, l) (eta_i scales with each replica's
+    step multiplier, and tau_i and sigma_i with eta_i)."""
+
+    loss: object
+    groups: int                  # C
+    group_users: tuple           # N_i
+    step_sizes: np.ndarray       # (P, l) eta_i
+    thresholds: np.ndarray       # (P, l) tau_i
+    noise_std: np.ndarray        # (P, l) sigma_i
+    group_of: tuple              # (N,) per phase: each unit's group (-1: not in the phase)
+    items: int                   # m
+    radius: float                # X = B(0, radius)
+    epsilon: float
+    private: bool
+    seed: int
+    streams: np.ndarray          # (P, k)
+    num_units: int
+    model_shape: tuple           # (d, k)
+    constants: dict = field(default_factory=dict)
+
+    recipe: ClassVar[PhasedSgdRecipe] = PhasedSgdRecipe()
+
+    def phase(self, oracle, x: np.ndarray, running: np.ndarray, phase: int) -> tuple[np.ndarray, int]:
+        """(R, C, d, k) the average iterates of the phase's C groups for the running replicas, and
+        each one's gradient evaluations."""
+        start = np.broadcast_to(x[running][:, None], (int(running.sum()), self.groups) + self.model_shape)
+        chains = Chains(start.copy(), np.zeros(start.shape), 0)
+        chains = oracle.fold(advance_chains, chains, self.loss, self.group_of[phase],
+                             self.step_sizes[running, phase], self.radius, self.seed, self.streams[running], phase)
+        return chains.total / (self.group_users[phase] * self.items), chains.evaluations
+
+    def curator(self, iterates: np.ndarray, previous: np.ndarray, replicas: np.ndarray, phase: int):
+        """(halted (R,), released x_i (R, d, k), groups kept (R,), score (R,)) of one phase's test,
+        filter and noise for the running ``replicas``."""
+        r, c = iterates.shape[:2]
+        points = iterates.reshape(r, c, -1)
+        tau = self.thresholds[replicas, phase]
+        rngs = [generator(self.seed, Stream.SERVER, *self.streams[p], phase) for p in replicas]
+        score = concentration_score(points, tau)
+        noisy = score + np.array([rng.laplace(0.0, TEST_SCALE / self.epsilon) for rng in rngs])
+        halted = noisy < PASS_FRACTION * c
+        uniforms = np.stack([rng.random(c) for rng in rngs])
+        kept, mean = outlier_filter(points, 2 * tau, uniforms, previous.reshape(r, -1))
+        noise = np.stack([rng.standard_normal(points.shape[2]) for rng in rngs])
+        released = mean + self.noise_std[replicas, phase][:, None] * noise
+        return halted, released.reshape(previous.shape), kept.sum(axis=1), score
+
+    def run(self, oracle, keys: RoundKeys) -> ProgramRun:
+        p, phases = self.step_sizes.shape
+        x = np.zeros((p,) + self.model_shape)          # x_0 = Pi_X(0)
+        halted, reached = np.zeros(p, dtype=bool), np.zeros(p, dtype=np.int64)
+        gradients, kept, score = np.zeros(p), np.full(p, np.nan), np.full(p, np.nan)
+        charge = np.zeros((p, self.num_units), dtype=np.int64)
+        for phase in range(phases):
+            running = ~halted
+            if not running.any():
+                break
+            replicas = np.flatnonzero(running)
+            charge[np.ix_(replicas, self.group_of[phase] >= 0)] = 1
+            iterates, evaluations = self.phase(oracle, x, running, phase)
+            gradients[replicas] += evaluations
+            reached[replicas] = phase + 1
+            if self.private:
+                stop, x[replicas], kept[replicas], score[replicas] = self.curator(iterates, x[replicas], replicas, phase)
+                halted[replicas] = stop
+            else:
+                x[replicas], kept[replicas] = iterates.mean(axis=1), self.groups
+        last = np.where(halted[:, None, None], 0.0, x)
+        projected = last * np.minimum(1.0, self.radius / np.maximum(np.linalg.norm(last.reshape(p, -1), axis=1),
+                                                                     1e-300))[:, None, None]
+        metrics = {"halted": Metric(halted.astype(np.float64), True),
+                   "phases_run": Metric(reached.astype(np.float64), True),
+                   "gradient_evaluations": Metric(gradients, True),
+                   "kept_fraction": Metric(kept / self.groups, False),
+                   "concentration_score": Metric(score / self.groups, False)}
+        return ProgramRun({"last": last, "projected": projected}, charge, metrics)
+
+    def evaluate(self, models: np.ndarray, federation) -> dict:
+        return LinearModelEvaluation(self.loss).shard_parts(models, federation)
+
+    def combine(self, parts: list[dict]) -> dict:
+        return LinearModelEvaluation(self.loss).combine(parts, self.num_units)

@@ -1,0 +1,168 @@
+"""Planning seed 002's Alg. 1 (the ``ProtocolRecipe`` contract of ``fedray.core.planning``).
+
+``resolve`` turns the public inputs (n users of m items, d, eps, delta, L, R = 2 ``radius``, q
+and the profile) into the phases (``phased_parameters.phased_sgd_layout``: Thm B.1's formulas,
+rounded as spec §5 item 1) and writes them into the config: ``participation=phased`` gets phases
+of C N_i users, one round each, and ``num_rounds`` becomes l. ``plan`` checks the rest before any
+actor starts (central user-level DP or none, ``privacy.calibration=paper``, one privacy.epsilon,
+every user the same m items, every group at least one user) and cuts each phase into its C
+groups. ``algorithm.step_size`` multiplies Thm B.1's eta = R / (L sqrt(d m n eps)) (a list runs a
+grid as replicas; tau_i and sigma_i follow eta_i, so privacy holds for any multiplier).
+
+Without privacy the run is the private schedule (``privacy.epsilon`` and ``privacy.delta`` are
+still required: they set C, eta_i and T_i) without the test, filter and noise.
+
+Profiles (spec §4.1): ``paper`` is the printed constants; ``exploratory`` multiplies the constants
+100 (C and sigma_i) and 1000 (tau_i) by ``kappa``, so its eps is nominal and the privacy statement
+says so. The statement names every condition of Thm B.1's proof that fails at the run's size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedray.checks import number_in, positive
+from fedray.core.planning import PlanContext
+from fedray.core.protocol import Routing
+from fedray.errors import ConfigError
+from fedray.privacy.composition import ApproxDpComposition
+from fedray.privacy.ledger import ComposedAccountant, Ledger
+from fedray.privacy.statement import PrivacyPlan
+from fedray.protocols.user_level.phased_parameters import (
+    PhasedSgdLayout, Problem, laplace_test_failure, phased_sgd_layout, phased_sgd_schedule, feasibility,
+)
+from fedray.protocols.user_level.phased_planning import PHASED, _inputs, curator_privacy, require_phased
+from fedray.protocols.user_level.planning import USER, not_private
+
+FIELDS = ("_target_", "name", "profile", "kappa", "lipschitz", "smoothness", "radius", "decay", "step_size")
+
+
+def _problem(config: dict, shape, loss) -> tuple[Problem, dict]:
+    problem, constants = _inputs(config, shape, loss, FIELDS, ("sgd",))
+    if config["privacy"]["trust_model"] == "none":
+        priv, name = config["privacy"], config["algorithm"].get("name")
+        why = f"with privacy=none too for {name}: the schedule (C, eta_i, T_i) is the private run's"
+        if priv.get("epsilon") is None:
+            raise ConfigError("privacy.epsilon", None, f"a positive number {why}")
+        eps = positive("privacy.epsilon", priv["epsilon"])
+        delta = number_in("privacy.delta", priv.get("delta"), 0.0, 1.0, f"a number in (0, 1) {why}")
+        problem = dataclasses.replace(problem, epsilon=eps, delta=delta)
+    return problem, {"profile": constants["profile"], "kappa": constants["kappa"]}
+
+
+def _layout(problem: Problem, kappa: float) -> PhasedSgdLayout:
+    layout = phased_sgd_layout(problem, kappa)
+    empty = [i + 1 for i, users in enumerate(layout.group_users) if users < 1]
+    if empty:
+        raise ConfigError("data.spec.num_silos", problem.users, f"more users: phase {empty[0]} of "
+                          f"{len(layout.group_users)} gets N_i = floor(n_i / C) = 0 users per group (C = "
+                          f"{layout.groups} groups; n_i = (1 - 2^-q) n / 2^(i q)); profile exploratory with a "
+                          "smaller kappa needs fewer")
+    return layout
+
+
+@dataclass(frozen=True)
+class PhasedSgdPlan:
+    """Alg. 1 resolved against its data (``PlannedProtocol``): the program is built here already."""
+
+    algorithm: object
+    privacy: PrivacyPlan
+    resolved: dict = field(default_factory=dict)
+    routing: Routing = Routing.DIRECT          # no client messages: nothing to shuffle
+
+    def build(self, oracle):
+        return self.algorithm
+
+
+@dataclass(frozen=True)
+class PhasedSgdRecipe:
+    trust_models: tuple[str, ...] = ("central", "none")
+    sets_participation: bool = True           # participation=phased's lists come from the layout
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+
+    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+        """The phases as ``participation`` (C N_i users, one round each) and l as ``num_rounds``."""
+        require_phased(config)
+        problem, constants = _problem(config, shape, loss)
+        users = list(_layout(problem, constants["kappa"]).phase_users)
+        participation = {"_target_": PHASED, "phase_units": users, "steps": [1] * len(users), "batch_sizes": users}
+        return {**config, "participation": participation, "num_rounds": len(users)}
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PhasedSgdPlan:
+        shape, replicas = context.shape, context.replicas
+        private = curator_privacy(self, config, " (Alg. 1's printed sigma_i; algorithm.profile chooses the constants)")
+        problem, constants = _problem(config, shape, context.loss)
+        layout = _layout(problem, constants["kappa"])
+        multiplier = replicas.step_sizes[:, None]
+        unit_phase = context.sampler.members(context.seed, shape.num_silos)
+        places = context.sampler.positions(context.seed, shape.num_silos)
+        group_of = tuple(np.where(unit_phase == i, places // max(n, 1), -1) for i, n in enumerate(layout.group_users))
+        algorithm = algorithm_class(
+            context.loss, layout.groups, layout.group_users, multiplier * layout.step_sizes,
+            multiplier * layout.thresholds, multiplier * layout.noise_std * private,
+            group_of, problem.items, problem.diameter / 2, problem.epsilon, private, context.seed, replicas.streams,
+            shape.num_silos, (shape.dim, context.loss.num_outputs),
+            {"groups": layout.groups, "noise_std_first_phase": float(layout.noise_std[0] * multiplier.max())})
+        failed = conditions(problem, layout) if private else []
+        notes = feasibility(problem, constants["kappa"], algorithms=(1,))
+        smooth = layout.step_sizes[0] * float(multiplier.max()) * problem.smoothness
+        if smooth > 1:
+            notes.append(f"eta_1 beta = {smooth:.3g} > 1: Lemma 2.3's stability (and so the accuracy bound) needs "
+                         "eta_i <= 1 / beta")
+        resolved = {**constants, "users": problem.users, "items": problem.items, "phases": len(layout.group_users),
+                    "groups": layout.groups, "group_users": list(layout.group_users),
+                    "phase_users": list(layout.phase_users), "phase_steps": list(layout.steps),
+                    "step_size": float(phased_sgd_schedule(problem, constants["kappa"]).step_size),
+                    "thresholds": [float(t) for t in layout.thresholds],
+                    "noise_std": [float(s) for s in layout.noise_std] if private else [0.0] * len(layout.steps),
+                    "gradients_no_halt": layout.gradients, "notes": notes, "privacy_conditions_failed": failed}
+        cells = (replicas.count, shape.num_silos)
+        privacy = _privacy(problem, layout, cells, constants, failed) if private else not_private(cells)
+        return PhasedSgdPlan(algorithm, privacy, resolved)
+
+
+def conditions(problem: Problem, layout: PhasedSgdLayout) -> list[str]:
+    """Thm B.1's conditions that fail at this size, in words."""
+    eps, delta, failed = problem.epsilon, problem.delta, []
+    bound = delta / (10 * math.exp(min(eps, 700.0)))
+    if laplace_test_failure(layout.groups, eps) > bound:
+        failed.append(f"P(|Lap(20 / eps)| >= 2C / 15) = {laplace_test_failure(layout.groups, eps):.3g} > delta / "
+                      f"(10 e^eps) = {bound:.3g} (C = {layout.groups} < 150 ln(10 e^eps / delta) / eps)")
+    if eps / 4 > 1:
+        failed.append(f"eps / 4 = {eps / 4:g} > 1: the classic Gaussian calibration (Def. A.5) holds for budgets "
+                      "<= 1 (spec §5 item 13)")
+    users, needed = problem.users ** (1 - problem.decay), \
+        100 / (1 - 2 ** -problem.decay) * math.log(problem.users / delta) / eps
+    if users < needed:
+        failed.append(f"n^(1-q) = {users:.4g} < {needed:.4g} (Thm B.1's users)")
+    return failed
+
+
+def _privacy(problem: Problem, layout: PhasedSgdLayout, cells: tuple, constants: dict, failed: list) -> PrivacyPlan:
+    """Each phase one (eps, delta) release to its users, each user charged once (parallel
+    composition over disjoint phases). The noise multiplier stated is sigma_i C / (4 tau_i): kept
+    iterates lie pairwise within 4 tau_i (spec §5 item 12), so replacing a user moves the mean of C
+    by about 4 tau_i / C; the proof's sensitivity has Lemma B.2's hidden constant on top."""
+    eps, delta = problem.epsilon, problem.delta
+    caveats = []
+    if constants["profile"] == "exploratory":
+        caveats.append(f"algorithm.profile=exploratory: the constants 100 and 1000 are scaled by kappa = "
+                       f"{constants['kappa']:g}, so eps = {eps:g} is nominal (no formal guarantee)")
+    if failed:
+        caveats.append("Thm B.1's conditions fail at this size, so the paper's proof does not cover the run: "
+                       + "; ".join(failed))
+    multiplier = float(layout.noise_std[0] * layout.groups / (4 * layout.thresholds[0]))
+    accountant = ComposedAccountant(ApproxDpComposition(eps, delta, 0.0, route="basic"), "basic")
+    return PrivacyPlan(
+        trust_model="central", calibration="paper", accountant="basic", unit=USER, relation="replace_one",
+        delta=np.full(cells[1], delta), noise_multiplier=np.full(cells, multiplier),
+        target_epsilon=np.full(cells, eps), ledger=Ledger(accountant, cells, "user"),
+        nominal_epsilon=np.full(cells, eps) if caveats else None,
+        details={"profile": constants["profile"], "kappa": constants["kappa"],
+                 "noise_multiplier": "sigma_i C / (4 tau_i), noise over the filter's reach"},
+        non_private_inputs=tuple(caveats))
