@@ -255,6 +255,16 @@ class PhasedSubsets:
     steps: tuple
     batch_sizes: tuple
 
+    def __post_init__(self) -> None:
+        # Hydra passes ListConfigs, whose element access costs microseconds: every round reads these
+        for name in ("phase_units", "steps", "batch_sizes"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (str, bytes)):
+                try:
+                    object.__setattr__(self, name, tuple(value))
+                except TypeError:
+                    pass                    # not a list: ``validate`` names it
+
     def validate(self, num_units: int) -> None:
         if self.phase_units is None and self.steps is None and self.batch_sizes is None:
             raise ConfigError("participation.phase_units", None, "three lists of phase sizes, rounds and units per "

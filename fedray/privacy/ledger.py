@@ -27,7 +27,7 @@ An accountant's ``advice(replica, unit, count, target)`` says what would fit whe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -283,6 +283,7 @@ class PhaseAccountant(ComposedAccountant):
 
     unit_phase: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     phase_starts: tuple = ()
+    reads_counts: ClassVar[bool] = False      # ``planned`` reads the phases, not how often units took part
 
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
         started = np.flatnonzero(np.asarray(self.phase_starts) < num_rounds)

@@ -17,14 +17,18 @@ Arms:
   round, T rounds and the step tuned per cell on the same separate draw over K in {200, 800},
   T in {100, 400}, step in {0.25, 1}: the best mean excess risk there;
 - b2: full-batch filtered DP-GD under the same exploratory profile (nominal eps) and Alg. 3's tuned
-  c_tau, T tuned the same way over {10, 40}, step 1 = 1 / beta.
+  c_tau, T tuned the same way over {10, 40}, step 1 = 1 / beta;
+- alg1: Alg. 1 under the exploratory profile (nominal eps), kappa tuned over {0.01, 0.04, 0.16}
+  (a kappa whose last phase would have no user per group is skipped) and Thm B.1's eta scaled by
+  {0.01, 0.1, 1} (replicas of one run) on the same separate draw.
 Reported per cell: mean excess risk, its 95% interval (t), the halt rate, the mean gradient count.
 Log-log slopes in m of the mean excess risk per (arm, eps).
 
 Writes results.csv, tuning.csv, slopes.csv and figure.png next to this file; ``--report`` redraws
-slopes.csv and figure.png from results.csv without running anything.
+slopes.csv and figure.png from results.csv without running anything; ``--arms a,b`` runs only
+those arms and replaces their rows in the CSVs (the others are kept).
 
-    python experiments/user_level_fast/e3_risk_vs_m/run.py [--report]
+    python experiments/user_level_fast/e3_risk_vs_m/run.py [--report | --arms alg1]
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
 from fedray.compose import compose_plan  # noqa: E402
+from fedray.errors import ConfigError  # noqa: E402
 from fedray.runtime.driver import run  # noqa: E402
 
 USERS, DIM, REPETITIONS = 8_000, 10, 8
@@ -51,7 +56,10 @@ ALG3_THRESHOLDS = (0.25, 0.5, 1.0)                     # c_tau
 B1_GRID = {"users_per_round": (200, 800), "rounds": (100, 400)}
 B1_STEPS = (0.25, 1.0)                                 # replicas of one run
 B2_ROUNDS = (10, 40)
-ARMS = ("alg3", "alg3_np", "b0", "b1", "b2")
+ALG1_KAPPAS = (0.01, 0.04, 0.16)
+ALG1_STEPS = (0.01, 0.1, 1.0)                          # multipliers of Thm B.1's eta, replicas of one run
+ARMS = ("alg3", "alg3_np", "b0", "b1", "b2", "alg1")
+TUNED = ("alg3", "b1", "b2", "alg1")
 
 
 def base(m: int, eps: float, trial: int, users: int = USERS) -> list[str]:
@@ -72,6 +80,10 @@ def arm_overrides(arm: str, tuned: dict) -> list[str]:
     if arm == "b0":
         return ["algorithm=filtered_gd", "participation=all", "num_rounds=100", "privacy=none", "repetitions=1",
                 "algorithm.output=last"]
+    if arm == "alg1":
+        steps = tuned.get("step_size", list(ALG1_STEPS))
+        return ["algorithm=phased_sgd", *EXPLORATORY[:1], f"algorithm.kappa={tuned['kappa']}",
+                f"algorithm.step_size={steps}"]
     if arm == "b1":
         steps = tuned.get("step_size", list(B1_STEPS))
         return ["algorithm=user_dp_sgd", "participation=uniform", f"participation.silos_per_round={tuned['users_per_round']}",
@@ -90,26 +102,35 @@ def tune(arm: str, m: int, eps: float, threshold: float | None = None, users: in
         grid = [{"threshold_constant": c} for c in ALG3_THRESHOLDS]
     elif arm == "b1":
         grid = [dict(zip(B1_GRID, values)) for values in itertools.product(*B1_GRID.values())]
+    elif arm == "alg1":
+        grid = [{"kappa": kappa} for kappa in ALG1_KAPPAS]
     else:
         grid = [{"rounds": rounds, "threshold_constant": threshold} for rounds in B2_ROUNDS]
     tries = []
     for setting in grid:
-        plan = compose_plan([*base(m, eps, 1, users), *arm_overrides(arm, setting)])
+        try:
+            plan = compose_plan([*base(m, eps, 1, users), *arm_overrides(arm, setting)])
+        except ConfigError as err:          # Alg. 1 with too many groups for the last phase
+            tries.append({"arm": arm, "m": m, "epsilon": eps, **setting, "proxy_excess": float("inf"),
+                          "refused": str(err)})
+            continue
         risk = excess(plan, run(plan, inline=True).model)
-        if arm == "b1":                     # the steps are replicas: one try each
-            for step in B1_STEPS:
+        if arm in ("b1", "alg1"):           # the steps are replicas: one try each
+            for step in (B1_STEPS if arm == "b1" else ALG1_STEPS):
                 tries.append({"arm": arm, "m": m, "epsilon": eps, **setting, "step_size": step,
                               "proxy_excess": float(risk[plan.step_sizes == step].mean())})
         else:
             tries.append({"arm": arm, "m": m, "epsilon": eps, **setting, "proxy_excess": float(risk.mean())})
     best = min(tries, key=lambda t: t["proxy_excess"])
-    return {k: v for k, v in best.items() if k not in ("arm", "m", "epsilon", "proxy_excess")}, tries
+    if not np.isfinite(best["proxy_excess"]):
+        raise ConfigError(f"{arm} at m = {m}, n = {users}, eps = {eps:g}", best, "a feasible setting in the grid")
+    return {k: v for k, v in best.items() if k not in ("arm", "m", "epsilon", "proxy_excess", "refused")}, tries
 
 
 def run_cell(arm: str, m: int, eps: float, threshold: float | None, users: int = USERS) -> tuple[dict, list, float]:
     """One (arm, m, eps) cell: tuned on the proxy draw where the arm has settings, then run on the
     evaluation draw; the row, the tuning tries, and the c_tau B2 should use (Alg. 3's)."""
-    setting, tries = tune(arm, m, eps, threshold, users) if arm in ("alg3", "b1", "b2") else ({}, [])
+    setting, tries = tune(arm, m, eps, threshold, users) if arm in TUNED else ({}, [])
     threshold = setting.get("threshold_constant", threshold)          # B2 uses Alg. 3's tuned c_tau
     plan = compose_plan([*base(m, eps, 0, users), *arm_overrides(arm, setting)])
     result = run(plan, inline=True)
@@ -120,12 +141,12 @@ def run_cell(arm: str, m: int, eps: float, threshold: float | None, users: int =
            "excess_mean": float(risk.mean()), "ci95_half": float(half),
            "halt_rate": float(np.mean(last.get("halted", np.zeros(1)))),
            "gradients_mean": float(np.mean(last.get("gradient_evaluations", np.nan))),
-           "setting": " ".join(f"{k}={v}" for k, v in setting.items()), "nominal": arm in ("alg3", "b2")}
+           "setting": " ".join(f"{k}={v}" for k, v in setting.items()), "nominal": arm in ("alg3", "b2", "alg1")}
     print(", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
     return row, tries, threshold
 
 
-def main() -> None:
+def main(arms: tuple = ARMS) -> None:
     started = time.perf_counter()
     rows, tuning = [], []
     for eps, m in itertools.product(EPSILONS, ITEMS):
@@ -133,13 +154,36 @@ def main() -> None:
         for arm in ARMS:
             if arm in ("b0", "alg3_np") and eps != EPSILONS[0]:
                 continue                    # no privacy: one run per m
+            if arm not in arms and arm != "alg3":
+                continue
+            if arm not in arms:             # B2 takes Alg. 3's c_tau: read it back, do not rerun
+                threshold = kept_threshold(HERE / "results.csv", "m", m, eps)
+                continue
             row, tries, threshold = run_cell(arm, m, eps, threshold)
             rows.append(row)
             tuning += tries
-    write_csv(HERE / "results.csv", rows)
-    write_csv(HERE / "tuning.csv", tuning)
-    report(rows)
+    write_csv(HERE / "results.csv", merged(HERE / "results.csv", rows, arms))
+    write_csv(HERE / "tuning.csv", merged(HERE / "tuning.csv", tuning, arms))
+    report(read_results(HERE / "results.csv"))
     print(f"wall time {time.perf_counter() - started:.1f} s")
+
+
+def kept_threshold(path: Path, key: str, value: float, eps: float) -> float:
+    """Alg. 3's tuned c_tau of the cell where ``key`` is ``value``, from an earlier results.csv."""
+    row = next(r for r in csv.DictReader(open(path))
+               if r["arm"] == "alg3" and float(r[key]) == value and float(r["epsilon"]) == eps)
+    return float(row["setting"].split("=")[1])
+
+
+def arms_from_argv() -> tuple:
+    return tuple(sys.argv[sys.argv.index("--arms") + 1].split(",")) if "--arms" in sys.argv else ARMS
+
+
+def merged(path: Path, rows: list[dict], arms: tuple) -> list[dict]:
+    """``rows`` in place of the file's rows of ``arms`` (all of them when every arm ran)."""
+    if set(arms) == set(ARMS) or not path.exists():
+        return rows
+    return [r for r in csv.DictReader(open(path)) if r["arm"] not in arms] + rows
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
@@ -165,6 +209,8 @@ def report(rows: list[dict]) -> None:
         if not private and eps != EPSILONS[0]:
             continue
         picked = [r for r in rows if r["arm"] == arm and (not private or r["epsilon"] == eps)]
+        if len(picked) < 2:
+            continue
         ms = np.log([r["m"] for r in picked])
         slope = float(np.polyfit(ms, np.log([r["excess_mean"] for r in picked]), 1)[0])
         slopes.append({"arm": arm, "epsilon": eps if private else float("inf"), "slope_in_m": slope})
@@ -182,7 +228,8 @@ def figure(rows: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(EPSILONS), figsize=(10, 4), sharey=True)
     labels = {"alg3": f"Alg. 3 (exploratory, kappa={KAPPA:g}: nominal eps)", "alg3_np": "Alg. 3 without privacy",
               "b0": "B0: no privacy (ERM on all records)",
-              "b1": "B1: user-level DP-SGD (accountant)", "b2": "B2: filtered DP-GD (nominal eps)"}
+              "b1": "B1: user-level DP-SGD (accountant)", "b2": "B2: filtered DP-GD (nominal eps)",
+              "alg1": "Alg. 1 (exploratory: nominal eps)"}
     for ax, eps in zip(axes, EPSILONS):
         for arm, label in labels.items():
             picked = [r for r in rows if r["arm"] == arm and (arm in ("b0", "alg3_np") or r["epsilon"] == eps)]
@@ -201,4 +248,4 @@ if __name__ == "__main__":
     if "--report" in sys.argv:         # slopes and figure again from results.csv, no runs
         report(read_results(HERE / "results.csv"))
     else:
-        main()
+        main(arms_from_argv())

@@ -6,9 +6,10 @@ full-batch filtered DP-GD (B2), tuned per cell on a separate draw), at m = 64 it
 n in {2,000; 8,000; 32,000}, eps in {1, 4}, d = 10, 8 repetitions. Log-log slopes in n.
 
 Writes results.csv, tuning.csv, slopes.csv and figure.png next to this file; ``--report`` redraws
-figure.png from results.csv without running anything.
+figure.png from results.csv without running anything; ``--arms a,b`` runs only those arms and
+replaces their rows (E3's ``alg1`` arm included).
 
-    python experiments/user_level_fast/e4_risk_vs_n/run.py [--report]
+    python experiments/user_level_fast/e4_risk_vs_n/run.py [--report | --arms alg1]
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ _spec.loader.exec_module(e3)
 USERS, ITEMS = (2_000, 8_000, 32_000), 64
 
 
-def main() -> None:
+def main(arms: tuple = e3.ARMS) -> None:
     started = time.perf_counter()
     rows, tuning = [], []
     for eps, n in itertools.product(e3.EPSILONS, USERS):
@@ -37,23 +38,33 @@ def main() -> None:
         for arm in e3.ARMS:
             if arm in ("b0", "alg3_np") and eps != e3.EPSILONS[0]:
                 continue
+            if arm not in arms:
+                if arm == "alg3":           # B2 takes Alg. 3's c_tau: read it back, do not rerun
+                    threshold = e3.kept_threshold(HERE / "results.csv", "n", n, eps)
+                continue
             row, tries, threshold = e3.run_cell(arm, ITEMS, eps, threshold, users=n)
             rows.append({"n": n, **row})
             tuning += [{"n": n, **t} for t in tries]
-    e3.write_csv(HERE / "results.csv", rows)
-    e3.write_csv(HERE / "tuning.csv", tuning)
+    e3.write_csv(HERE / "results.csv", e3.merged(HERE / "results.csv", rows, arms))
+    e3.write_csv(HERE / "tuning.csv", e3.merged(HERE / "tuning.csv", tuning, arms))
+    report([{**r, "n": int(r["n"])} for r in e3.read_results(HERE / "results.csv")])
+    print(f"wall time {time.perf_counter() - started:.1f} s")
+
+
+def report(rows: list[dict]) -> None:
     slopes = []
     for arm, eps in itertools.product(e3.ARMS, e3.EPSILONS):
         private = arm not in ("b0", "alg3_np")
         if not private and eps != e3.EPSILONS[0]:
             continue
         picked = [r for r in rows if r["arm"] == arm and (not private or r["epsilon"] == eps)]
+        if len(picked) < 2:
+            continue
         slope = float(np.polyfit(np.log([r["n"] for r in picked]), np.log([r["excess_mean"] for r in picked]), 1)[0])
         slopes.append({"arm": arm, "epsilon": eps if private else float("inf"), "slope_in_n": slope})
         print(f"{arm} eps {eps}: slope in n {slope:.3f}")
     e3.write_csv(HERE / "slopes.csv", slopes)
     figure(rows, HERE / "figure.png")
-    print(f"wall time {time.perf_counter() - started:.1f} s")
 
 
 def figure(rows: list[dict], path: Path) -> None:
@@ -81,7 +92,7 @@ def figure(rows: list[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    if "--report" in sys.argv:         # the figure again from results.csv, no runs
-        figure([{**r, "n": int(r["n"])} for r in e3.read_results(HERE / "results.csv")], HERE / "figure.png")
+    if "--report" in sys.argv:         # slopes and figure again from results.csv, no runs
+        report([{**r, "n": int(r["n"])} for r in e3.read_results(HERE / "results.csv")])
     else:
-        main()
+        main(e3.arms_from_argv())
