@@ -70,3 +70,23 @@ def test_e8_lemma_checks_on_a_reduced_grid(monkeypatch):
         assert -1.1 <= e8.slope(variance, "users_K", "items_m", m) <= -0.9
     assert all(r["kept_fraction"] == 1.0 and r["halted"] == 0 for r in variance)
     assert max(r["ratio_q99"] for r in stability) < 5.0                                # spec T7
+
+
+def test_e6_checks_lemma_d1_in_the_order_a_convex_loss_obeys(monkeypatch):
+    e6 = _load("e6_non_smooth", REPO / "experiments/user_level_fast/e6_non_smooth/run.py")
+    monkeypatch.setattr(e6, "POINTS", 3)
+    monkeypatch.setattr(e6, "DRAWS", 500)
+    rows = e6.smoothing_check()
+    assert len(rows) == 9 and all(r["holds"] for r in rows)
+    # antithetic pairs make the lower side exact; the upper side has room L r minus the smoothing gap
+    assert all(r["lower_gap"] >= -1e-12 and 0 < r["upper_gap"] <= r["radius"] for r in rows)
+
+
+def test_e5_reports_the_cheapest_setting_that_reaches_each_target(monkeypatch):
+    e5 = _load("e5_matched_accuracy", REPO / "experiments/user_level_fast/e5_matched_accuracy/run.py")
+    monkeypatch.setattr(e5, "CELLS", ((10, 2),))
+    rows = [{"arm": "b2", "n": 10, "m": 2, "rounds": t, "threshold_constant": 1.0, "excess_mean": risk,
+             "gradients_mean": 20.0 * t, "seconds": 0.1} for t, risk in ((5, 0.02), (10, 0.004), (20, 0.003))]
+    table = {(r["arm"], r["target"]): r for r in e5.matched(rows)}
+    assert table[("b2", 0.005)]["gradients"] == 200.0 and table[("b2", 0.005)]["setting"] == "rounds=10 threshold_constant=1.0"
+    assert table[("b2", 0.002)]["setting"] == "not reached" and np.isnan(table[("alg3", 0.01)]["gradients"])

@@ -40,7 +40,7 @@ from fedray.protocols.user_level.phased_parameters import (
 )
 
 COMMON = ("_target_", "name", "profile", "kappa", "threshold_constant", "lipschitz", "smoothness", "radius")
-FIELDS = COMMON + ("steps_constant", "decay", "stages", "solver", "smoothing")
+FIELDS = COMMON + ("steps_constant", "decay", "stages", "solver", "smoothing", "full_batch")
 FULL_BATCH_FIELDS = COMMON + ("step_size", "output", "solver")
 SINGLE_PHASE_SOLVERS = ("gd", "acsa")
 OUTPUTS = ("average", "last")
@@ -85,6 +85,9 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
     constants = {"profile": profile, "kappa": kappa, "solver": solver,
                  "c_tau": positive("algorithm.threshold_constant", alg.get("threshold_constant", 1.0)),
                  "c_T": positive("algorithm.steps_constant", alg.get("steps_constant", 1.0))}
+    full_batch = alg.get("full_batch", False)
+    check_bool("algorithm.full_batch", full_batch)
+    constants["full_batch"] = full_batch
     smoothing = alg.get("smoothing", False)
     check_bool("algorithm.smoothing", smoothing)
     if smoothing:
@@ -104,6 +107,8 @@ def _schedule(problem: Problem, constants: dict):
     schedule = accelerated_schedule(problem, constants["c_tau"], constants["c_T"], constants["kappa"],
                                     accelerated=constants["solver"] == "acsa")
     layout = phase_layout(schedule)
+    if constants.get("full_batch"):         # ablation A1: every user of a phase in every step (sigma_i does not read K_i)
+        layout = PhaseLayout(layout.users, layout.steps, layout.users)
     empty = [i + 1 for i, users in enumerate(layout.users) if users < 1]
     if empty:
         raise ConfigError("data.spec.num_silos", problem.users, f"more users: phase {empty[0]} of {len(layout.users)} "

@@ -158,6 +158,20 @@ def test_ablation_a2_runs_sgd_phases_of_condition_number_length():
     assert np.all(_excess(plan, result.model) < _excess(plan, np.zeros((1, 5, 1))) / 5)
 
 
+def test_ablation_a1_takes_every_user_of_a_phase_in_every_step_at_the_same_noise():
+    subsampled = ["algorithm.profile=exploratory", "algorithm.kappa=1e-3", "privacy.epsilon=1", "privacy.delta=1e-7"]
+    plan, sampled = _plan(*subsampled, "algorithm.full_batch=true"), _plan(*subsampled)
+    resolved, base = plan.protocol.resolved, sampled.protocol.resolved
+    assert resolved["phase_batch"] == resolved["phase_users"] == base["phase_users"]
+    assert any(k < n for k, n in zip(base["phase_batch"], base["phase_users"]))         # A1 differs here
+    assert resolved["noise_std"] == base["noise_std"] and resolved["phase_steps"] == base["phase_steps"]
+    assert not any("K_i < n_i" in caveat for caveat in plan.privacy.non_private_inputs)
+    result = run(plan, inline=True)
+    expected = sum(t * n for t, n in zip(resolved["phase_steps"], resolved["phase_users"])) * 16
+    counts, halted = result.history[-1]["gradient_evaluations"], result.history[-1]["halted"] == 1
+    assert np.all(counts[~halted] == expected) and np.all(counts[halted] < expected)
+
+
 B2 = ["algorithm=filtered_gd", "participation=all", "num_rounds=40"]
 
 
