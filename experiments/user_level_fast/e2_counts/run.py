@@ -8,9 +8,10 @@ same with its own T_i, B2 T n m, B1 T K m. Grid: P1 (SphereRegression) with n in
 n_i in the first phases and the test can halt), 4 replicas. Each cell runs with 1 and with 3 silo
 groups (inline); the counts, halting rounds and models must agree between the two.
 
-Writes results.csv next to this file and prints one line per cell.
+Writes results.csv and figure.png next to this file and prints one line per cell; ``--report``
+redraws figure.png from results.csv without running anything.
 
-    python experiments/user_level_fast/e2_counts/run.py          # about 1 min
+    python experiments/user_level_fast/e2_counts/run.py [--report]
 """
 
 from __future__ import annotations
@@ -87,9 +88,37 @@ def main() -> None:
         writer = csv.DictWriter(f, list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    figure(rows, HERE / "figure.png")
     print(f"cells {len(rows)}, all equal: {all(r['equal'] for r in rows)}, layout-invariant: "
           f"{all(r['same_with_3_groups'] for r in rows)}; wall time {time.perf_counter() - started:.1f} s")
 
 
+def figure(rows: list[dict], path: Path) -> None:
+    """Each cell's released counts (the range over its replicas) against the no-halt formula."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        picked = [r for r in rows if r["arm"] == arm]
+        x = np.array([float(r["formula_no_halt"]) for r in picked])
+        low, high = (np.array([float(r[k]) for r in picked]) for k in ("measured_min", "measured_max"))
+        ax.errorbar(x, high, yerr=[high - low, np.zeros_like(high)], fmt="o", capsize=2, label=arm, alpha=0.8)
+    span = [min(float(r["measured_min"]) for r in rows), max(float(r["formula_no_halt"]) for r in rows)]
+    ax.plot(span, span, color="grey", lw=0.8, ls=":", label="counter = formula")
+    ax.set(xscale="log", yscale="log", xlabel="formula: gradient evaluations of a run without halting",
+           ylabel="released counter (replicas' range)",
+           title=f"{sum(r['equal'] in (True, 'True') for r in rows)} of {len(rows)} cells equal the formula per replica")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 if __name__ == "__main__":
-    main()
+    if "--report" in sys.argv:         # the figure again from results.csv, no runs
+        figure(list(csv.DictReader(open(HERE / "results.csv"))), HERE / "figure.png")
+    else:
+        main()

@@ -18,9 +18,10 @@ constants (profile P) at n = 1,000, m = 16, d = 5, eps = 1, run DRAWS times on e
 (``fedray.privacy.audit.audit_epsilon``: projection statistic fitted on half, Clopper-Pearson at
 95% on the other half); the control is the same pair without privacy.
 
-Writes results.csv and audit.csv next to this file.
+Writes results.csv, audit.csv and figure.png next to this file; ``--report`` redraws figure.png
+from results.csv without running anything.
 
-    python experiments/user_level_fast/e7_robustness/run.py
+    python experiments/user_level_fast/e7_robustness/run.py [--report]
 """
 
 from __future__ import annotations
@@ -112,8 +113,49 @@ def main() -> None:
             writer = csv.DictWriter(f, list(table[0]))
             writer.writeheader()
             writer.writerows(table)
+    figure(read_rows(HERE / "results.csv"), HERE / "figure.png")
     print(f"wall time {time.perf_counter() - started:.1f} s")
 
 
+def read_rows(path: Path) -> list[dict]:
+    numbers = ("fraction", "shift", "excess_mean", "excess_max", "halt_rate", "removal_rate")
+    return [{**r, **{k: float(r[k]) for k in numbers}, "private": r["private"] == "True"}
+            for r in csv.DictReader(open(path))]
+
+
+def figure(rows: list[dict], path: Path) -> None:
+    """Per shift: the halt and removal rates, and the majority's excess risk with and without privacy,
+    against the minority's fraction."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (rates, risk) = plt.subplots(1, 2, figsize=(11, 4))
+    clean = [r for r in rows if r["case"] == "minority" and r["fraction"] == 0.0]
+    for shift, colour in zip(SHIFTS, ("tab:blue", "tab:orange", "tab:green")):
+        for private in (True, False):
+            picked = [r for r in clean if r["private"] == private] + [
+                r for r in rows if r["case"] == "minority" and r["shift"] == shift and r["private"] == private]
+            x = [r["fraction"] for r in picked]
+            if private:
+                rates.plot(x, [r["halt_rate"] for r in picked], "o-", color=colour, label=f"halt rate, shift {shift:g}")
+                rates.plot(x, [r["removal_rate"] for r in picked], "s--", color=colour,
+                           label=f"removal rate, shift {shift:g}")
+            risk.plot(x, [r["excess_mean"] for r in picked], "o-" if private else "x:", color=colour,
+                      label=f"shift {shift:g}, {'Alg. 3 (nominal eps = 20)' if private else 'no privacy, no filter'}")
+    rates.set(xlabel="minority fraction rho", ylabel="rate", title="Alg. 3's test and filter (P3, n = 4,000)")
+    risk.set(xlabel="minority fraction rho", ylabel="majority's excess risk", yscale="log",
+             title="what the minority does to the output")
+    rates.legend(fontsize=7)
+    risk.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 if __name__ == "__main__":
-    main()
+    if "--report" in sys.argv:         # the figure again from results.csv, no runs
+        figure(read_rows(HERE / "results.csv"), HERE / "figure.png")
+    else:
+        main()

@@ -15,7 +15,7 @@ pairs of ||xbar - ybar|| / (eta L sqrt(T ln(d T))) for T in {1e2, 1e3, 1e4}, eta
 
 Writes variance.csv, stability.csv next to this file and prints the slopes and the worst ratio.
 
-    python experiments/user_level_fast/e8_lemmas/run.py        # about 1 min
+    python experiments/user_level_fast/e8_lemmas/run.py [--report]     # about 1 min; --report: the figure from the CSVs
 """
 
 from __future__ import annotations
@@ -107,8 +107,46 @@ def main() -> None:
           f"{min(r['kept_fraction'] for r in variance):.3f}, halts {sum(r['halted'] for r in variance)}")
     print(f"Lemma 2.3: 99% quantile of the ratio in [{min(r['ratio_q99'] for r in stability):.4f}, "
           f"{max(r['ratio_q99'] for r in stability):.4f}]")
+    figure(variance, stability, HERE / "figure.png")
     print(f"wall time {time.perf_counter() - started:.1f} s")
 
 
+def figure(variance: list[dict], stability: list[dict], path: Path) -> None:
+    """Lemma 3.5: the error against K m (reference slope -1); Lemma 2.3: the ratio against T."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for m in sorted({r["items_m"] for r in variance}):
+        picked = sorted((r for r in variance if r["items_m"] == m), key=lambda r: r["users_K"])
+        left.plot([r["users_K"] * m for r in picked], [r["mean_sq_error"] for r in picked], "o-", label=f"m = {m:g}")
+    km = np.array(sorted({r["users_K"] * r["items_m"] for r in variance}))
+    scale = np.median([r["scaled"] for r in variance]) * LIPSCHITZ**2
+    left.plot(km, scale / km, "k:", lw=0.8, label="L^2 c / (K m), c = the median")
+    left.set(xscale="log", yscale="log", xlabel="users K x items m", ylabel="E ||g - grad F||^2",
+             title="Lemma 3.5: the filtered mean's error ~ 1 / (K m)")
+    left.legend(fontsize=7)
+    for eta in sorted({r["step_size"] for r in stability}):
+        picked = sorted((r for r in stability if r["step_size"] == eta), key=lambda r: r["steps_T"])
+        right.plot([r["steps_T"] for r in picked], [r["ratio_q99"] for r in picked], "o-", label=f"eta = {eta:g}")
+    right.axhline(1.0, color="grey", ls=":", lw=0.8, label="the bound's scale (ratio 1)")
+    right.set(xscale="log", yscale="log", xlabel="SGD steps T",
+              ylabel="99% quantile of ||x - y|| / (eta L sqrt(T ln(d T)))",
+              title="Lemma 2.3: two SGD runs' distance")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def read(path: Path) -> list[dict]:
+    return [{k: float(v) for k, v in r.items()} for r in csv.DictReader(open(path))]
+
+
 if __name__ == "__main__":
-    main()
+    if "--report" in sys.argv:         # the figure again from the CSVs, no runs
+        figure(read(HERE / "variance.csv"), read(HERE / "stability.csv"), HERE / "figure.png")
+    else:
+        main()

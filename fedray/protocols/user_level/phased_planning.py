@@ -209,7 +209,8 @@ def _phase_privacy(problem: Problem, layout, unit_phase: np.ndarray, multiplier:
     accountant = PhaseAccountant(ApproxDpComposition(eps, delta, 0.0, route="basic"), "phases",
                                  unit_phase=unit_phase, phase_starts=starts)
     per_unit = np.where(unit_phase >= 0, np.asarray(multiplier)[np.maximum(unit_phase, 0)], 0.0)
-    caveats = []
+    caveats = ["the (eps, delta) claim is Thm 3.1's, whose filtered-mean sensitivity (Lemma C.2) has an "
+               "unspecified constant, so eps is nominal"]
     if constants["profile"] == "exploratory":
         caveats.append(f"algorithm.profile=exploratory: the constants 500 and 1000 are scaled by kappa = "
                        f"{constants['kappa']:g}, so eps = {eps:g} is nominal (no formal guarantee)")
@@ -223,7 +224,7 @@ def _phase_privacy(problem: Problem, layout, unit_phase: np.ndarray, multiplier:
         trust_model="central", calibration="paper", accountant="phases", unit=USER, relation="replace_one",
         delta=np.full(cells[1], delta), noise_multiplier=np.broadcast_to(per_unit, cells).copy(),
         target_epsilon=np.full(cells, eps), ledger=Ledger(accountant, cells, "user"),
-        nominal_epsilon=np.full(cells, eps) if caveats else None,
+        nominal_epsilon=np.full(cells, eps),
         details={"profile": constants["profile"], "kappa": constants["kappa"],
                  "noise_multiplier": "sigma_i / (2 tau), noise over the closeness threshold"},
         non_private_inputs=tuple(caveats))

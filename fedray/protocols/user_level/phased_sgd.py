@@ -11,7 +11,9 @@ returns its average iterate (1/T_i) sum_t y_t. A group visits its users one afte
 order, each user's items in a random order (MINIBATCH stream, keyed by the replica, the phase and
 the user): under the paper's i.i.d. model that is the distribution of a pooled random order, and
 the chain can be relayed user to user (spec §2.6 and §5 item 15), so ``Oracle.fold`` carries all C
-chains from actor to actor, each advancing them over the users it holds. The server then:
+chains from actor to actor, each advancing them over the users it holds. The actors and the relay
+are part of the trusted curator: a partial chain carries its earlier users' records unnoised, so a
+relay through the users themselves would not be covered by central DP. The server then:
 
     s = ConcScore(iterates, tau_i);  halt if s + Lap(20 / eps) < 4 C / 5    (output: the public 0)
     S, mean = OutlierFilter(iterates, 2 tau_i)      (nobody kept: x_{i-1})
@@ -26,9 +28,10 @@ score's sensitivity is < 2, so the Laplace test is eps/10-DP; when the Laplace n
 which sigma_i covers at (eps/4, delta/n). Phases read disjoint users, so the run is (eps,
 delta)-DP by parallel composition: each user is charged once, per replica that reached its phase.
 The argument is the paper's (with Lemma B.2's hidden constant): the plan names the conditions
-that fail at the run's size. Released: x_1..x_l, the halting phase, the gradient count (a function
-of it). Diagnostic: the scores and how many groups the filter kept. The group iterates never
-leave the program. Every server draw comes from the replica's own stream keyed by the phase.
+that fail at the run's size. Released: x_l (the proof covers x_1..x_l), the halting phase, the
+gradient count (a function of it). Diagnostic: the scores and how many groups the filter kept.
+The group iterates never leave the program. Every server draw comes from the replica's own
+stream keyed by the phase; the items' order comes from the run seed (an order, not a privacy draw).
 
 Without privacy the same schedule runs with the plain mean of the C iterates (no test, filter or
 noise): what the privacy steps cost.
@@ -64,8 +67,11 @@ class Chains(NamedTuple):
 
 
 def _project(points: np.ndarray, radius: float) -> np.ndarray:
-    """Pi_X per (replica, chain) for X = B(0, radius); points (R, G, d, k)."""
-    norms = np.sqrt((points * points).sum(axis=(2, 3)))
+    """Pi_X per (replica, chain) for X = B(0, radius); points (R, G, d, k). The norm is taken of the
+    points scaled by their largest entry, so a huge finite point lands on the sphere, not at 0."""
+    scale = np.abs(points).max(axis=(2, 3), keepdims=True)
+    safe = np.where(scale > 0, scale, 1.0)
+    norms = safe[:, :, 0, 0] * np.sqrt(((points / safe) ** 2).sum(axis=(2, 3)))
     factor = np.minimum(1.0, radius / np.maximum(norms, 1e-300))
     return points * factor[:, :, None, None]
 
@@ -90,6 +96,14 @@ def advance_chains(federation, unit_ids: np.ndarray, chains: Chains, loss, group
     rank[by_group] = np.arange(taken.size) - starts                             # place among its group's users here
     point, total = chains.point.copy(), chains.total.copy()     # arrays from the object store are read-only
     gradient_step = step[:, None, None, None]
+    with np.errstate(all="ignore"):         # a user's overflowing records must not show in the logs
+        _advance(point, total, users, orders, groups, rank, gradient_step, loss, radius)
+    return Chains(point, total, chains.evaluations + taken.size * items)
+
+
+def _advance(point, total, users, orders, groups, rank, gradient_step, loss, radius) -> None:
+    """``advance_chains``' loop, in place: the users of rank r in their groups, one item at a time."""
+    items = orders.shape[2]
     for r in range(int(rank.max()) + 1):
         users_now = np.flatnonzero(rank == r)                                   # at most one per group
         chain = groups[users_now]
@@ -104,7 +118,6 @@ def advance_chains(federation, unit_ids: np.ndarray, chains: Chains, loss, group
             y = _project(y - gradient_step * features[..., None] * residual[:, :, None, :], radius)
             running_sum = running_sum + y
         point[:, chain], total[:, chain] = y, running_sum
-    return Chains(point, total, chains.evaluations + taken.size * items)
 
 
 @dataclass(frozen=True)
@@ -167,7 +180,7 @@ class PhasedSgd:
             if not running.any():
                 break
             replicas = np.flatnonzero(running)
-            charge[np.ix_(replicas, self.group_of[phase] >= 0)] = 1
+            charge[np.ix_(replicas, self.group_of[phase] >= 0)] += 1     # phases are disjoint: at most 1
             iterates, evaluations = self.phase(oracle, x, running, phase)
             gradients[replicas] += evaluations
             reached[replicas] = phase + 1

@@ -16,6 +16,7 @@ from fedray.plan import make_plan
 from fedray.protocols.user_level.phased_parameters import Problem, phased_sgd_layout, phased_sgd_schedule
 from fedray.protocols.user_level import phased_sgd
 from fedray.protocols.user_level.phased_sgd import Chains, advance_chains
+from fedray.protocols.user_level.phased_sgd_planning import coupling_coverage
 from fedray.rng import SiloDraws
 from fedray.runtime.driver import InlineGroups, run
 from tests.conftest import compose
@@ -215,3 +216,32 @@ def test_without_privacy_the_same_schedule_runs_without_test_filter_or_noise():
     result = run(plan, inline=True)
     assert result.epsilon_spent is None and not result.history[-1]["halted"].any()
     assert np.all(_excess(plan, result.model) < 0.006)
+
+
+def test_the_statement_names_the_unspecified_coupling_constant_and_its_coverage():
+    problem = Problem(10**6, 100, 100, 1.0, 1e-9, 1.0, 1.0, 1.0, 0.1)
+    # the spec's T1 point: no condition fails, yet the printed sigma_1 = 68.0 covers only 0.37 of
+    # what the classic Gaussian needs for c_Delta = 120 (spec §5 item 12) at (eps / 4, delta / n)
+    assert coupling_coverage(problem, phased_sgd_layout(problem)) == pytest.approx(0.3744, abs=1e-4)
+    plan = _plan(*QUIET)
+    assert plan.privacy.nominal_epsilon is not None
+    assert any("Lemma B.2" in caveat for caveat in plan.privacy.non_private_inputs)
+
+
+def test_an_overflowing_user_leaves_a_finite_release_and_no_warning(recwarn):
+    plan = _plan(*QUIET)
+    program = plan.protocol.build(None)
+    fed = plan.dataset.load(plan.seed, plan.trial, silo_ids=np.arange(1000))
+    first, second = np.flatnonzero(program.group_of[0] >= 0)[:2]
+    fed.y_train[first] = 1e300                         # one user's labels overflow the chain's arithmetic,
+    fed.y_train[second] = np.inf                       # another's make its group's chain NaN
+    start = Chains(np.zeros((3, program.groups, 5, 1)), np.zeros((3, program.groups, 5, 1)), 0)
+    chains = advance_chains(fed, np.arange(1000), start, program.loss, program.group_of[0], program.step_sizes[:, 0],
+                            program.radius, plan.seed, plan.replicas.streams, 0)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    iterates = chains.total / chains.total.shape[1]
+    halted, released, kept, _ = program.curator(iterates, np.zeros((3, 5, 1)), np.arange(3), 0)
+    assert np.all(np.isfinite(released))
+    # a huge finite point is projected onto the sphere, not to 0
+    huge = np.full((1, 1, 5, 1), 1e300)
+    assert np.linalg.norm(phased_sgd._project(huge, 1.0)) == pytest.approx(1.0)
