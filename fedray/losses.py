@@ -76,6 +76,36 @@ class Squared:
 
 
 @dataclass(frozen=True)
+class Huber:
+    """The half squared error with its residual clipped at ``threshold``: (z - y)^2 / 2 where |z - y|
+    <= threshold, threshold |z - y| - threshold^2 / 2 beyond. Equal to ``Squared`` wherever the
+    residual stays within the threshold (on P1's ball of radius 1, |z - y| <= 2), with a bounded
+    derivative, so a sensitivity argument that needs sup |dl/dz| holds for any labels."""
+
+    threshold: float = 2.0
+    num_outputs: int = 1
+    curvature_bound = 1.0
+
+    @property
+    def residual_bound(self) -> float:
+        return float(self.threshold)
+
+    def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        gap = np.abs(z[..., 0] - y)
+        return np.where(gap <= self.threshold, 0.5 * gap**2, self.threshold * gap - 0.5 * self.threshold**2)
+
+    def residual(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.clip(z[..., 0] - y, -self.threshold, self.threshold)[..., None]
+
+    def curvature(self, z: np.ndarray, y: np.ndarray, u: np.ndarray) -> np.ndarray:
+        return (np.abs(z[..., 0] - y) < self.threshold)[..., None] * u
+
+    def error(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Squared prediction error, as ``Squared``."""
+        return (z[..., 0] - y) ** 2
+
+
+@dataclass(frozen=True)
 class Softmax:
     """Multiclass cross-entropy; y holds class indices. ||dl/dz|| <= sqrt(2)."""
 

@@ -2,10 +2,11 @@ import numpy as np
 import pytest
 
 from fedray import losses
-from fedray.losses import Logistic, Softmax, Squared, clipped_minibatch_means, clipped_weighted_gradients
+from fedray.losses import Huber, Logistic, Softmax, Squared, clipped_minibatch_means, clipped_weighted_gradients
 from tests.loss_reference import clip_per_example, per_example_gradients
 
-LOSSES = [(Logistic(), 1, "binary"), (Squared(), 1, "regression"), (Softmax(num_outputs=3), 3, "multiclass")]
+LOSSES = [(Logistic(), 1, "binary"), (Squared(), 1, "regression"), (Softmax(num_outputs=3), 3, "multiclass"),
+          (Huber(), 1, "regression")]
 
 
 def _records(rng, n, d, kind):
@@ -122,3 +123,18 @@ def test_minibatch_means_are_bit_identical_whatever_replicas_share_the_call(loss
     np.put_along_axis(weights, idx[batch_of], 1.0 / k, axis=2)
     dense = clipped_weighted_gradients(loss, params, x, y, weights, 0.7)
     np.testing.assert_allclose(shared, dense, rtol=1e-10, atol=1e-13)
+
+
+def test_huber_is_the_squared_loss_within_its_threshold_and_bounded_beyond():
+    z = np.linspace(-6, 6, 121)[:, None]
+    y = np.zeros(121)
+    huber, squared = Huber(threshold=2.0), Squared()
+    inside = np.abs(z[:, 0]) <= 2.0
+    np.testing.assert_array_equal(huber.value(z, y)[inside], squared.value(z, y)[inside])
+    np.testing.assert_array_equal(huber.residual(z, y)[inside], squared.residual(z, y)[inside])
+    assert np.abs(huber.residual(z, y)).max() == huber.residual_bound == 2.0
+    np.testing.assert_allclose(huber.value(z, y)[~inside], 2.0 * np.abs(z[~inside, 0]) - 2.0)     # continuous at 2
+    # any label, however large, moves a gradient by at most the bound: what output perturbation needs
+    assert np.all(np.isfinite(huber.residual(np.zeros((2, 1)), np.array([1e308, -np.inf]))))
+    u = np.ones((121, 1))
+    np.testing.assert_array_equal(huber.curvature(z, y, u)[:, 0], (np.abs(z[:, 0]) < 2.0).astype(float))

@@ -20,7 +20,10 @@ Arms:
   c_tau, T tuned the same way over {10, 40}, step 1 = 1 / beta;
 - alg1: Alg. 1 under the exploratory profile (nominal eps), kappa tuned over {0.01, 0.04, 0.16}
   (a kappa whose last phase would have no user per group is skipped) and Thm B.1's eta scaled by
-  {0.01, 0.1, 1} (replicas of one run) on the same separate draw.
+  {0.01, 0.1, 1} (replicas of one run) on the same separate draw;
+- b4: user-level output perturbation (a formal eps: the analytic Gaussian for the sensitivity
+  2 G / (lambda n) + 2 tau / lambda of the ridge ERM, G = 2 the Huber loss's derivative bound,
+  which equals the squared loss on X), lambda tuned over {0.01, 0.03, 0.1} on the same draw.
 Reported per cell: mean excess risk, its 95% interval (t), the halt rate, the mean gradient count.
 Log-log slopes in m of the mean excess risk per (arm, eps).
 
@@ -58,8 +61,9 @@ B1_STEPS = (0.25, 1.0)                                 # replicas of one run
 B2_ROUNDS = (10, 40)
 ALG1_KAPPAS = (0.01, 0.04, 0.16)
 ALG1_STEPS = (0.01, 0.1, 1.0)                          # multipliers of Thm B.1's eta, replicas of one run
-ARMS = ("alg3", "alg3_np", "b0", "b1", "b2", "alg1")
-TUNED = ("alg3", "b1", "b2", "alg1")
+B4_REGULARIZATIONS = (0.01, 0.03, 0.1)
+ARMS = ("alg3", "alg3_np", "b0", "b1", "b2", "alg1", "b4")
+TUNED = ("alg3", "b1", "b2", "alg1", "b4")
 
 
 def base(m: int, eps: float, trial: int, users: int = USERS) -> list[str]:
@@ -84,6 +88,9 @@ def arm_overrides(arm: str, tuned: dict) -> list[str]:
         steps = tuned.get("step_size", list(ALG1_STEPS))
         return ["algorithm=phased_sgd", *EXPLORATORY[:1], f"algorithm.kappa={tuned['kappa']}",
                 f"algorithm.step_size={steps}"]
+    if arm == "b4":
+        return ["algorithm=output_perturbation", "participation=all", "num_rounds=1", "privacy.calibration=accountant",
+                "data.loss._target_=fedray.losses.Huber", f"algorithm.regularization={tuned['regularization']}"]
     if arm == "b1":
         steps = tuned.get("step_size", list(B1_STEPS))
         return ["algorithm=user_dp_sgd", "participation=uniform", f"participation.silos_per_round={tuned['users_per_round']}",
@@ -104,6 +111,8 @@ def tune(arm: str, m: int, eps: float, threshold: float | None = None, users: in
         grid = [dict(zip(B1_GRID, values)) for values in itertools.product(*B1_GRID.values())]
     elif arm == "alg1":
         grid = [{"kappa": kappa} for kappa in ALG1_KAPPAS]
+    elif arm == "b4":
+        grid = [{"regularization": lam} for lam in B4_REGULARIZATIONS]
     else:
         grid = [{"rounds": rounds, "threshold_constant": threshold} for rounds in B2_ROUNDS]
     tries = []
@@ -229,7 +238,7 @@ def figure(rows: list[dict], path: Path) -> None:
     labels = {"alg3": f"Alg. 3 (exploratory, kappa={KAPPA:g}: nominal eps)", "alg3_np": "Alg. 3 without privacy",
               "b0": "B0: no privacy (ERM on all records)",
               "b1": "B1: user-level DP-SGD (accountant)", "b2": "B2: filtered DP-GD (nominal eps)",
-              "alg1": "Alg. 1 (exploratory: nominal eps)"}
+              "alg1": "Alg. 1 (exploratory: nominal eps)", "b4": "B4: user-level output perturbation (analytic)"}
     for ax, eps in zip(axes, EPSILONS):
         for arm, label in labels.items():
             picked = [r for r in rows if r["arm"] == arm and (arm in ("b0", "alg3_np") or r["epsilon"] == eps)]
