@@ -75,6 +75,16 @@ class PhasedSgdSchedule:
         return bool(self.group_users[-1] >= 1 and self.users_condition[0] >= self.users_condition[1])
 
 
+def _sgd_thresholds_noise(problem: Problem, kappa: float, step_sizes: np.ndarray, steps: np.ndarray,
+                          groups: float) -> tuple[np.ndarray, np.ndarray]:
+    """Alg. 1's tau_i = 1000 kappa eta_i L sqrt(T_i) ln(n d m) and sigma_i = 100 kappa tau_i
+    ln^2(n / delta) / (eps C), for the printed sizes or the rounded ones."""
+    n, m, d, eps, delta = problem.users, problem.items, problem.dim, problem.epsilon, problem.delta
+    thresholds = kappa * 1000 * step_sizes * problem.lipschitz * np.sqrt(steps) * math.log(n * d * m)
+    noise = kappa * 100 * thresholds * math.log(n / delta) ** 2 / (eps * groups)
+    return thresholds, noise
+
+
 def phased_sgd_schedule(problem: Problem, kappa: float = 1.0) -> PhasedSgdSchedule:
     """Alg. 1's parameters under profile P (kappa = 1) or X (module docstring)."""
     n, m, d, eps, delta = problem.users, problem.items, problem.dim, problem.epsilon, problem.delta
@@ -86,8 +96,7 @@ def phased_sgd_schedule(problem: Problem, kappa: float = 1.0) -> PhasedSgdSchedu
     steps_i = step / 2 ** (exponent * np.arange(1, problem.phases + 1))
     group_users = users / groups
     steps = group_users * m
-    thresholds = kappa * 1000 * steps_i * L * np.sqrt(steps) * math.log(n * d * m)
-    noise = kappa * 100 * thresholds * math.log(n / delta) ** 2 / (eps * groups)
+    thresholds, noise = _sgd_thresholds_noise(problem, kappa, steps_i, steps, groups)
     condition = (n ** (1 - problem.decay), 100 / (1 - 2 ** -problem.decay) * math.log(n / delta) / eps)
     return PhasedSgdSchedule(groups, exponent, step, users, steps_i, group_users, steps, thresholds, noise,
                              float((users * m).sum()), condition)
@@ -121,9 +130,7 @@ def phased_sgd_layout(problem: Problem, kappa: float = 1.0) -> PhasedSgdLayout:
     groups = int(math.ceil(schedule.groups))
     group_users = np.floor(schedule.phase_users / groups).astype(np.int64)
     steps = group_users * problem.items
-    thresholds = kappa * 1000 * schedule.step_sizes * problem.lipschitz * np.sqrt(steps) \
-        * math.log(problem.users * problem.dim * problem.items)
-    noise = kappa * 100 * thresholds * math.log(problem.users / problem.delta) ** 2 / (problem.epsilon * groups)
+    thresholds, noise = _sgd_thresholds_noise(problem, kappa, schedule.step_sizes, steps, groups)
     return PhasedSgdLayout(groups, tuple(map(int, group_users)), tuple(map(int, steps)), schedule.step_sizes,
                            thresholds, noise)
 

@@ -49,6 +49,7 @@ from fedray.core.program import ProgramRun
 from fedray.core.protocol import RoundKeys
 from fedray.data.federation import SiloArrays
 from fedray.evaluation import LinearModelEvaluation
+from fedray.geometry import project_l2_ball
 from fedray.losses import loss_residual
 from fedray.privacy.outliers import concentration_score, outlier_filter
 from fedray.protocols.user_level.phased_sgd_planning import PhasedSgdRecipe
@@ -190,8 +191,7 @@ class PhasedSgd:
             else:
                 x[replicas], kept[replicas] = iterates.mean(axis=1), self.groups
         last = np.where(halted[:, None, None], 0.0, x)
-        projected = last * np.minimum(1.0, self.radius / np.maximum(np.linalg.norm(last.reshape(p, -1), axis=1),
-                                                                     1e-300))[:, None, None]
+        projected = project_l2_ball(last, self.radius)
         metrics = {"halted": Metric(halted.astype(np.float64), True),
                    "phases_run": Metric(reached.astype(np.float64), True),
                    "gradient_evaluations": Metric(gradients, True),
