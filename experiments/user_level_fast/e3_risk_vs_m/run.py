@@ -136,6 +136,15 @@ def tune(arm: str, m: int, eps: float, threshold: float | None = None, users: in
     return {k: v for k, v in best.items() if k not in ("arm", "m", "epsilon", "proxy_excess", "refused")}, tries
 
 
+def summary(risk: np.ndarray, last: dict) -> dict:
+    """A cell's mean excess risk over its replicas, the 95% t-interval's half width, and the halt
+    rate and mean gradient count its last round released."""
+    half = stats.t.ppf(0.975, len(risk) - 1) * risk.std(ddof=1) / np.sqrt(len(risk)) if len(risk) > 1 else 0.0
+    return {"excess_mean": float(risk.mean()), "ci95_half": float(half),
+            "halt_rate": float(np.mean(last.get("halted", np.zeros(1)))),
+            "gradients_mean": float(np.mean(last.get("gradient_evaluations", np.nan)))}
+
+
 def run_cell(arm: str, m: int, eps: float, threshold: float | None, users: int = USERS) -> tuple[dict, list, float]:
     """One (arm, m, eps) cell: tuned on the proxy draw where the arm has settings, then run on the
     evaluation draw; the row, the tuning tries, and the c_tau B2 should use (Alg. 3's)."""
@@ -144,13 +153,8 @@ def run_cell(arm: str, m: int, eps: float, threshold: float | None, users: int =
     plan = compose_plan([*base(m, eps, 0, users), *arm_overrides(arm, setting)])
     result = run(plan, inline=True)
     risk = excess(plan, result.model)
-    half = stats.t.ppf(0.975, len(risk) - 1) * risk.std(ddof=1) / np.sqrt(len(risk)) if len(risk) > 1 else 0.0
-    last = result.history[-1]
     row = {"arm": arm, "m": m, "epsilon": eps if arm not in ("b0", "alg3_np") else float("inf"),
-           "excess_mean": float(risk.mean()), "ci95_half": float(half),
-           "halt_rate": float(np.mean(last.get("halted", np.zeros(1)))),
-           "gradients_mean": float(np.mean(last.get("gradient_evaluations", np.nan))),
-           "setting": " ".join(f"{k}={v}" for k, v in setting.items()), "nominal": arm in ("alg3", "b2", "alg1")}
+           **summary(risk, result.history[-1]), "setting": " ".join(f"{k}={v}" for k, v in setting.items()), "nominal": arm in ("alg3", "b2", "alg1")}
     print(", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
     return row, tries, threshold
 

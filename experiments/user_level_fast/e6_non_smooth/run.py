@@ -39,7 +39,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("e3_risk_vs_m", HERE.parent / "e3_risk_vs_m" / "run.py")
@@ -101,13 +100,8 @@ def run_cell(arm: str, n: int) -> tuple[dict, list]:
     started = time.perf_counter()
     result = run(plan, inline=True)
     risk = excess(plan, result.model)
-    half = stats.t.ppf(0.975, len(risk) - 1) * risk.std(ddof=1) / np.sqrt(len(risk)) if len(risk) > 1 else 0.0
-    last = result.history[-1]
     row = {"arm": arm, "n": n, "epsilon": EPSILON if arm != "b0" else float("inf"),
-           "excess_mean": float(risk.mean()), "ci95_half": float(half),
-           "halt_rate": float(np.mean(last.get("halted", np.zeros(1)))),
-           "gradients_mean": float(np.mean(last.get("gradient_evaluations", np.nan))),
-           "gradients_no_halt": plan.protocol.resolved.get("gradients_no_halt", ""),
+           **e3.summary(risk, result.history[-1]), "gradients_no_halt": plan.protocol.resolved.get("gradients_no_halt", ""),
            "seconds": round(time.perf_counter() - started, 1),
            "setting": " ".join(f"{k}={v}" for k, v in setting.items()), "nominal": arm in ("alg3s", "b2")}
     print(", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
