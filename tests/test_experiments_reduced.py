@@ -46,6 +46,10 @@ def test_reduced_sweeps_and_reports(tmp_path, data_dir):
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, out[-3000:]
 
+    reports = {name: subprocess.Popen(
+        [sys.executable, "-m", "experiments.report", name, "--uri", f"sqlite:///{tmp_path / name}/mlflow.db", "--out",
+         str(tmp_path / f"{name}-report"), "--cache", str(tmp_path / name / "cache.json")],
+        cwd=REPO, env=_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in SWEEPS}
     for name in SWEEPS:
         store = tmp_path / name
         uri = f"sqlite:///{store}/mlflow.db"
@@ -59,10 +63,8 @@ def test_reduced_sweeps_and_reports(tmp_path, data_dir):
         assert all(c.data.params["resolved.step_sizes"] == steps for c in children)
 
         out = tmp_path / f"{name}-report"
-        proc = subprocess.run([sys.executable, "-m", "experiments.report", name, "--uri", uri, "--out", str(out),
-                               "--cache", str(store / "cache.json")],
-                              cwd=REPO, env=_env(data_dir), capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        log, _ = reports[name].communicate(timeout=300)
+        assert reports[name].returncode == 0, log[-3000:]
         results = pd.read_csv(out / "results.csv")
         selection = pd.read_csv(out / "selection.csv")
         assert {"figure.png", "claims.md"} <= {p.name for p in out.iterdir()}

@@ -6,6 +6,7 @@ and the parent holds the sweep's comparison table and figure."""
 from __future__ import annotations
 
 import importlib.util
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -22,9 +23,9 @@ def test_the_ui_shows_the_sweep_by_name(tmp_path, data_dir):
     if ui.browser() is None:
         pytest.skip("chromium is not installed (Debian: apt-get install chromium); .ci/run installs it when it can")
     uri = ui.make_store(tmp_path)
-    with ui.serve(uri) as base:
-        urls = ui.pages(base, uri)
-        runs, compare, child, parent = (ui.page_text(urls[k]) for k in ("runs", "compare", "child", "parent"))
+    with ui.serve(uri) as base, ThreadPoolExecutor(4) as pool:
+        urls = ui.pages(base, uri)            # four browsers at once: each mostly waits on the page's scripts
+        runs, compare, child, parent = pool.map(ui.page_text, [urls[k] for k in ("runs", "compare", "child", "parent")])
     assert "Runs" in runs and " sweep " in runs and "3 matching runs" in runs
     assert "p_sgd synthetic eps=1 M=1000 t0" in compare and "p_sgd synthetic eps=4 M=1000 t0" in compare
     assert "final_test_error" in compare and "epsilon_spent_max" in compare

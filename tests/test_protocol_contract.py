@@ -45,7 +45,9 @@ SCO = ["data=logistic_tasks", "data.spec.num_samples=20000", "data.spec.dim=5", 
 LEVELED = [*GAME[:3], "participation=leveled", "participation.levels=2", "participation.batch_factor=0.25",
            "participation.stop=3000", *GAME[4:]]
 # Alg. 4 is a driver-side program over a game, private only (its sub-runs' parameters are set by eps).
-BOOSTED = [*GAME[:3], "participation=all", "num_rounds=1", "progress=false"]
+# Alg. 4 at beta = 0.5 (I = 3 candidates, J = 5): the smallest pool its parts accept, 4x faster than beta = 0.1.
+BOOSTED = ["data=padded_game", "data.spec.num_samples=6000", "data.spec.dim=5", "participation=all", "num_rounds=1",
+           "progress=false", "algorithm.failure_probability=0.5"]
 # Seed 002's Alg. 3: 1,000 users of 8 records, phases of fresh users (the algorithm sets them).
 PHASED_USERS = ["data=synthetic", "data.spec.num_silos=1000", "data.spec.samples_per_silo=8", "data.spec.dim=4",
                 "data.spec.test_samples_per_silo=1", "+data.spec.noise=2.0", "participation=phased", "progress=false"]

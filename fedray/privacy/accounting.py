@@ -41,6 +41,7 @@ from dp_accounting import mechanism_calibration, rdp
 from fedray.privacy.replace_one_pld import ReplaceOnePLDAccountant
 
 ACCOUNTANTS = ("rdp", "pld")
+_BRACKET_STEPS = 40        # doublings / halvings of a calibration bracket (a factor 1e12) before giving up
 _REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
 
 
@@ -135,15 +136,30 @@ def calibrate_noise_multiplier(
     if accountant == "rdp":
         bracket = mechanism_calibration.LowerEndpointAndGuess(1e-2, 1.0)
     else:
-        # PLDs of very small noise are huge; bracket from above with the RDP of the same release (an
-        # upper bound on its PLD epsilon, so the PLD answer lies below), and from below by halving.
+        # PLDs of very small noise are huge; bracket from above with the RDP of the same releases
+        # without sampling (an upper bound on their PLD epsilon: sampling only lowers it, so the PLD
+        # answer lies below; the full-batch Gaussian's RDP is closed form, the sampled one's is a
+        # slow series), and from below by halving.
+        def unsampled(z: float) -> dp_accounting.DpEvent:
+            return participation_event(z, dataset_size, dataset_size, releases, participations)
+
         with _quiet_absl():  # the bracket search visits tiny noise where some RDP orders do not converge
             upper = float(mechanism_calibration.calibrate_dp_mechanism(
-                lambda: make_accountant("rdp"), event_of, target_epsilon, delta,
+                lambda: make_accountant("rdp"), unsampled, target_epsilon, delta,
                 bracket_interval=mechanism_calibration.LowerEndpointAndGuess(1e-2, 1.0), tol=1e-4))
+        for _ in range(_BRACKET_STEPS):
+            if epsilon_of(event_of(upper), delta, accountant) <= target_epsilon:
+                break
+            upper *= 2.0        # far out (eps ~ 50) the discretised PLD can sit above the RDP bound
+        else:
+            raise ValueError(f"no noise multiplier up to {upper:.3g} meets epsilon {target_epsilon} at delta {delta}")
         lower = 0.5 * upper
-        while epsilon_of(event_of(lower), delta, accountant) <= target_epsilon:
+        for _ in range(_BRACKET_STEPS):
+            if epsilon_of(event_of(lower), delta, accountant) > target_epsilon:
+                break
             lower *= 0.5
+        else:
+            raise ValueError(f"noise multipliers down to {lower:.3g} all meet epsilon {target_epsilon} at delta {delta}")
         bracket = mechanism_calibration.ExplicitBracketInterval(lower, upper)
     return float(
         mechanism_calibration.calibrate_dp_mechanism(

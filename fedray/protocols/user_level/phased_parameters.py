@@ -9,7 +9,21 @@ capped at the phase's users (K_i := min(K_i, n_i): full participation, privacy-c
 sigma_i does not depend on K_i). At laptop scale P is vacuous (spec §4.1: Alg. 1's first phase adds
 noise of norm ~680 R at n = 1e6); ``feasibility`` says so in words. Profile X ("exploratory")
 multiplies the printed constants (100, 1000, 500) by ``kappa`` (not the log factors); its results
-carry a nominal eps only.
+carry a nominal eps only. Profile D ("derived", spec §5 item 12) keeps the structure and recomputes
+the privacy constants from the proof's inequalities, with c_Delta = 120 for the filtered mean's
+coupled sensitivity Delta = c_Delta tau (7 + 3 ln(1 / zeta)) / K (the spec's conservative value
+for Lemma B.2 / C.2's unspecified constant, so D's eps holds modulo it):
+
+- Alg. 1: the test at Lap(8 / eps) (the score, sensitivity < 2, at eps / 4) with C = ceil(80 ln(10
+  e^eps / delta) / eps) groups, so that P(|Lap| >= C / 10) <= zeta = delta / (10 e^eps) and a pass
+  means s >= 0.7 C, which the sensitivity sketch needs (the spec's 60 leaves a margin of 2C / 15,
+  so only s >= 2C / 3); sigma_i by the analytic Gaussian at (3 eps / 4, delta / 2). A phase is
+  then (eps / 4 + 3 eps / 4, delta / 2 + 3 zeta / 2)-DP: where s(D) >= 0.7 C - 2 the test and the
+  coupled Gaussian compose, otherwise a pass has probability <= zeta / 2 and the test alone is
+  (eps / 4, zeta / 2)-DP.
+- Alg. 3 (and Alg. 2 alone): Lap(8 / eps) and Lap(16 / eps) as printed, K_i from the good event
+  (``derived_batch``), and sigma_i for T_i Gaussian releases at (eps / 2, delta / 2) WITHOUT credit
+  for sampling K_i of n_i (``derived_noise``).
 
 Symbols: l = floor(log2 n) phases; phase i has n_i = (1 - 2^-q) n / 2^(i q) fresh users.
 Alg. 1: C = 100 ln(20 n m e^eps / delta) / eps groups, eta_i = eta / 2^(p i), N_i = n_i / C users per
@@ -23,10 +37,18 @@ sigma_i = 1000 tau sqrt(T_i) ln(n d e^eps / delta) / (eps n_i).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from fedray.privacy.gaussian import analytic_sigma
+
+COUPLING_CONSTANT = 120.0      # c_Delta (spec §5 item 12): Lemma B.2 / C.2 leave the constant unspecified
+PAPER_TEST_SCALE = 20.0        # Alg. 1's Lap(20 / eps) as printed
+PAPER_MARGIN = 2 / 15          # and its noise margin: a pass with |Lap| < 2C/15 means s >= 2C/3
+DERIVED_TEST_SCALE = 8.0       # Lap(8 / eps): the score (sensitivity < 2) at eps / 4
 
 
 @dataclass(frozen=True)
@@ -76,13 +98,35 @@ class PhasedSgdSchedule:
 
 
 def _sgd_thresholds_noise(problem: Problem, kappa: float, step_sizes: np.ndarray, steps: np.ndarray,
-                          groups: float) -> tuple[np.ndarray, np.ndarray]:
-    """Alg. 1's tau_i = 1000 kappa eta_i L sqrt(T_i) ln(n d m) and sigma_i = 100 kappa tau_i
+                          groups: float, c_tau: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Alg. 1's tau_i = 1000 c_tau kappa eta_i L sqrt(T_i) ln(n d m) and sigma_i = 100 kappa tau_i
     ln^2(n / delta) / (eps C), for the printed sizes or the rounded ones."""
     n, m, d, eps, delta = problem.users, problem.items, problem.dim, problem.epsilon, problem.delta
-    thresholds = kappa * 1000 * step_sizes * problem.lipschitz * np.sqrt(steps) * math.log(n * d * m)
+    thresholds = c_tau * kappa * 1000 * step_sizes * problem.lipschitz * np.sqrt(steps) * math.log(n * d * m)
     noise = kappa * 100 * thresholds * math.log(n / delta) ** 2 / (eps * groups)
     return thresholds, noise
+
+
+def coupling_log_failure(problem: Problem, releases: int = 1) -> float:
+    """ln(1 / zeta), zeta = delta / (10 e^eps releases): the chance that the coupled filtered means
+    of neighbours are further apart than ``coupled_sensitivity`` in one of ``releases`` releases."""
+    return math.log(10 * releases / problem.delta) + problem.epsilon
+
+
+def coupled_sensitivity(threshold, size: int, log_failure: float):
+    """Delta = c_Delta tau (7 + 3 ln(1 / zeta)) / K (spec §5 item 12): on a passed test the kept
+    points are pairwise within 4 tau, and under coupled coins at most 7 + 3 ln(1 / zeta) of the K
+    points change status (1 + Bin(mean <= 6)), each moving the mean by a multiple of tau / K."""
+    return COUPLING_CONSTANT * threshold * (7 + 3 * log_failure) / size
+
+
+DERIVED_MARGIN = 0.1        # Alg. 1 under D: a pass (s + Lap >= 4C/5) with |Lap| < C/10 means s >= 0.7 C
+
+
+def derived_groups(problem: Problem) -> int:
+    """Profile D's C = ceil(80 ln(10 e^eps / delta) / eps): then P(|Lap(8 / eps)| >= C / 10) =
+    exp(-C eps / 80) <= zeta = delta / (10 e^eps)."""
+    return int(math.ceil(DERIVED_TEST_SCALE / DERIVED_MARGIN * coupling_log_failure(problem) / problem.epsilon))
 
 
 def phased_sgd_schedule(problem: Problem, kappa: float = 1.0) -> PhasedSgdSchedule:
@@ -114,6 +158,8 @@ class PhasedSgdLayout:
     step_sizes: np.ndarray     # eta_i
     thresholds: np.ndarray     # tau_i
     noise_std: np.ndarray      # sigma_i
+    test_scale: float = PAPER_TEST_SCALE    # the score's Laplace noise is Lap(test_scale / eps)
+    test_margin: float = PAPER_MARGIN       # the proof's noise margin, a fraction of C
 
     @property
     def phase_users(self) -> tuple:
@@ -125,20 +171,30 @@ class PhasedSgdLayout:
         return int(sum(self.groups * t for t in self.steps))
 
 
-def phased_sgd_layout(problem: Problem, kappa: float = 1.0) -> PhasedSgdLayout:
+def phased_sgd_layout(problem: Problem, kappa: float = 1.0, profile: str = "paper",
+                      c_tau: float = 1.0) -> PhasedSgdLayout:
+    """Alg. 1 as it runs under ``profile`` (paper, exploratory with ``kappa``, or derived: module
+    docstring); ``c_tau`` multiplies every tau_i (and so sigma_i: privacy holds for any c_tau)."""
     schedule = phased_sgd_schedule(problem, kappa)
-    groups = int(math.ceil(schedule.groups))
+    groups = derived_groups(problem) if profile == "derived" else int(math.ceil(schedule.groups))
     group_users = np.floor(schedule.phase_users / groups).astype(np.int64)
     steps = group_users * problem.items
-    thresholds, noise = _sgd_thresholds_noise(problem, kappa, schedule.step_sizes, steps, groups)
+    thresholds, noise = _sgd_thresholds_noise(problem, kappa, schedule.step_sizes, steps, groups, c_tau)
+    scale, margin = PAPER_TEST_SCALE, PAPER_MARGIN
+    if profile == "derived":
+        sensitivity = coupled_sensitivity(1.0, groups, coupling_log_failure(problem))       # per unit of tau_i
+        noise = thresholds * analytic_sigma(3 * problem.epsilon / 4, problem.delta / 2, sensitivity)
+        scale, margin = DERIVED_TEST_SCALE, DERIVED_MARGIN
     return PhasedSgdLayout(groups, tuple(map(int, group_users)), tuple(map(int, steps)), schedule.step_sizes,
-                           thresholds, noise)
+                           thresholds, noise, scale, margin)
 
 
-def laplace_test_failure(groups: int, epsilon: float) -> float:
-    """P(|Lap(20 / eps)| >= 2 C / 15) = exp(-C eps / 150): the Laplace test's bad event in Alg. 1's
-    proof, which must be <= delta / (10 e^eps) (spec §5 item 10)."""
-    return math.exp(-groups * epsilon / 150)
+def laplace_test_failure(groups: int, epsilon: float, scale: float = PAPER_TEST_SCALE,
+                         margin: float = PAPER_MARGIN) -> float:
+    """P(|Lap(scale / eps)| >= margin C) = exp(-margin C eps / scale) (exp(-C eps / 150) as printed,
+    margin 2/15): the Laplace test's bad event in Alg. 1's proof, which must be <= delta / (10
+    e^eps) (spec §5 item 10)."""
+    return math.exp(-margin * groups * epsilon / scale)
 
 
 @dataclass(frozen=True)
@@ -277,6 +333,38 @@ def layout_noise_std(schedule: AcceleratedSchedule, layout: PhaseLayout) -> np.n
         * (schedule.phase_users / np.asarray(layout.users))
 
 
+def derived_batch(problem: Problem, schedule: AcceleratedSchedule) -> AcceleratedSchedule:
+    """Profile D's users per step (spec §5 item 12): the good event's K_i >= (320 / eps) ln(10
+    e^eps (T_i + 1) / delta) and the accuracy proof's T_i K_i >= n_i, capped at n_i. Lemma D.2's
+    n_i eps / sqrt(T_i) term is dropped: it serves the subsampling credit, which D does not take
+    (``derived_noise``). ``cap_condition`` is whether the good event's K_i fits in n_i."""
+    eps, delta, users, steps = problem.epsilon, problem.delta, schedule.phase_users, schedule.steps
+    good = 320 * (np.log(10 * (steps + 1) / delta) + eps) / eps
+    wanted = np.maximum(good, users / steps)
+    return dataclasses.replace(schedule, batch_printed=wanted, batch=np.minimum(wanted, users),
+                               cap_condition=users >= good)
+
+
+def derived_noise(problem: Problem, threshold: float, layout: PhaseLayout) -> tuple[np.ndarray, np.ndarray]:
+    """Profile D's (sigma_i, z_i) per phase (spec §5 item 12): sigma_i = z_i Delta_i, Delta_i =
+    c_Delta tau (7 + 3 ln(1 / zeta_i)) / K_i with zeta_i = delta / (10 e^eps T_i) (one coupling per
+    step), and z_i the smallest noise multiplier for which T_i Gaussian releases are (eps / 2,
+    delta / 2)-DP by the PLD accountant. No credit is taken for sampling K_i of the n_i users: each
+    step's test reads the same secret batch, and the sparse vector's proof does not compose with
+    amplification by sampling (the paper's Lemma A.8 step leaves that gap), so the releases are
+    priced as if every step read every user. AboveThreshold's pure eps / 2 composes with them; on
+    the steps where both neighbours' scores are under 0.7 K the test halts on both sides but for the
+    good event's failure gamma, so delta / 2 + T_i zeta_i + (1 + e^eps) gamma <= 0.8 delta."""
+    from fedray.privacy.accounting import calibrate_noise_multiplier      # dp-accounting: only when D runs
+
+    eps, delta = problem.epsilon, problem.delta
+    multipliers = np.array([calibrate_noise_multiplier(eps / 2, delta / 2, n, n, 1, t, "pld")
+                            for n, t in zip(layout.users, layout.steps)])
+    sensitivity = np.array([coupled_sensitivity(threshold, k, coupling_log_failure(problem, t))
+                            for t, k in zip(layout.steps, layout.batch)])
+    return multipliers * sensitivity, multipliers
+
+
 def stage_lengths(steps: int, smoothness: float, strong_convexity: float, variance: float,
                   initial_gap: float) -> tuple[int, ...]:
     """GL13's multi-stage AC-SA within a phase's ``steps`` oracle calls (spec §2.2): stage k runs
@@ -300,11 +388,15 @@ def good_event_failure(batch: int, steps: int, epsilon: float) -> float:
     return math.exp(-batch * epsilon / 160) + steps * math.exp(-batch * epsilon / 320)
 
 
-def privacy_conditions(problem: Problem, schedule: AcceleratedSchedule, layout: PhaseLayout) -> list[str]:
+def privacy_conditions(problem: Problem, schedule: AcceleratedSchedule, layout: PhaseLayout,
+                       profile: str = "paper") -> list[str]:
     """The conditions of Thm 3.1 / C.1 (and its proof's good event) that fail at this size, in
-    words; empty when the (eps, delta) claim holds as the paper proves it."""
+    words; empty when the (eps, delta) claim holds as the paper proves it. Profile derived needs
+    only the good event (its noise comes from an accountant, for any eps)."""
     eps, delta = problem.epsilon, problem.delta
     failed = []
+    if profile == "derived":
+        return _good_event_failures(problem, layout)
     if eps > 10:
         failed.append(f"eps = {eps:g} > 10")
     if eps > 2:
@@ -316,9 +408,14 @@ def privacy_conditions(problem: Problem, schedule: AcceleratedSchedule, layout: 
     if not np.all(schedule.cap_condition):
         failed.append(f"K_i capped at n_i < 500 ln(n_i^2 m^2 e^eps / delta) / eps in "
                       f"{int((~schedule.cap_condition).sum())} of {len(layout.users)} phases")
-    bound = delta / (10 * math.exp(min(eps, 700.0)))
-    bad = [i + 1 for i, (k, t) in enumerate(zip(layout.batch, layout.steps)) if good_event_failure(k, t, eps) > bound]
-    if bad:
-        failed.append(f"P(the Laplace noises exceed K_i / 20) > delta / (10 e^eps) in phases {bad[:5]}"
-                      + (" ..." if len(bad) > 5 else ""))
-    return failed
+    return failed + _good_event_failures(problem, layout)
+
+
+def _good_event_failures(problem: Problem, layout: PhaseLayout) -> list[str]:
+    bound = problem.delta / (10 * math.exp(min(problem.epsilon, 700.0)))
+    bad = [i + 1 for i, (k, t) in enumerate(zip(layout.batch, layout.steps))
+           if good_event_failure(k, t, problem.epsilon) > bound]
+    if not bad:
+        return []
+    return [f"P(the Laplace noises exceed K_i / 20) > delta / (10 e^eps) in phases {bad[:5]}"
+            + (" ..." if len(bad) > 5 else "")]

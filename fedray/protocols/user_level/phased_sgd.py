@@ -15,7 +15,8 @@ chains from actor to actor, each advancing them over the users it holds. The act
 are part of the trusted curator: a partial chain carries its earlier users' records unnoised, so a
 relay through the users themselves would not be covered by central DP. The server then:
 
-    s = ConcScore(iterates, tau_i);  halt if s + Lap(20 / eps) < 4 C / 5    (output: the public 0)
+    s = ConcScore(iterates, tau_i);  halt if s + Lap(20 / eps) < 4 C / 5    (output: the public 0;
+                                                      Lap(8 / eps) under profile derived)
     S, mean = OutlierFilter(iterates, 2 tau_i)      (nobody kept: x_{i-1})
     x_i = mean + N(0, sigma_i^2 I)
 
@@ -25,7 +26,8 @@ Privacy (App. B, spec §2.1): given x_{i-1}, a phase is (eps, delta)-DP for each
 score's sensitivity is < 2, so the Laplace test is eps/10-DP; when the Laplace noise is below 2C/15
 (probability >= 1 - delta / (10 e^eps) once C >= 150 ln(10 e^eps / delta) / eps) a pass means s >=
 2C/3, and then Lemma B.2 couples the filtered means of neighbours within O(tau_i ln(1/zeta) / C),
-which sigma_i covers at (eps/4, delta/n). Phases read disjoint users, so the run is (eps,
+which sigma_i covers at (eps/4, delta/n). Profile derived (``phased_parameters``) tests at Lap(8 /
+eps) with a margin of C / 10 and calibrates sigma_i at (3 eps / 4, delta / 2). Phases read disjoint users, so the run is (eps,
 delta)-DP by parallel composition: each user is charged once, per replica that reached its phase.
 The argument is the paper's (with Lemma B.2's hidden constant): the plan names the conditions
 that fail at the run's size. Released: x_l (the proof covers x_1..x_l), the halting phase, the
@@ -56,7 +58,6 @@ from fedray.protocols.user_level.phased_sgd_planning import PhasedSgdRecipe
 from fedray.rng import SiloDraws, Stream, generator
 
 PASS_FRACTION = 0.8          # halt below 4 C / 5
-TEST_SCALE = 20.0            # the score's Laplace noise, Lap(20 / eps)
 
 
 class Chains(NamedTuple):
@@ -136,6 +137,7 @@ class PhasedSgd:
     items: int                   # m
     radius: float                # X = B(0, radius)
     epsilon: float
+    test_scale: float            # the score's Laplace noise is Lap(test_scale / eps): 20 as printed, 8 in profile derived
     private: bool
     seed: int
     streams: np.ndarray          # (P, k)
@@ -162,7 +164,7 @@ class PhasedSgd:
         tau = self.thresholds[replicas, phase]
         rngs = [generator(self.seed, Stream.SERVER, *self.streams[p], phase) for p in replicas]
         score = concentration_score(points, tau)
-        noisy = score + np.array([rng.laplace(0.0, TEST_SCALE / self.epsilon) for rng in rngs])
+        noisy = score + np.array([rng.laplace(0.0, self.test_scale / self.epsilon) for rng in rngs])
         halted = noisy < PASS_FRACTION * c
         uniforms = np.stack([rng.random(c) for rng in rngs])
         kept, mean = outlier_filter(points, 2 * tau, uniforms, previous.reshape(r, -1))

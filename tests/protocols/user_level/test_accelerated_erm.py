@@ -389,3 +389,69 @@ def test_single_phase_names_the_classic_gaussian_range_and_smoothing_needs_one_o
     with pytest.raises(ConfigError) as err:
         _plan("data.loss._target_=fedray.losses.Softmax", "+data.loss.num_outputs=3", "algorithm.smoothing=true")
     assert err.value.key == "algorithm.smoothing"
+
+
+def test_profile_d_takes_the_good_events_batch_and_the_accountants_noise():
+    """Spec §5 item 12: K_i = min(n_i, max((320 / eps) ln(10 e^eps (T_i + 1) / delta), n_i / T_i)),
+    and sigma_i = z_i Delta_i with z_i making T_i Gaussian steps (eps / 2, delta / 2)-DP by the PLD
+    accountant, with no credit for the phases that sample K_i < n_i users (the test reads the same
+    batch), tightly, and within what dp-accounting's RDP bound for the same steps allows (RDP is
+    looser, never tighter)."""
+    import math
+
+    from fedray.privacy.accounting import epsilon_of, participation_event
+    from fedray.protocols.user_level.phased_parameters import (
+        PhaseLayout, Problem, accelerated_schedule, derived_batch, derived_noise, good_event_failure, phase_layout,
+    )
+
+    problem = Problem(200_000, 64, 20, 4.0, 1e-8, 2.0, 2.0, 1.0, 0.1)
+    schedule = derived_batch(problem, accelerated_schedule(problem))
+    good = 320 * (np.log(10 * (schedule.steps + 1) / 1e-8) + 4) / 4
+    users = schedule.phase_users
+    assert np.allclose(schedule.batch, np.minimum(np.maximum(good, users / schedule.steps), users))
+    layout = phase_layout(schedule)
+    sampled = [i for i, (k, n) in enumerate(zip(layout.batch, layout.users)) if k < n]
+    assert sampled and sampled[0] == 0            # the first phases sample K_i of their n_i users
+    bound = 1e-8 / (10 * math.exp(4))
+    assert all(good_event_failure(k, t, 4.0) <= bound for k, t, ok in
+               zip(layout.batch, layout.steps, schedule.cap_condition) if ok)
+    checked = (sampled[0], len(layout.users) - 1)
+    two = PhaseLayout(*(tuple(getattr(layout, f)[i] for i in checked) for f in ("users", "steps", "batch")))
+    sigma, z = derived_noise(problem, schedule.threshold, two)
+    delta_g = 1e-8 / 2
+    for i in range(2):
+        n, t, k = two.users[i], two.steps[i], two.batch[i]
+        assert sigma[i] / z[i] == pytest.approx(120 * schedule.threshold * (7 + 3 * (math.log(10 * t / 1e-8) + 4)) / k)
+        spent = epsilon_of(participation_event(z[i], n, n, 1, t), delta_g, "pld")
+        assert 2.0 * (1 - 1e-3) < spent <= 2.0
+        assert epsilon_of(participation_event(0.98 * z[i], n, n, 1, t), delta_g, "pld") > 2.0
+        assert epsilon_of(participation_event(z[i], n, n, 1, t), delta_g, "rdp") >= spent
+
+
+DERIVED = ["algorithm.profile=derived", "privacy.calibration=accountant", "privacy.epsilon=4", "privacy.delta=1e-7"]
+
+
+def test_profile_d_plans_its_noise_states_the_coupling_constant_and_spends_the_target():
+    from fedray.privacy.accounting import calibrate_noise_multiplier
+    import math
+
+    plan = _plan(*DERIVED)
+    resolved = plan.protocol.resolved
+    # the stated multiplier of each phase's users is sigma_i / Delta_i, Delta_i = 120 tau (7 + 3 ln(1 / zeta_i)) / K_i
+    members = plan.sampler.members(plan.seed, 1000)
+    for i, (t, k) in enumerate(zip(resolved["phase_steps"], resolved["phase_batch"])):
+        delta_i = 120 * resolved["threshold"] * (7 + 3 * (math.log(10 * t / 1e-7) + 4)) / k
+        assert np.allclose(plan.privacy.noise_multiplier[:, members == i], resolved["noise_std"][i] / delta_i)
+    assert plan.privacy.calibration == "accountant"
+    # at n = 1000 the good event's K_i exceeds n_i: the statement names it and calls eps nominal
+    assert any("K_i / 20" in failed for failed in resolved["privacy_conditions_failed"])
+    assert any("c_Delta = 120" in caveat and "eps is nominal" in caveat for caveat in plan.privacy.non_private_inputs)
+    result = run(plan, inline=True)              # T6 (d): the ledger spends at most the target
+    assert 0 < result.epsilon_spent.max() <= 4.0
+    b2 = _plan(*B2, *DERIVED)
+    delta_b2 = 120 * b2.protocol.resolved["threshold"] * (7 + 3 * (math.log(10 * 40 / 1e-7) + 4)) / 1000
+    z = calibrate_noise_multiplier(2.0, 0.5e-7, 1000, 1000, 1, 40, "pld")
+    assert b2.protocol.resolved["noise_std"] == pytest.approx([z * delta_b2], rel=1e-12)
+    with pytest.raises(ConfigError) as err:
+        _plan(*DERIVED, "privacy.calibration=paper")
+    assert err.value.key == "privacy.calibration"

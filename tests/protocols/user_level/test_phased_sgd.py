@@ -245,3 +245,66 @@ def test_an_overflowing_user_leaves_a_finite_release_and_no_warning(recwarn):
     # a huge finite point is projected onto the sphere, not to 0
     huge = np.full((1, 1, 5, 1), 1e300)
     assert np.linalg.norm(phased_sgd._project(huge, 1.0)) == pytest.approx(1.0)
+
+
+# Profile D at a size where it is feasible: C = ceil(80 ln(10 e^eps / delta) / eps) = 81 groups at
+# the huge nominal eps, and the last of 12 phases still has 1 user per group.
+DERIVED = ["data.spec.num_silos=5000", "data.spec.samples_per_silo=2", "algorithm.profile=derived",
+           "privacy.calibration=accountant", "privacy.epsilon=1e8", "privacy.delta=1e-6", "algorithm.step_size=3e6"]
+
+
+def test_profile_d_recomputes_the_test_groups_and_noise_from_the_proof():
+    """Profile D at the T1 point: C = ceil(80 ln(10 e / 1e-9)) = 1923, the test's bad event
+    P(|Lap(8 / eps)| >= C / 10) = exp(-C eps / 80) is at most zeta = delta / (10 e^eps) (and would
+    not be at C - 1), and sigma_i makes the Gaussian (3 eps / 4, delta / 2)-DP for Delta_i = 120
+    tau_i (7 + 3 ln(1 / zeta)) / C by dp-accounting's own privacy loss distribution, tightly."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    from fedray.protocols.user_level.phased_parameters import laplace_test_failure
+
+    problem = Problem(10**6, 100, 100, 1.0, 1e-9, 1.0, 1.0, 1.0, 0.1)
+    layout = phased_sgd_layout(problem, profile="derived")
+    paper = phased_sgd_layout(problem)
+    assert layout.groups == 1923 and (layout.test_scale, layout.test_margin) == (8.0, 0.1)
+    zeta = 1e-9 / (10 * math.e)
+    assert laplace_test_failure(1923, 1.0, 8.0, 0.1) <= zeta < laplace_test_failure(1922, 1.0, 8.0, 0.1)
+    assert layout.group_users[0] == math.floor(problem.phase_users()[0] / 1923) > paper.group_users[0]
+    sensitivity = 120 * layout.thresholds[0] * (7 + 3 * math.log(1 / zeta)) / 1923
+    loss = pld.from_gaussian_mechanism(layout.noise_std[0], sensitivity=sensitivity,
+                                       value_discretization_interval=1e-4)
+    delta = loss.get_delta_for_epsilon(0.75)
+    assert 0.25e-9 < delta <= 0.5e-9 * (1 + 1e-3)
+    # the same tau_i formula at the derived sizes: sigma_i / tau_i is one number across phases
+    assert np.allclose(layout.noise_std / layout.thresholds, layout.noise_std[0] / layout.thresholds[0])
+
+
+def test_profile_d_runs_its_test_at_lap_8_over_eps_and_spends_the_target():
+    import dataclasses
+
+    plan = _plan(*DERIVED)
+    program = plan.protocol.build(None)
+    assert program.groups == 81 and program.test_scale == 8.0 and plan.privacy.calibration == "accountant"
+    assert any("c_Delta = 120" in caveat and "nominal" not in caveat for caveat in plan.privacy.non_private_inputs)
+    # identical iterates score s = C; the test halts when Lap(8 / eps) < -C / 5: at eps = 1 that is
+    # 0.5 exp(-C / 40) = 0.066 (Lap(20 / eps) would halt 0.222 of the time)
+    c, phases = program.groups, program.step_sizes.shape[1]
+    same = np.zeros((3, c, 5, 1))
+    halts = [program.curator(same, np.zeros((3, 5, 1)), np.arange(3), phase)[0]
+             for seed in range(60) for phase in range(phases)
+             for program in [dataclasses.replace(plan.protocol.build(None), epsilon=1.0, seed=seed)]]
+    rate, expected = np.mean(halts), 0.5 * math.exp(-c / 40)
+    assert abs(rate - expected) < 4 * math.sqrt(expected * (1 - expected) / np.size(halts))
+    result = run(plan, inline=True)          # T6 (d): each user charged one phase's eps, at most the target
+    assert not result.history[-1]["halted"].any()
+    assert 0 < result.epsilon_spent.max() <= 1e8
+
+
+@pytest.mark.parametrize("override, key", [
+    (["privacy.calibration=paper"], "privacy.calibration"),
+    (["algorithm.kappa=0.5"], "algorithm.kappa"),
+    (["data.spec.num_silos=1000"], "data.spec.num_silos"),            # the last phase: 35 users for 81 groups
+])
+def test_profile_d_refusals_name_the_key(override, key):
+    with pytest.raises(ConfigError) as err:
+        _plan(*DERIVED, *override)
+    assert err.value.key == key
