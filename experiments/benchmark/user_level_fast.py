@@ -16,6 +16,7 @@ VmHWM, the reference by tracemalloc), halts and the mean excess risk ||x - w*||^
 No timing is asserted.
 
     python experiments/benchmark/user_level_fast.py                     # n = 2e4, m = 64, d = 20, R = 4
+    python experiments/benchmark/user_level_fast.py --replicas 20       # the same at R = 20 (the README's table)
     python experiments/benchmark/user_level_fast.py --users 2000 --replicas 2
 """
 
