@@ -12,6 +12,9 @@ import numpy as np
 from fedray.errors import ConfigError
 
 
+MAX_SETTING = 1e12      # no count or constant of a run is larger; beyond it formulas overflow
+
+
 def _real(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -31,7 +34,16 @@ def positive(key: str, value, kind=float, allow_none: bool = False):
         ok = False
     if not ok:
         raise ConfigError(key, value, f"a positive {'integer' if kind is int else 'number'}")
+    if value > MAX_SETTING:
+        raise ConfigError(key, value, f"a positive {'integer' if kind is int else 'number'} at most {MAX_SETTING:g}")
     return kind(value)
+
+
+def natural(key: str, value) -> int:
+    """``value`` as a non-negative integer below 2^63 (a seed or trial number)."""
+    if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value < 2**63):
+        raise ConfigError(key, value, "a non-negative integer below 2^63")
+    return int(value)
 
 
 def number_in(key: str, value, low: float, high: float, allowed: str, closed_high: bool = False) -> float:

@@ -19,7 +19,7 @@ import numpy as np
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fedray.checks import check_bool, known_keys, positive
+from fedray.checks import check_bool, known_keys, natural, positive
 from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
@@ -100,17 +100,36 @@ def epsilon_grid(priv: dict) -> np.ndarray | None:
         return None
     values = _list(grid)
     allowed = "null or a non-empty list of distinct positive numbers (one budget per block of replicas)"
-    if not values or len(set(values)) != len(values):
-        raise ConfigError("privacy.epsilon_grid", grid, allowed)
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
             raise ConfigError("privacy.epsilon_grid", grid, allowed)
+    if not values or len(set(values)) != len(values):
+        raise ConfigError("privacy.epsilon_grid", grid, allowed)
     return np.asarray(values, dtype=np.float64)
+
+
+MAX_REPLICAS = 10**6        # the driver holds (replicas, units) arrays: beyond this no run fits in memory
+MAX_EPSILON = 1e9           # beyond it no calibration or accountant is numerically meaningful
+MAX_ROUNDS = 10**7
+
+
+def _check_epsilon_magnitude(priv: dict) -> None:
+    """Every number in privacy.epsilon and privacy.epsilon_grid at most MAX_EPSILON (their shapes
+    are checked where they are read)."""
+    for key in ("epsilon", "epsilon_grid"):
+        value = priv.get(key)
+        values = value.get("values", []) if isinstance(value, dict) else _list(value)
+        for v in _list(values):
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > MAX_EPSILON:
+                raise ConfigError(f"privacy.{key}", value, f"budgets of at most {MAX_EPSILON:g}")
 
 
 def _replicas(config: dict) -> Replicas:
     """Replica order: budget level (slowest), repetition, step size (fastest)."""
     repetitions = positive("repetitions", config.get("repetitions"), int)
+    if repetitions > MAX_REPLICAS:
+        raise ConfigError("repetitions", repetitions, f"at most {MAX_REPLICAS:,} (the driver holds per-replica, "
+                          "per-unit arrays)")
     # A protocol without a step size (a driver-side solver) has one setting per repetition and budget.
     alg = config["algorithm"]
     base_steps = _step_sizes(alg["step_size"]) if "step_size" in alg else np.zeros(1)
@@ -156,6 +175,8 @@ def _instantiate(key: str, node: dict):
     """The object a config group describes; a field its class does not take is a config error."""
     from hydra.errors import InstantiationException
 
+    if not isinstance(node, dict) or "_target_" not in node:
+        raise ConfigError(key, node, "a config group (a mapping with _target_; choose one with the group's name)")
     try:
         return instantiate(node)
     except InstantiationException as err:
@@ -190,6 +211,9 @@ def make_plan(cfg: DictConfig) -> Plan:
     """Validate ``cfg`` and resolve it into a ``Plan``; raises ``ConfigError`` on the first bad value
     and ``BudgetError`` if the participations would overspend a unit's budget."""
     config = OmegaConf.to_container(cfg, resolve=True)      # plain data from here on
+    natural("seed", config.get("seed"))
+    natural("trial", config.get("trial"))
+    _check_epsilon_magnitude(config["privacy"])
     dataset = _instantiate("data.spec", config["data"]["spec"])
     dataset.validate()
     shape = dataset.describe()
@@ -212,10 +236,15 @@ def make_plan(cfg: DictConfig) -> Plan:
                           "its theorem: p_agd or p_gd with algorithm.parameters=paper|exact)")
 
     num_rounds = positive("num_rounds", config.get("num_rounds"), int)
+    if num_rounds > MAX_ROUNDS:
+        raise ConfigError("num_rounds", num_rounds, f"at most {MAX_ROUNDS:,} (planning replays every round's draws)")
     max_rounds = sampler.max_rounds(shape.num_silos)
     if max_rounds is not None and num_rounds > max_rounds:
         raise ConfigError("num_rounds", num_rounds, f"at most {max_rounds} with {type(sampler).__name__}")
     replicas = _replicas(config)
+    if replicas.count * shape.num_silos > 2**31:
+        raise ConfigError("repetitions", config["repetitions"], f"fewer replicas: {replicas.count:,} replicas x "
+                          f"{shape.num_silos:,} units exceed 2^31 ledger cells")
     runtime, tracking = config["runtime"], config["tracking"]
     known_keys("privacy", config["privacy"], PRIVACY_KEYS + algorithm_class.recipe.privacy_keys)
     known_keys("runtime", runtime, RUNTIME_KEYS)

@@ -89,3 +89,29 @@ def test_one_pass_rounds_must_fit_the_silo():
     with pytest.raises(ConfigError, match=r"num_rounds must be at most floor\(n / K\) = 61 for isrl_dp_one_pass"):
         make_plan(compose("experiment=isrl_dp_convex", "algorithm=isrl_dp_one_pass", "algorithm.batch_size=20",
                           "num_rounds=62"))
+
+
+@pytest.mark.parametrize("override, key", [
+    ("seed=-1", "seed"), ("seed=nan", "seed"), ("trial=abc", "trial"), ("trial=null", "trial"),
+    ("repetitions=10000000000000", "repetitions"), ("num_rounds=100000000", "num_rounds"),
+    ("privacy.epsilon=1e10", "privacy.epsilon"), ("privacy.epsilon_grid=[{}]", "privacy.epsilon_grid"),
+    ("data.spec.directory=0", "data.spec.directory"), ("algorithm.step_size=1e13", "algorithm.step_size"),
+])
+def test_values_past_what_a_run_can_hold_are_refused_naming_the_key(override, key):
+    """Found by the hostile-config fuzz (tests/test_config_fuzz.py): each raised something other
+    than a ConfigError before."""
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose("experiment=isrl_dp_convex", override))
+    assert err.value.key == key
+
+
+def test_a_federation_too_large_to_hold_names_its_largest_factor():
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose("experiment=p_sgd_synthetic", "data.spec.samples_per_silo=10000000"))
+    assert err.value.key == "data.samples_per_silo" and "values exceed" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose("experiment=user_level_sphere", "data.spec.num_silos=10000000000000"))
+    assert err.value.key == "data.num_silos"
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose("experiment=user_level_sphere", "data.loss=abc"))
+    assert err.value.key == "data.loss"

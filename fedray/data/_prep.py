@@ -19,6 +19,24 @@ def check_int(key: str, value: object, low: int, high: int | None = None) -> Non
         raise ConfigError(key, value, allowed)
 
 
+MAX_UNITS = 10**7                # users or samples in one federation
+MAX_VALUES = 2 * 10**9           # float64 values a generated federation may hold (16 GiB)
+
+
+def check_units(key: str, value: object) -> None:
+    check_int(key, value, 1, MAX_UNITS)
+
+
+def check_volume(factors: dict) -> None:
+    """The generated federation's values (the product of ``factors``, key -> count) at most
+    MAX_VALUES; the largest factor is named."""
+    total = math.prod(int(v) for v in factors.values())
+    if total > MAX_VALUES:
+        key = max(factors, key=factors.get)
+        raise ConfigError(key, factors[key], f"a smaller value: {' x '.join(factors)} = {total:.3g} values exceed the "
+                          f"{MAX_VALUES:.0e} a federation may hold")
+
+
 def check_real(
     key: str, value: object, low: float, high: float, low_open: bool = False, high_open: bool = False
 ) -> None:

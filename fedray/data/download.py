@@ -70,6 +70,8 @@ def resolve_directory(sub: str, directory: str | os.PathLike | None = None) -> P
         An explicit folder; when given it wins and ``sub`` is not appended.
     """
     if directory is not None:
+        if not isinstance(directory, (str, os.PathLike)) or not str(directory):
+            raise ConfigError("data.spec.directory", directory, "a folder path or null (FEDRAY_DATA_DIR or the cache)")
         return Path(directory).expanduser()
     data_dir = os.environ.get(DATA_DIR_ENV)
     base = Path(data_dir).expanduser() if data_dir else cache_root()

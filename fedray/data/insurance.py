@@ -33,6 +33,7 @@ from fedray.data._prep import (
     check_choice,
     check_int,
     check_real,
+    check_units,
     label_encode,
     random_split,
     split_sizes,
@@ -90,7 +91,7 @@ class InsuranceSorted:
         return str(self.path())
 
     def validate(self) -> None:
-        check_int("data.num_silos", self.num_silos, 1)
+        check_units("data.num_silos", self.num_silos)
         check_real("data.train_fraction", self.train_fraction, 0.0, 1.0, low_open=True, high_open=True)
         check_choice("data.standardize", self.standardize, STANDARDIZE)
         self._checked_path()

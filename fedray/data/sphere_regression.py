@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from fedray.data._prep import check_int, check_real
+from fedray.data._prep import check_int, check_real, check_units, check_volume
 from fedray.errors import ConfigError
 from fedray.data.federation import Federation, FederationShape
 from fedray.rng import BLOCK, Stream, data_generator, generator
@@ -61,10 +61,12 @@ class SphereRegression:
     shift: float = 0.0
 
     def validate(self) -> None:
-        check_int("data.num_silos", self.num_silos, 1)
+        check_units("data.num_silos", self.num_silos)
         check_int("data.samples_per_silo", self.samples_per_silo, 1)
         check_int("data.test_samples_per_silo", self.test_samples_per_silo, 0)
         check_int("data.dim", self.dim, 1)
+        check_volume({"data.num_silos": self.num_silos,
+                      "data.samples_per_silo": self.samples_per_silo + self.test_samples_per_silo, "data.dim": self.dim})
         check_real("data.signal", self.signal, 0.0, float("inf"), high_open=True)
         check_real("data.noise", self.noise, 0.0, float("inf"), low_open=True, high_open=True)
         if self.adversary is not None:

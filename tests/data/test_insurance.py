@@ -78,7 +78,7 @@ def test_split_is_deterministic_and_fresh_per_trial(shared_data):
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("num_silos", 0, "data.num_silos must be an integer >= 1; got 0"),
+        ("num_silos", 0, "data.num_silos must be an integer in [1, 10000000]; got 0"),
         ("standardize", "global", "data.standardize must be one of 'per_silo', 'pooled'; got 'global'"),
         ("train_fraction", 0, "data.train_fraction must be a number in (0.0, 1.0); got 0"),
     ],

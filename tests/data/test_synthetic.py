@@ -85,7 +85,7 @@ def test_many_silos_are_generated_without_a_python_loop():
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("num_silos", True, "data.num_silos must be an integer >= 1; got True"),
+        ("num_silos", True, "data.num_silos must be an integer in [1, 10000000]; got True"),
         ("dim", 0, "data.dim must be an integer >= 1; got 0"),
         ("task", "multiclass", "data.task must be one of 'binary', 'regression'; got 'multiclass'"),
         ("heterogeneity", -1.0, "data.heterogeneity must be a number in [0.0, inf); got -1.0"),

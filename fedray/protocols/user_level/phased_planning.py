@@ -78,9 +78,9 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
         eps = positive("privacy.epsilon", priv.get("epsilon"))
         delta = number_in("privacy.delta", priv.get("delta"), 0.0, 1.0, "a number in (0, 1)")
     problem = Problem(shape.num_silos, items.pop(), shape.dim * loss.num_outputs, eps, delta,
-                      positive("algorithm.lipschitz", alg.get("lipschitz")),
-                      2.0 * positive("algorithm.radius", alg.get("radius")),
-                      positive("algorithm.smoothness", alg.get("smoothness")),
+                      _constant("algorithm.lipschitz", alg.get("lipschitz")),
+                      2.0 * _constant("algorithm.radius", alg.get("radius")),
+                      _constant("algorithm.smoothness", alg.get("smoothness")),
                       number_in("algorithm.decay", alg.get("decay", 0.1), 0.0, 1.0, "q in (0, 1)"))
     if problem.users < 2:
         raise ConfigError("data.spec.num_silos", problem.users, f"at least 2 users for {name} (floor(log2 n) phases)")
@@ -106,6 +106,11 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
         problem = smoothed(problem)[0]
         constants["smoothing_radius"] = smoothing_radius(problem)
     return problem, constants
+
+
+def _constant(key: str, value) -> float:
+    """A problem constant (L, R, beta): positive and at most 1e12, so the schedule's powers stay finite."""
+    return number_in(key, value, 0.0, 1e12, "a positive number at most 1e12", closed_high=True)
 
 
 def _schedule(problem: Problem, constants: dict):
