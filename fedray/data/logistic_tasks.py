@@ -27,7 +27,7 @@ from functools import cached_property
 
 import numpy as np
 
-from fedray.data._prep import check_held, check_int, check_real, check_units, check_volume
+from fedray.data._prep import check_held, check_int, check_real, check_units
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
 from fedray.rng import CounterStream, Stream, generator
@@ -63,7 +63,6 @@ class LogisticTasks:
     def validate(self) -> None:
         check_units("data.spec.num_samples", self.num_samples)
         check_int("data.spec.dim", self.dim, 2)
-        check_volume({"data.spec.num_samples": self.num_samples, "data.spec.dim": self.dim})
         check_int("data.spec.tasks", self.tasks, 1)
         check_int("data.spec.pool", self.pool, 1)
         check_int("data.spec.sparsity", self.sparsity, 1, self.dim)

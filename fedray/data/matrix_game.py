@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedray.data._prep import check_held, check_int, check_real, check_units, check_volume
+from fedray.data._prep import check_held, check_int, check_real, check_units
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
 from fedray.rng import CounterStream, Stream
@@ -104,7 +104,6 @@ class PaddedMatrixGame(_Game):
     def validate(self) -> None:
         super().validate()
         check_int("data.spec.dim", self.dim, 3)
-        check_volume({"data.spec.num_samples": self.num_samples, "data.spec.dim": self.dim})
         check_real("data.spec.padding", self.padding, 0.25, float("inf"), high_open=True)
 
     @property
