@@ -31,7 +31,6 @@ import numpy as np
 
 from fedray.data._prep import (
     check_choice,
-    check_int,
     check_real,
     check_units,
     label_encode,

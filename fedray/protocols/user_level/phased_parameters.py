@@ -393,10 +393,10 @@ def privacy_conditions(problem: Problem, schedule: AcceleratedSchedule, layout: 
     """The conditions of Thm 3.1 / C.1 (and its proof's good event) that fail at this size, in
     words; empty when the (eps, delta) claim holds as the paper proves it. Profile derived needs
     only the good event (its noise comes from an accountant, for any eps)."""
-    eps, delta = problem.epsilon, problem.delta
+    eps = problem.epsilon
     failed = []
     if profile == "derived":
-        return _good_event_failures(problem, layout)
+        return good_event_failures(problem, layout)
     if eps > 10:
         failed.append(f"eps = {eps:g} > 10")
     if eps > 2:
@@ -408,10 +408,11 @@ def privacy_conditions(problem: Problem, schedule: AcceleratedSchedule, layout: 
     if not np.all(schedule.cap_condition):
         failed.append(f"K_i capped at n_i < 500 ln(n_i^2 m^2 e^eps / delta) / eps in "
                       f"{int((~schedule.cap_condition).sum())} of {len(layout.users)} phases")
-    return failed + _good_event_failures(problem, layout)
+    return failed + good_event_failures(problem, layout)
 
 
-def _good_event_failures(problem: Problem, layout: PhaseLayout) -> list[str]:
+def good_event_failures(problem: Problem, layout: PhaseLayout) -> list[str]:
+    """The phases where P(the Laplace noises exceed K_i / 20) > delta / (10 e^eps), in words."""
     bound = problem.delta / (10 * math.exp(min(problem.epsilon, 700.0)))
     bad = [i + 1 for i, (k, t) in enumerate(zip(layout.batch, layout.steps))
            if good_event_failure(k, t, problem.epsilon) > bound]

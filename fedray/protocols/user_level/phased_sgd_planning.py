@@ -37,8 +37,8 @@ from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.ledger import ComposedAccountant, Ledger
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.phased_parameters import (
-    COUPLING_CONSTANT, PhasedSgdLayout, Problem, laplace_test_failure, phased_sgd_layout, phased_sgd_schedule,
-    feasibility,
+    COUPLING_CONSTANT, PhasedSgdLayout, Problem, coupled_sensitivity, coupling_log_failure, feasibility,
+    laplace_test_failure, phased_sgd_layout, phased_sgd_schedule,
 )
 from fedray.protocols.user_level.phased_planning import PHASED, _inputs, curator_privacy, require_phased
 from fedray.protocols.user_level.planning import USER, not_private
@@ -156,14 +156,13 @@ def conditions(problem: Problem, layout: PhasedSgdLayout, profile: str = "paper"
     return failed
 
 
-def coupling_coverage(problem: Problem, layout: PhasedSgdLayout, c_delta: float = COUPLING_CONSTANT) -> float:
+def coupling_coverage(problem: Problem, layout: PhasedSgdLayout) -> float:
     """sigma_i over the classic Gaussian's sigma (Def. A.5) at (eps / 4, delta / n) for the coupled
     sensitivity Delta_i = c_Delta tau_i (7 + 3 ln(1 / zeta)) / C, zeta = delta / (10 e^eps) (spec §5
     item 12's conservative constant; the paper's Lemma B.2 leaves it unspecified). The same for every
     phase: both scale with tau_i. Below 1 the printed noise would not cover that sensitivity."""
     eps, delta, n = problem.epsilon, problem.delta, problem.users
-    log_zeta = math.log(10 / delta) + min(eps, 700.0)
-    sensitivity = c_delta * (7 + 3 * log_zeta) / layout.groups                    # per unit of tau_i
+    sensitivity = coupled_sensitivity(1.0, layout.groups, coupling_log_failure(problem))      # per unit of tau_i
     needed = sensitivity * math.sqrt(2 * math.log(2 * n / delta)) / (eps / 4)
     return float(layout.noise_std[0] / layout.thresholds[0] / needed)
 
