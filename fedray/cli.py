@@ -15,6 +15,7 @@ from rich.table import Table
 from fedray.data import ChecksumError, DownloadError
 from fedray.errors import BudgetError, ConfigError
 from fedray.plan import Plan, make_plan
+from fedray.runtime import checkpoint
 from fedray.runtime.driver import ActorPool, RunResult, run, start
 from fedray.sweep import parent_run_id
 from fedray.tracking import run_name, tracker_from_config
@@ -98,6 +99,7 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
     """One job: plan, start (or reuse ``pool``'s) actors while the MLflow run opens, rounds, summary."""
     try:
         plan = make_plan(cfg)
+        resumed = checkpoint.resumable(plan.runtime, plan.config)     # one of another config is refused here
         prepare = getattr(plan.dataset, "prepare", None)  # fetch public files once, before actors start
         if prepare is not None:
             prepare()
@@ -113,7 +115,8 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
 
     def open_tracker():
         tracker = tracker_from_config(plan.tracking, run_name=run_name(plan),
-                                      parent_run_id=parent_run_id())  # set by fedray.sweep.ParentRun
+                                      parent_run_id=parent_run_id(),  # set by fedray.sweep.ParentRun
+                                      resumed=resumed)                # its MLflow run goes on
         tracker.log_plan(plan)
         if parent_run_id() is not None:
             tracker.client.set_tag(tracker.run_id, "overrides", job_overrides())

@@ -29,7 +29,8 @@ from fedray.rng import setting_words
 from fedray.smoothing import MoreauEnvelope
 
 RUNTIME_KEYS = ("address", "connect_timeout", "num_actors", "num_cpus", "checkpoint_path", "checkpoint_every", "resume",
-                "faithful")
+                "faithful", "max_restarts", "fault_injection")
+MAX_RESTARTS = 100
 TRACKING_KEYS = ("uri", "artifact_location", "experiment_name", "log_every", "replica_curves", "figure")
 # "grids": values presets interpolate from (step-size grids per algorithm); read by nothing else.
 TOP_LEVEL_KEYS = ("data", "algorithm", "privacy", "participation", "runtime", "tracking", "seed", "trial",
@@ -122,6 +123,22 @@ def _check_epsilon_magnitude(priv: dict) -> None:
         for v in _list(values):
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v > MAX_EPSILON:
                 raise ConfigError(f"privacy.{key}", value, f"budgets of at most {MAX_EPSILON:g}")
+
+
+def _check_faults(runtime: dict, num_rounds: int) -> None:
+    """``runtime.max_restarts`` (per actor) and the test-only ``runtime.fault_injection``."""
+    restarts = runtime.get("max_restarts", 3)
+    if natural("runtime.max_restarts", restarts) > MAX_RESTARTS:
+        raise ConfigError("runtime.max_restarts", restarts, f"an integer from 0 to {MAX_RESTARTS}")
+    fault = runtime.get("fault_injection")
+    if fault is None:
+        return
+    if not isinstance(fault, dict) or set(fault) != {"actor", "round"}:
+        raise ConfigError("runtime.fault_injection", fault, "null, or {actor: i, round: r} (kill actor i's process "
+                          "during round r; for tests)")
+    natural("runtime.fault_injection.actor", fault["actor"])
+    if natural("runtime.fault_injection.round", fault["round"]) >= num_rounds:
+        raise ConfigError("runtime.fault_injection.round", fault["round"], f"a round below num_rounds = {num_rounds}")
 
 
 def _replicas(config: dict) -> Replicas:
@@ -252,6 +269,7 @@ def make_plan(cfg: DictConfig) -> Plan:
     for key in ("num_actors", "num_cpus", "checkpoint_every"):
         positive(f"runtime.{key}", runtime.get(key), int, allow_none=True)
     positive("runtime.connect_timeout", runtime.get("connect_timeout"), allow_none=True)
+    _check_faults(runtime, num_rounds)
     address = runtime.get("address")
     if address is not None and (not isinstance(address, str) or not address.strip()):
         raise ConfigError("runtime.address", address, 'null (a private local Ray), "auto", or "host:port" / "ray://host:port"')

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import json
 import tempfile
-from concurrent.futures import Future, ThreadPoolExecutor
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from sqlalchemy.exc import OperationalError
 
 MAX_PARAM_LENGTH = 6000
 MAX_BATCH = 900
@@ -49,6 +53,57 @@ def _store_uri(uri: str) -> str:
     return uri
 
 
+STORE_BUSY_TIMEOUT = 600.0      # seconds a write waits for a busy store before the run fails
+
+
+def _busy(err: Exception) -> bool:
+    """A store that is there but busy: MLflow's "temporarily unavailable" (SQLite locked past its
+    20 s wait, a server busy or restarting) or, while a SQLite store is opened, SQLite's own lock."""
+    if isinstance(err, MlflowException):
+        return err.error_code == "TEMPORARILY_UNAVAILABLE"
+    return isinstance(err, OperationalError) and "database is locked" in str(err)
+
+
+class RetryingClient:
+    """An ``MlflowClient`` whose calls are retried while the store is busy (``_busy``). Retried
+    writes are whole transactions that were rolled back, so nothing is written twice."""
+
+    def __init__(self, uri: str):
+        self.retries = 0
+        self._client = self._retried(MlflowClient)(tracking_uri=uri)
+
+    def _retried(self, method):
+        def retried(*args, **kwargs):
+            deadline, wait = time.monotonic() + STORE_BUSY_TIMEOUT, 0.1
+            while True:
+                try:
+                    return method(*args, **kwargs)
+                except (MlflowException, OperationalError) as err:
+                    if not _busy(err) or time.monotonic() > deadline:
+                        raise
+                self.retries += 1
+                time.sleep(wait)
+                wait = min(2 * wait, 5.0)
+        return retried
+
+    def __getattr__(self, name: str):
+        method = getattr(self._client, name)
+        return self._retried(method) if callable(method) else method
+
+
+@contextmanager
+def _store_lock(uri: str):
+    """An inter-process lock beside a SQLite store's file; nothing for other stores."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        yield
+        return
+    path = Path(uri[len(prefix):])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        yield
+
+
 # MLflow 3's UI opens an experiment of this kind on its runs table (not on the GenAI overview).
 EXPERIMENT_KIND, MODEL_DEVELOPMENT = "mlflow.experimentKind", "custom_model_development"
 
@@ -59,20 +114,16 @@ class MlflowTracker:
     def __init__(self, uri: str, experiment_name: str, artifact_location: str | None = None,
                  log_every: int = 5, replica_curves: int = 30, figure: bool = True):
         self.uri = _store_uri(uri)
-        self.client = MlflowClient(tracking_uri=self.uri)
-        experiment = self.client.get_experiment_by_name(experiment_name)
-        if experiment is None:
-            location = None
-            if artifact_location and "://" not in artifact_location:
-                location = Path(artifact_location).resolve().as_uri()
-            elif artifact_location:
-                location = artifact_location
-            experiment_id = self.client.create_experiment(experiment_name, artifact_location=location,
-                                                          tags={EXPERIMENT_KIND: MODEL_DEVELOPMENT})
-        else:
-            experiment_id = experiment.experiment_id
-            if EXPERIMENT_KIND not in experiment.tags:
-                self.client.set_experiment_tag(experiment_id, EXPERIMENT_KIND, MODEL_DEVELOPMENT)
+        location = None
+        if artifact_location and "://" not in artifact_location:
+            location = Path(artifact_location).resolve().as_uri()
+        elif artifact_location:
+            location = artifact_location
+        # Jobs started together on a fresh SQLite store would each create its schema (MLflow's
+        # migrations are not safe to run twice at once) and the same experiment: one at a time.
+        with _store_lock(self.uri):
+            self.client = RetryingClient(self.uri)
+            experiment_id = self._experiment(experiment_name, location)
         self.experiment_id = experiment_id
         self.run_id: str | None = None
         self.log_every = int(log_every)
@@ -80,16 +131,52 @@ class MlflowTracker:
         self.figure = bool(figure)
         self._pending: list[Metric] = []
         self._replicas = 1
+        self._logged: dict[str, int] = {}       # a resumed run: key -> last step the store holds
+        self._params: dict[str, str] = {}       # a resumed run: the params it was opened with
         # Round metrics are written by one background thread: the driver's rounds wait on the
         # silo actors, so the SQLite writes overlap with their work instead of adding to it.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-writer")
         self._written: list[Future] = []
+
+    def _experiment(self, name: str, location: str | None) -> str:
+        """The id of experiment ``name``, created if missing (another job may create it first)."""
+        experiment = self.client.get_experiment_by_name(name)
+        if experiment is None:
+            try:
+                return self.client.create_experiment(name, artifact_location=location,
+                                                     tags={EXPERIMENT_KIND: MODEL_DEVELOPMENT})
+            except MlflowException:
+                experiment = self.client.get_experiment_by_name(name)
+                if experiment is None:
+                    raise
+        if EXPERIMENT_KIND not in experiment.tags:
+            self.client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND, MODEL_DEVELOPMENT)
+        return experiment.experiment_id
 
     def start_run(self, run_name: str | None = None, parent_run_id: str | None = None) -> str:
         """Open the run (a child of ``parent_run_id`` if given) and return its id."""
         tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else {}
         self.run_id = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags).info.run_id
         return self.run_id
+
+    def resume_run(self, run_id: str, next_round: int) -> bool:
+        """Reopen ``run_id`` (a run this store holds in this experiment) for a run resumed from a
+        checkpoint at ``next_round``, and note what it holds: resumed rounds are logged to it only
+        where it lacks them (a killed driver logged some of them, or none). False if it is not here."""
+        try:
+            run = self.client.get_run(run_id)
+        except Exception:           # deleted, or another store: the resumed run opens a new one
+            return False
+        if run.info.experiment_id != self.experiment_id or run.info.lifecycle_stage != "active":
+            return False
+        self.run_id = run_id
+        self._logged = {key: max(m.step for m in self.client.get_metric_history(run_id, key))
+                        for key in run.data.metrics}
+        self._params = dict(run.data.params)
+        self.client.update_run(run_id, status="RUNNING")
+        resumed = run.data.tags.get("resumed_at_rounds")
+        self.client.set_tag(run_id, "resumed_at_rounds", f"{resumed},{next_round}" if resumed else str(next_round))
+        return True
 
     # -- writing -------------------------------------------------------------------------------
     def _batch(self, metrics=(), params=(), tags=()) -> None:
@@ -146,8 +233,10 @@ class MlflowTracker:
             "privacy_statement": plan.privacy.summary(),
             "replicas.common_random_numbers": str(plan.replicas.common_random_numbers).lower(),
         }
+        # A resumed run keeps the params it was opened with (MLflow refuses changing one; only
+        # runtime values, outside the checkpoint's fingerprint, can differ).
         self._batch(
-            params=[Param(k, v[:MAX_PARAM_LENGTH]) for k, v in params.items()],
+            params=[Param(k, v[:MAX_PARAM_LENGTH]) for k, v in params.items() if k not in self._params],
             tags=[RunTag(k, str(v)) for k, v in tags.items()],
         )
 
@@ -155,7 +244,8 @@ class MlflowTracker:
         if self._replicas > self.replica_curves:
             metrics = {f"{key}/{name}": reduce(np.asarray(values)) for key, values in metrics.items()
                        for name, reduce in (("min", np.min), ("mean", np.mean), ("max", np.max))}
-        self._pending.extend(self._metric_items(metrics, round_index, int(time.time() * 1000)))
+        items = self._metric_items(metrics, round_index, int(time.time() * 1000))
+        self._pending.extend(m for m in items if m.step > self._logged.get(m.key, -1))
         if (round_index + 1) % self.log_every == 0:
             self.flush()
 
@@ -253,8 +343,10 @@ def run_name(plan) -> str:
     return f"{plan.algorithm_name} {plan.dataset_name} {budget} {participation} t{plan.trial}"
 
 
-def tracker_from_config(tracking: dict, run_name: str | None = None, parent_run_id: str | None = None) -> MlflowTracker:
-    """A tracker for the ``tracking`` config with its run opened."""
+def tracker_from_config(tracking: dict, run_name: str | None = None, parent_run_id: str | None = None,
+                        resumed=None) -> MlflowTracker:
+    """A tracker for the ``tracking`` config with its run opened: the run of the checkpoint
+    ``resumed`` if it has one this store holds, else a new one."""
     tracker = MlflowTracker(
         uri=tracking["uri"],
         experiment_name=tracking["experiment_name"],
@@ -263,6 +355,8 @@ def tracker_from_config(tracking: dict, run_name: str | None = None, parent_run_
         replica_curves=tracking.get("replica_curves", 30),
         figure=tracking.get("figure", True),
     )
-    tracker.start_run(run_name, parent_run_id)
+    run_id = getattr(resumed, "run_id", None)
+    if run_id is None or not tracker.resume_run(run_id, resumed.next_round):
+        tracker.start_run(run_name, parent_run_id)
     return tracker
 

@@ -28,6 +28,8 @@ class Checkpoint:
     ledger: dict             # the ledger's ``state()``
     history: list
     fingerprint: str
+    steps: list | None = None        # the step each history entry was logged at (its round's last step)
+    run_id: str | None = None        # the MLflow run the checkpointed rounds were logged to
 
 
 def fingerprint(config: dict) -> str:
@@ -42,6 +44,15 @@ def save(path: str | Path, checkpoint: Checkpoint) -> None:
     with open(tmp, "wb") as f:
         pickle.dump(checkpoint, f)
     os.replace(tmp, path)
+
+
+def resumable(runtime: dict, config: dict) -> Checkpoint | None:
+    """The checkpoint a run of ``config`` continues from (``runtime.resume`` and a file at
+    ``runtime.checkpoint_path``), or None; one written by another config is refused."""
+    path = runtime.get("checkpoint_path")
+    if not (path and runtime.get("resume") and Path(path).exists()):
+        return None
+    return load(path, fingerprint(config))
 
 
 def load(path: str | Path, expected_fingerprint: str) -> Checkpoint:

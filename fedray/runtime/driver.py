@@ -16,7 +16,6 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import ray
@@ -28,9 +27,10 @@ from fedray.core.protocol import Messages, RoundKeys, Routing
 from fedray.plan import Plan
 from fedray.runtime import checkpoint
 from fedray.runtime.shuffler import Shuffler, ShufflerActor
-from fedray.runtime.silo_group import RoundPayload, SiloGroup, SiloGroupActor
+from fedray.runtime.silo_group import ActorRestarted, RoundPayload, SiloGroup, SiloGroupActor
 
 SHUFFLER_OUTPUT = {Routing.SHUFFLE: "permutation", Routing.SHUFFLE_SUM: "sum"}
+RESTART_TIMEOUT = 300.0      # seconds to wait for a restarted silo actor (a new node may need to start it)
 
 
 @dataclass
@@ -181,65 +181,141 @@ class GroupOracle:
 
 
 class RayGroups(GroupOracle):
-    """Silo groups as Ray actors: one call per actor per method, gathered with one ray.get."""
+    """Silo groups as Ray actors: one call per actor per method, gathered with one ray.get.
+
+    Faults: the actors restart (``runtime.max_restarts`` times each) when their process or node
+    dies. A call that an actor's death cut short is replayed once the restarted actors are
+    restored (``SiloGroup.restore``): every draw is keyed by (seed, stream, round, unit), so the
+    replay returns exactly what the lost call would have, and the round is charged once, when it
+    settles. ``runtime.fault_injection`` = {actor, round} (tests) kills that actor's process just
+    after the calls of the given round are sent."""
 
     def __init__(self, plan: Plan, num_actors: int, pooled: tuple | None = None):
         blocks = np.array_split(np.arange(plan.shape.num_silos), num_actors)
         self.num_units = plan.shape.num_silos
+        self.setups = [(plan.dataset, plan.seed, plan.trial, block, plan.replicas.streams, plan.privacy.faithful)
+                       for block in blocks]
+        self.max_restarts = int(plan.runtime.get("max_restarts", 3))
+        self.fault = plan.runtime.get("fault_injection")
+        self.protocol, self.replays = None, 0
         if pooled is None:
             # A fractional CPU share lets more actors than cores start (useful for tests), and SPREAD
             # places them across the nodes of a cluster.
             share = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / num_actors)
             self.actors = [
-                SiloGroupActor.options(num_cpus=share, scheduling_strategy="SPREAD").remote(
-                    plan.dataset, plan.seed, plan.trial, block, plan.replicas.streams, plan.privacy.faithful
-                )
-                for block in blocks
+                SiloGroupActor.options(num_cpus=share, scheduling_strategy="SPREAD",
+                                       max_restarts=self.max_restarts).remote(*setup)
+                for setup in self.setups
             ]
         else:
             data_key, self.actors = pooled
             if data_key != _data_key(plan):  # same processes, new records: skips start-up and imports
-                ray.get([a.load.remote(plan.dataset, plan.seed, plan.trial, b) for a, b in zip(self.actors, blocks)])
-            ray.get([actor.configure.remote(plan.replicas.streams, plan.privacy.faithful) for actor in self.actors])
+                self._get(lambda: [a.load.remote(*setup[:4]) for a, setup in zip(self.actors, self.setups)])
+            self._get(lambda: [a.configure.remote(*setup[4:]) for a, setup in zip(self.actors, self.setups)])
         shuffler = _shuffler_args(plan)
-        self.shuffler = None if shuffler is None else ShufflerActor.remote(*shuffler)
+        self.shuffler = None if shuffler is None else ShufflerActor.options(max_restarts=self.max_restarts).remote(*shuffler)
         self.ranges = _ranges(blocks)
+
+    def _get(self, submit, refs=None):
+        """``ray.get(submit())``, replayed after restoring the restarted actors when one died mid-call
+        (at most ``max_restarts`` times: past that, Ray has given the actor up and the run fails)."""
+        refs = submit() if refs is None else refs
+        for attempt in range(self.max_restarts + 1):
+            try:
+                return ray.get(refs)
+            except (ray.exceptions.RayActorError, ActorRestarted):
+                if attempt == self.max_restarts:
+                    raise
+                self.replays += 1
+                self._restore()
+                refs = submit()
+
+    def _restore(self) -> None:
+        """Wait for restarting actors and restore them. One Ray has given up (restarts exhausted)
+        raises ``ActorDiedError``; one still restarting after ``RESTART_TIMEOUT`` raises too."""
+        deadline = time.monotonic() + RESTART_TIMEOUT
+        while True:
+            try:
+                ray.get([a.restore.remote(setup, self.protocol) for a, setup in zip(self.actors, self.setups)])
+                return
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def _inject(self, first: int, steps: int = 1) -> None:
+        """Kill the chosen actor's process (Ray restarts it) if this call runs the chosen round; once."""
+        if self.fault is not None and first <= self.fault["round"] < first + steps:
+            actor, self.fault = self.actors[self.fault["actor"] % len(self.actors)], None
+            ray.kill(actor, no_restart=False)
+
+    def set_protocol(self, protocol) -> None:
+        self.protocol = protocol
+        self.call("set_protocol", protocol)
 
     def fold(self, fn, state, *args):
         """``Oracle.fold``: each actor's call takes the previous one's result as an object ref,
         so the state passes actor to actor; the driver waits once, for the last."""
         args = [ray.put(arg) for arg in args]
-        for actor in self.actors:
-            state = actor.fold.remote(fn, state, *args)
-        return ray.get(state)
+
+        def submit():
+            folded = state
+            for actor in self.actors:
+                folded = actor.fold.remote(fn, folded, *args)
+            self._inject(0)
+            return folded
+        return self._get(submit)
 
     def node_ids(self) -> list[str]:
         """The Ray node of every silo-group actor (waits for them to start)."""
-        return ray.get([actor.node_id.remote() for actor in self.actors])
+        return self.call("node_id")
 
     def call(self, method: str, *args) -> list:
         """One call of ``method`` per actor, gathered with one ray.get."""
-        return ray.get([getattr(actor, method).remote(*args) for actor in self.actors])
-
+        def submit():
+            refs = [getattr(actor, method).remote(*args) for actor in self.actors]
+            if self.protocol is not None and method != "evaluate":
+                self._inject(0)       # a driver-side program's oracle calls (it runs as round 0)
+            return refs
+        return self._get(submit)
 
     def exchange(self, payload: RoundPayload) -> tuple[Messages, list]:
         """One round's messages as the server may see them, and the units' evaluation parts."""
         ref = ray.put(payload)
         if self.shuffler is None:
-            return _gather(ray.get([actor.round.remote(ref) for actor in self.actors]))
+            def submit():
+                refs = [actor.round.remote(ref) for actor in self.actors]
+                self._inject(payload.spec.round, payload.spec.steps)
+                return refs
+            return _gather(self._get(submit))
         # Shuffle model: the replies go from the silo actors to the shuffler as object refs;
         # the driver never holds un-shuffled messages. Evaluation travels in its own call.
-        evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors if payload.evaluate is not None]
         bare = ray.put(replace(payload, evaluate=None))
-        shuffled = ray.get(self.shuffler.shuffle.remote(payload.spec.round, *[a.round.remote(bare) for a in self.actors]))
-        return Messages(shuffled.messages, shuffled.mask), ray.get(evaluations)
+
+        def submit():
+            evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors if payload.evaluate is not None]
+            shuffled = self.shuffler.shuffle.remote(payload.spec.round, *[a.round.remote(bare) for a in self.actors])
+            self._inject(payload.spec.round, payload.spec.steps)
+            return [shuffled] + evaluations
+        shuffled, *evaluations = self._get(submit)
+        return Messages(shuffled.messages, shuffled.mask), evaluations
 
     def submit_block(self, payload: RoundPayload, owner: int):
         """Start a block of sequential steps in the one actor holding their units (``SequentialSteps``);
         ``result()`` of the returned handle gives (messages, evaluation parts, claimed end state)."""
-        evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors if payload.evaluate is not None]
-        reply = self.actors[owner].round.remote(replace(payload, evaluate=None))
-        return _Pending(lambda: _block_result(ray.get(reply), ray.get(evaluations)))
+        bare = ray.put(replace(payload, evaluate=None))
+
+        def submit():
+            evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors if payload.evaluate is not None]
+            reply = self.actors[owner].round.remote(bare)
+            self._inject(payload.spec.round, payload.spec.steps)
+            return [reply] + evaluations
+        refs = submit()
+
+        def result():
+            reply, *evaluations = self._get(submit, refs)
+            return _block_result(reply, evaluations)
+        return _Pending(result)
 
     def close(self, keep_silos: bool = False) -> None:
         for actor in ([] if keep_silos else self.actors) + ([self.shuffler] if self.shuffler is not None else []):
@@ -294,6 +370,9 @@ class InlineGroups(GroupOracle):
 
     def call(self, method: str, *args) -> list:
         return [getattr(group, method)(*args) for group in self.groups]
+
+    def set_protocol(self, protocol) -> None:
+        self.call("set_protocol", protocol)
 
     def fold(self, fn, state, *args):
         for group in self.groups:
@@ -361,7 +440,7 @@ def run(plan: Plan, tracker=None, progress=None, inline: bool = False,
 
 def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     protocol = plan.protocol.build(groups)    # the groups are the oracle for data-dependent constants
-    groups.call("set_protocol", protocol)
+    groups.set_protocol(protocol)
     if isinstance(protocol, CentralProgram):
         return _program(plan, protocol, groups, tracker, progress, started)
     state = protocol.init()
@@ -372,16 +451,18 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     start_round = 0
     ckpt_path, ckpt_every = plan.runtime.get("checkpoint_path"), plan.runtime.get("checkpoint_every") or 0
     fingerprint = checkpoint.fingerprint(plan.config)
-    if ckpt_path and plan.runtime.get("resume") and Path(ckpt_path).exists():
-        restored = checkpoint.load(ckpt_path, fingerprint)
+    steps = []                  # the step each history entry is logged at
+    restored = checkpoint.resumable(plan.runtime, plan.config)
+    if restored is not None:
         state, start_round, result.history = restored.state, restored.next_round, restored.history
+        steps = list(restored.steps or range(len(result.history)))
         if ledger is not None:
             ledger.restore(restored.ledger)
-        for r, metrics in enumerate(result.history):
-            if tracker is not None:
-                tracker.log_round(r, metrics)
+        for step, metrics in zip(steps, result.history):
+            if tracker is not None:     # a tracker resuming the same run skips what it holds
+                tracker.log_round(step, metrics)
             if progress is not None:
-                progress(r, metrics)
+                progress(step, metrics)
 
     def settle(state, r: int, spec, keys, messages, evaluation, evaluate: bool):
         """Aggregate one round on the server and record it (ledger, metrics, tracking, checkpoint)."""
@@ -401,6 +482,7 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             metrics["epsilon_mean"] = eps.mean(axis=1)
         metrics.update(protocol.round_constants)
         result.history.append(metrics)
+        steps.append(last)
         if tracker is not None:
             tracker.log_round(last, metrics)
         if progress is not None:
@@ -409,7 +491,8 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             first_round_at = time.perf_counter()
         if ckpt_path and ckpt_every and (r + 1) % ckpt_every == 0:
             checkpoint.save(ckpt_path, checkpoint.Checkpoint(r + 1, state, ledger.state() if ledger else {},
-                                                             result.history, fingerprint))
+                                                             result.history, fingerprint, steps,
+                                                             getattr(tracker, "run_id", None)))
         return state
 
     def confirm(state, pending):

@@ -7,10 +7,17 @@ diagnostic, and whatever an oracle function returns (``fedray.core.oracle``; a p
 uses such a value names it in its privacy statement). No record is ever returned.
 
 ``SiloGroup`` is a plain class (tested without Ray); ``SiloGroupActor`` is its Ray actor form.
+
+Faults: Ray restarts a silo actor whose process or node died by re-running its constructor only.
+A restarted actor therefore comes back empty, and the driver's ``restore`` reloads its records
+from the dataset spec and sets its job and protocol again; nothing else is carried over, since
+every draw is keyed by (seed, stream, round, unit). An actor of a faithful run draws a new secret
+seed: its lost call never reached anyone, so that noise was never released.
 """
 
 from __future__ import annotations
 
+import functools
 import secrets
 from dataclasses import dataclass
 
@@ -39,6 +46,29 @@ class RoundReply:
     claim: object = None             # a block's end state, as the actor's server steps reach it
 
 
+class ActorRestarted(RuntimeError):
+    """Raised by a restarted silo actor that the driver has not restored yet (it died between two
+    calls): the driver restores it and replays the call, as for a call the death cut short."""
+
+
+def _loaded(method):
+    """Refuse ``method`` on a restarted actor still empty (``ActorRestarted``)."""
+    @functools.wraps(method)
+    def checked(self, *args):
+        if self._fed is None:
+            raise ActorRestarted("this silo actor was restarted and holds no records yet")
+        return method(self, *args)
+    return checked
+
+
+def _restarted_actor() -> bool:
+    """True in a Ray actor that Ray restarted after its process or node died."""
+    if not ray.is_initialized():
+        return False
+    context = ray.get_runtime_context()
+    return context.get_actor_id() is not None and context.was_current_actor_reconstructed
+
+
 class SiloGroup:
     """A group of units. With ``secret_draws`` (faithful runs) the units' noise and minibatches come
     from a seed drawn here from OS entropy, which never leaves the actor: not even the run seed
@@ -46,8 +76,23 @@ class SiloGroup:
 
     def __init__(self, dataset, seed: int, trial: int, silo_ids: np.ndarray, streams: np.ndarray,
                  secret_draws: bool = False):
+        self._fed, self.protocol, self._shard = None, None, None
+        if _restarted_actor():
+            return      # the driver restores the job this actor held when it died
         self.load(dataset, seed, trial, silo_ids)
         self.configure(streams, secret_draws)
+
+    def restore(self, setup: tuple, protocol) -> bool:
+        """A restarted (empty) actor takes ``setup`` = (dataset, seed, trial, silo ids, streams,
+        secret draws) and ``protocol`` again; one that kept running is left as it is. True if restored."""
+        if self._fed is not None:
+            return False
+        dataset, seed, trial, silo_ids, streams, secret_draws = setup
+        self.load(dataset, seed, trial, silo_ids)
+        self.configure(streams, secret_draws)
+        if protocol is not None:
+            self.set_protocol(protocol)
+        return True
 
     def load(self, dataset, seed: int, trial: int, silo_ids: np.ndarray) -> None:
         """(Re)load this group's units: a sweep's next trial reuses the actor process."""
@@ -64,14 +109,17 @@ class SiloGroup:
         self._draw_seed = secrets.randbits(63) if secret_draws else self.seed
         self.protocol, self._shard = None, None
 
+    @_loaded
     def apply(self, fn, *args):
         """``fn(federation, *args)`` on this group's records, for an oracle (``fedray.core.oracle``)."""
         return fn(self._fed, *args)
 
+    @_loaded
     def unit_sum(self, fn, num_units: int, *args) -> list:
         """The partial sums of ``fn(federation, unit_ids, *args)``'s per-unit rows (``Oracle.unit_sum``)."""
         return block_partials(self.silo_ids, fn(self._fed, self.silo_ids, *args), num_units)
 
+    @_loaded
     def fold(self, fn, state, *args):
         """``fn(federation, unit_ids, state, *args)``: this group's leg of ``Oracle.fold``."""
         return fn(self._fed, self.silo_ids, state, *args)
@@ -80,14 +128,17 @@ class SiloGroup:
         """The Ray node this group runs on ("local" outside Ray): where a run's actors landed."""
         return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
 
+    @_loaded
     def set_protocol(self, protocol) -> None:
         self.protocol = protocol
         # A driver-side program (``fedray.core.program``) reads the records through the oracle only.
         self._shard = protocol.shard(self._fed, self.silo_ids) if isinstance(protocol, RoundProtocol) else None
 
+    @_loaded
     def evaluate(self, params: np.ndarray) -> dict:
         return self.protocol.evaluate(params, self._fed)
 
+    @_loaded
     def round(self, payload: RoundPayload) -> RoundReply:
         spec = payload.spec
         if spec.operation == "client_block":
