@@ -157,6 +157,8 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
             tracker.fail()
             raise
     tracker.finish(plan, result)
+    if result.stopped is not None:
+        console.print(f"[bold yellow]stopped:[/] {result.stopped}", soft_wrap=True)
     console.print(summary_table(plan, result))
     diagnostics = ", ".join(sorted(result.diagnostics)) or "none"
     console.print(f"privacy: {plan.privacy.summary()}; diagnostic metrics (read data a deployment's server would not see): {diagnostics}",

@@ -278,8 +278,17 @@ def make_plan(cfg: DictConfig) -> Plan:
 
     context = PlanContext(int(config["seed"]), num_rounds, dataset, shape, loss, sampler, replicas)
     planned = algorithm_class.recipe.plan(algorithm_class, config, context)
-    enforce = bool(config["privacy"].get("enforce_budget", True))
-    privacy = _guard(planned.privacy, sampler, replicas, context.seed, num_rounds, shape.num_silos, enforce)
+    enforce = config["privacy"].get("enforce_budget", True)
+    if enforce not in (True, False, "stop"):
+        raise ConfigError("privacy.enforce_budget", enforce, "true (refuse a schedule that passes the budget), false "
+                          "(run it, reporting the overspend) or stop (run until the next round would pass it)")
+    privacy = _guard(planned.privacy, sampler, replicas, context.seed, num_rounds, shape.num_silos, enforce is True)
+    if enforce == "stop" and privacy.private:
+        if not getattr(planned, "public_charges", False):
+            raise ConfigError("privacy.enforce_budget", enforce, f"true or false for {config['algorithm'].get('name')}: "
+                              "a run stops at its budget only where every round's charge is public (rounds of "
+                              "sampled units or steps; not a driver-side program or a halting curator)")
+        privacy = replace(privacy, stop_at_budget=True)
     if privacy.private and replicas.common_random_numbers and replicas.count > len(set(replicas.repetitions)):
         privacy = replace(privacy, non_private_inputs=privacy.non_private_inputs + (
             "common random numbers: replicas of one repetition share noise, so each replica's release is "

@@ -87,6 +87,8 @@ class RetryingClient:
         return retried
 
     def __getattr__(self, name: str):
+        if name.startswith("_"):        # not the client's: e.g. while unpickling, before _client is set
+            raise AttributeError(name)
         method = getattr(self._client, name)
         return self._retried(method) if callable(method) else method
 
@@ -272,14 +274,16 @@ class MlflowTracker:
             final["epsilon_spent_max"] = result.epsilon_spent.max(axis=1)
             final["epsilon_spent_mean"] = result.epsilon_spent.mean(axis=1)
         # Which metrics read the units' data (diagnostics a deployment's server would not see).
-        self._batch(metrics=list(self._metric_items(final, plan.num_rounds, stamp)),
-                    tags=[RunTag("diagnostic_metrics", ",".join(sorted(result.diagnostics)))])
+        tags = [RunTag("diagnostic_metrics", ",".join(sorted(result.diagnostics)))]
+        if result.stopped is not None:
+            tags.append(RunTag("stopped", result.stopped))
+        self._batch(metrics=list(self._metric_items(final, plan.num_rounds, stamp)), tags=tags)
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             (tmp / "config.json").write_text(json.dumps(plan.config, indent=2, default=str))
             summary = {k: np.asarray(v).tolist() for k, v in final.items()}
             (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
-            statement = plan.privacy.statement(result.epsilon_spent, result.diagnostics)
+            statement = plan.privacy.statement(result.epsilon_spent, result.diagnostics, result.stopped)
             (tmp / "privacy_statement.json").write_text(json.dumps(statement, indent=2))
             _round_table(result.history, plan.num_replicas, tmp / "rounds.csv")
             if self.figure:

@@ -10,8 +10,10 @@ A protocol is pure numpy on plain state; the runtime moves its arrays. One round
 
 Axis 0 of client messages is the replica (P: step sizes x budgets x repetitions carried by one
 run), axis 1 the unit (silo or user). ``charge`` (P, N) marks the (replica, unit) cells this
-round's releases touched; the ledger's accountant says what one charge costs. ``done`` is per
-replica, so halting and random stopping need no special path in the driver.
+round's releases touched; the ledger's accountant says what one charge costs. It is known before
+the round runs (``protocol.charge(state, spec)``, from the state the round starts from), so the
+driver can refuse a round the budget cannot pay for. ``done`` is per replica, so halting and
+random stopping need no special path in the driver.
 
 ``keys`` (``RoundKeys``) carries the run seed, the replicas' repetitions and the round index, from
 which every server-side draw is keyed (``fedray.rng``): a round can be replayed exactly.
@@ -96,6 +98,11 @@ class RoundProtocol(Protocol):
     units per replica; only a protocol whose server may see un-noised sums (a trusted curator) can
     ask for it. A protocol with ``masked_client = True`` gets the same mask in ``client_step`` and
     sends per-unit messages as usual, computed only for the (replica, unit) pairs it marks.
+
+    ``public_charges`` (a class attribute, default True): every round's charge is a function of
+    public randomness (the sampler's draws, public levels) and not of the data, so a run may stop
+    when the next round's charge would pass the budget (``privacy.enforce_budget=stop``): its
+    stopping round is data-independent and its releases are a fixed composition.
     """
 
     routing: Routing
@@ -109,6 +116,8 @@ class RoundProtocol(Protocol):
     def shard(self, federation: Any, unit_ids: np.ndarray) -> Any: ...
 
     def client_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray: ...
+
+    def charge(self, state: Any, spec: RoundSpec) -> np.ndarray: ...
 
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated: ...
 
@@ -125,6 +134,8 @@ class _FromParts:
     """What a protocol built from an algorithm's halves delegates to its parts: the algorithm
     (``init``, ``silo_step``, ``output``), the shard view, the evaluation; it ends after
     ``num_rounds`` rounds (steps). Needs the fields of ``SampledRounds``."""
+
+    public_charges: ClassVar[bool] = True       # see ``RoundProtocol``
 
     def init(self) -> Any:
         return self.algorithm.init(self.params0)
@@ -176,10 +187,15 @@ class SampledRounds(_FromParts):
         return RoundSpec(keys.round, participation, self.algorithm.broadcast(state))
 
 
+    def charge(self, state: Any, spec: RoundSpec) -> np.ndarray:
+        """Every unit taking part releases one message."""
+        return spec.participation
+
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
+        charge = self.charge(state, spec)
         state = self.algorithm.server_step(state, messages.values, messages.mask)
         participants = spec.participation.sum(axis=1).astype(np.float64)
-        return Aggregated(state, spec.participation, {"participants": participants})
+        return Aggregated(state, charge, {"participants": participants})
 
 
 def step_sum(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -264,12 +280,17 @@ class SequentialSteps(_FromParts):
             lo, hi = self.step_units(step)
             yield step, slice(lo - first_unit, hi - first_unit)
 
+    def charge(self, state: Any, spec: RoundSpec) -> np.ndarray:
+        """Every unit of the block's steps releases one message."""
+        return spec.participation
+
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
+        charge = self.charge(state, spec)
         sums = messages.values if spec.operation == "client_block" else step_sum(messages.values, messages.mask)[None]
         for summed in sums:
             state = self.algorithm.server_step(state, summed)
         units = self.step_units(spec.round + spec.steps - 1)[1] - self.step_units(spec.round)[0]
-        return Aggregated(state, spec.participation, {"participants": np.full(self.params0.shape[0], float(units))})
+        return Aggregated(state, charge, {"participants": np.full(self.params0.shape[0], float(units))})
 
 
 
@@ -319,8 +340,12 @@ class CuratorSteps(SequentialSteps):
             state = self.algorithm.server_step(state, step_sum(messages.values, messages.mask))
         p = self.params0.shape[0]
         units = self.step_units(spec.round + spec.steps - 1)[1] - self.step_units(spec.round)[0]
-        charge = np.asarray(self.algorithm.releases(spec.round, spec.steps), dtype=np.int64).reshape(p, 1)
-        return Aggregated(state, charge, {"participants": np.full(p, float(units))})
+        return Aggregated(state, self.charge(None, spec), {"participants": np.full(p, float(units))})
+
+    def charge(self, state: Any, spec: RoundSpec) -> np.ndarray:
+        """The block's releases, charged to every sample (one population column)."""
+        p = self.params0.shape[0]
+        return np.asarray(self.algorithm.releases(spec.round, spec.steps), dtype=np.int64).reshape(p, 1)
 
 
 @dataclass(frozen=True)
@@ -343,6 +368,7 @@ class CuratorSampledRounds(SampledRounds):
     """
 
     masked_client: ClassVar[bool] = True
+    public_charges: ClassVar[bool] = False     # a halted replica (a test outcome) is charged nothing more
 
     def client_step(self, broadcast: Any, shard: Any, draws: Any, participation: np.ndarray) -> np.ndarray:
         """The messages of the (replica, unit) pairs of ``participation`` (the shard's (P, U) mask):
@@ -354,8 +380,11 @@ class CuratorSampledRounds(SampledRounds):
         spec = super().configure(state, keys)
         return RoundSpec(spec.round, spec.participation & ~self.algorithm.done(state)[:, None], spec.broadcast)
 
+    def charge(self, state: Any, spec: RoundSpec) -> np.ndarray:
+        return self.algorithm.charge(state, spec.participation)
+
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
-        charge = self.algorithm.charge(state, spec.participation)
+        charge = self.charge(state, spec)
         state = self.algorithm.server_step(state, messages.values, messages.mask)
         metrics = {"participants": spec.participation.sum(axis=1).astype(np.float64), **self.algorithm.metrics(state)}
         return Aggregated(state, charge, metrics)
@@ -398,8 +427,12 @@ class CuratorRounds(_FromParts):
     def client_step(self, broadcast: Any, shard: Any, draws: Any, participation: np.ndarray) -> np.ndarray:
         return self.algorithm.silo_step(broadcast, shard, draws, participation)[:, None]
 
+    def charge(self, state: Any, spec: RoundSpec) -> np.ndarray:
+        """What each replica releases at the state the round starts from, charged to every sample."""
+        return np.asarray(self.algorithm.releases(state), dtype=np.int64)[:, None]
+
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
-        charge = np.asarray(self.algorithm.releases(state), dtype=np.int64)[:, None]
+        charge = self.charge(state, spec)
         state = self.algorithm.server_step(state, step_sum(messages.values, messages.mask))
         return Aggregated(state, charge, {"participants": spec.participation.sum(axis=1).astype(np.float64)})
 

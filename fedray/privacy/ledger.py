@@ -66,7 +66,12 @@ class Ledger:
 
     def record(self, charge: np.ndarray) -> None:
         """Add one round's (P, N) charge (bool or counts)."""
-        self.counts += self.accountant.charge(np.asarray(charge)).astype(np.int64)
+        self.counts = self.after(charge)
+
+    def after(self, charge: np.ndarray, counts: np.ndarray | None = None) -> np.ndarray:
+        """The counts once ``charge`` is recorded on top of ``counts`` (default: what was charged)."""
+        counts = self.counts if counts is None else counts
+        return counts + self.accountant.charge(np.asarray(charge)).astype(np.int64)
 
     def epsilons(self, counts: np.ndarray | None = None) -> np.ndarray:
         """(P, N) epsilon of every (replica, unit) for ``counts`` (default: what was charged so far)."""

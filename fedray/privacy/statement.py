@@ -33,15 +33,17 @@ class PrivacyPlan:
     details: dict = field(default_factory=dict)  # resolved values worth logging (chain parameters, ...)
     non_private_inputs: tuple[str, ...] = ()     # what the run uses that no privacy step covers
     faithful: bool = False                       # runtime.faithful: the driver sees only the protocol's messages
+    stop_at_budget: bool = False                 # privacy.enforce_budget=stop: no round the budget cannot pay for
 
     @property
     def private(self) -> bool:
         return self.trust_model != "none"
 
-    def statement(self, epsilon_spent: np.ndarray | None = None, diagnostics=()) -> dict:
+    def statement(self, epsilon_spent: np.ndarray | None = None, diagnostics=(), stopped: str | None = None) -> dict:
         """What the run claims, for the run record: trust model, unit, neighbouring relation,
-        calibration, accountant, delta, epsilon per unit (planned, or spent after the run), and
-        every input or output outside the guarantee (non-private inputs, diagnostic metrics)."""
+        calibration, accountant, delta, epsilon per unit (planned, or spent after the run), every
+        input or output outside the guarantee (non-private inputs, diagnostic metrics), and why
+        the run stopped before its last round if it did (``stopped``)."""
         record = {"trust_model": self.trust_model, "unit": self.unit, "neighbouring_relation": self.relation,
                   "calibration": self.calibration, "accountant": self.accountant}
         if self.private:
@@ -55,6 +57,8 @@ class PrivacyPlan:
         record["driver_view"] = FAITHFUL_VIEW if self.faithful else SIMULATOR_VIEW
         record["non_private_inputs"] = list(self.non_private_inputs)
         record["diagnostic_metrics"] = sorted(diagnostics)
+        if stopped is not None:
+            record["stopped"] = stopped
         return record
 
     def summary(self) -> str:

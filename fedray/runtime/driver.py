@@ -43,6 +43,7 @@ class RunResult:
     diagnostics: set = field(default_factory=set)       # metric names read from data the server would not see
     constants: dict = field(default_factory=dict)       # the protocol's fixed values (clip, noise std)
     epsilon_spent: np.ndarray | None = None             # (P, N)
+    stopped: str | None = None                          # why the run ended before its last round
     wall_time: float = 0.0
     time_to_first_round: float = 0.0
 
@@ -506,12 +507,20 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
 
     faithful = plan.privacy.faithful              # units and shuffler draw from entropy the driver never sees
     deferred = []                                   # faithful runs: (round, last step, model) to evaluate after
+    budget = _Budget(plan, ledger) if plan.privacy.stop_at_budget else None
     r, pending, ahead = start_round, None, state     # ahead: what the next round is configured from
     while not np.all(protocol.done(ahead)):
         keys = RoundKeys(plan.seed, plan.repetitions, r, plan.replicas.streams)
         spec, owner = protocol.configure(ahead, keys), None
         if spec.operation == "client_block":
             spec, owner = _fit_block(protocol, spec, groups.ranges)
+        if budget is not None:
+            if owner is not None and not budget.affords(protocol.charge(ahead, spec)):
+                spec, owner = protocol.one_step(spec), None      # the budget's last steps, one at a time
+            result.stopped = budget.refusal(protocol.charge(ahead, spec), spec.round)
+            if result.stopped is not None:
+                break
+            budget.commit(protocol.charge(ahead, spec))
         evaluate = r % plan.evaluate_every == 0 or spec.round + spec.steps == plan.num_rounds
         model = next(iter(protocol.output(ahead).values())) if evaluate else None
         if faithful and model is not None:
@@ -545,6 +554,37 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
 
     result.time_to_first_round = (first_round_at or time.perf_counter()) - started
     return _finish(plan, protocol, groups, protocol.output(state), result, ledger, started)
+
+
+class _Budget:
+    """``privacy.enforce_budget=stop``: the rounds the ledger's targets can still pay for. Each
+    round's charge is public and known before it runs (``protocol.charge``), so a round that would
+    take any (replica, unit) past its target is never started: the run ends with the outputs of the
+    rounds paid for, at a round that depends on no data. Counts include rounds started but not yet
+    settled (a block in flight)."""
+
+    def __init__(self, plan: Plan, ledger):
+        self.ledger, self.committed = ledger, ledger.counts.copy()
+        self.target = np.broadcast_to(plan.privacy.target_epsilon, ledger.counts.shape)
+
+    def _epsilons(self, charge) -> np.ndarray:
+        return self.ledger.epsilons(self.ledger.after(charge, self.committed))
+
+    def affords(self, charge) -> bool:
+        return bool(np.all(self._epsilons(charge) <= self.target * (1 + 1e-9)))
+
+    def refusal(self, charge, round_index: int) -> str | None:
+        """None if the budget pays for ``charge``; else why round ``round_index`` is not run."""
+        epsilons = self._epsilons(charge)
+        over = epsilons - self.target * (1 + 1e-9)
+        if np.all(over <= 0):
+            return None
+        p, u = np.unravel_index(int(np.argmax(over)), over.shape)
+        return (f"privacy budget: round {round_index} would take {self.ledger.unit} {u} of replica {p} to epsilon "
+                f"{epsilons[p, u]:.4g} > {self.target[p, u]:g}; the run ends after {round_index} rounds")
+
+    def commit(self, charge) -> None:
+        self.committed = self.ledger.after(charge, self.committed)
 
 
 def _finish(plan: Plan, protocol, groups, outputs: dict, result: RunResult, ledger, started: float) -> RunResult:

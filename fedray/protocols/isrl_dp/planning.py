@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, ClassVar, Mapping
 
 import numpy as np
 
@@ -56,6 +56,8 @@ def _max_feature_norm(fed) -> float:
 @dataclass(frozen=True)
 class IsrlDpPlan:
     """A seed-004 algorithm resolved against its data (the ``PlannedProtocol`` contract)."""
+
+    public_charges: ClassVar[bool] = True      # every round's charge is public (RoundProtocol)
 
     name: str
     algorithm_class: type

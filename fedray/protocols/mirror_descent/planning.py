@@ -16,6 +16,7 @@ draw reads every sample, so a population ledger (one column for all samples,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -164,6 +165,8 @@ class GamePlan:
     runtime shape: fixed disjoint batches run as a curator's sequential steps, in blocks of
     ``block_steps`` (``CuratorSteps``); batches that differ between replicas, or every sample
     every round, run as rounds (``CuratorRounds``)."""
+
+    public_charges: ClassVar[bool] = True      # every round's charge is public (RoundProtocol)
 
     algorithm: object
     sampler: object

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -64,6 +64,8 @@ ROUTING = {"sdp": Routing.SHUFFLE_SUM, "local": Routing.DIRECT, "central": Routi
 @dataclass(frozen=True)
 class PvecStepsPlan:
     """A seed-000 sequential protocol resolved against its data (``PlannedProtocol``)."""
+
+    public_charges: ClassVar[bool] = True      # every round's charge is public (RoundProtocol)
 
     algorithm: object
     sampler: SequentialBatches
@@ -168,6 +170,8 @@ class PvecSteps:
 @dataclass(frozen=True)
 class PvecRoundsPlan:
     """A seed-000 fully interactive protocol resolved against its data (``PlannedProtocol``)."""
+
+    public_charges: ClassVar[bool] = True      # every round's charge is public (RoundProtocol)
 
     algorithm: object
     sampler: AllUnits
