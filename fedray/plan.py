@@ -10,10 +10,11 @@ overspend is refused (``BudgetError``).
 
 from __future__ import annotations
 
+
 import json
 import math
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 from hydra.utils import instantiate
@@ -203,8 +204,14 @@ def _instantiate(key: str, node: dict):
 
 
 def _loss(data: dict):
-    """The data's loss, or None for data that define their own objective (a game's payoffs)."""
-    return _instantiate("data.loss", data["loss"]) if data.get("loss") is not None else None
+    """The data's loss, or None for data that define their own objective (a game's payoffs). Its
+    settings (a margin clip, a Huber threshold, the number of outputs) are positive numbers."""
+    if data.get("loss") is None:
+        return None
+    loss = _instantiate("data.loss", data["loss"])
+    for setting in fields(loss):
+        positive(f"data.loss.{setting.name}", getattr(loss, setting.name), int if setting.name == "num_outputs" else float)
+    return loss
 
 
 def _guard(privacy: PrivacyPlan, sampler, replicas: Replicas, seed: int, num_rounds: int, num_units: int,
