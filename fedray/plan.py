@@ -209,8 +209,9 @@ def _loss(data: dict):
     if data.get("loss") is None:
         return None
     loss = _instantiate("data.loss", data["loss"])
-    for setting in fields(loss):
-        positive(f"data.loss.{setting.name}", getattr(loss, setting.name), int if setting.name == "num_outputs" else float)
+    for setting in fields(loss):        # the numeric settings (a smoothed loss's base loss is not one)
+        if isinstance(setting.default, (int, float)) and not isinstance(setting.default, bool):
+            positive(f"data.loss.{setting.name}", getattr(loss, setting.name), type(setting.default))
     return loss
 
 
