@@ -45,11 +45,13 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
+SQLITE = "sqlite:///"
+
+
 def _store_uri(uri: str) -> str:
     """Relative sqlite paths are resolved against the working directory, made absolute for the UI."""
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
-        return prefix + str(Path(uri[len(prefix):]).resolve())
+    if uri.startswith(SQLITE) and not uri.startswith(SQLITE + "/"):
+        return SQLITE + str(Path(uri[len(SQLITE):]).resolve())
     return uri
 
 
@@ -96,11 +98,10 @@ class RetryingClient:
 @contextmanager
 def _store_lock(uri: str):
     """An inter-process lock beside a SQLite store's file; nothing for other stores."""
-    prefix = "sqlite:///"
-    if not uri.startswith(prefix):
+    if not uri.startswith(SQLITE):
         yield
         return
-    path = Path(uri[len(prefix):])
+    path = Path(uri[len(SQLITE):])
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         yield

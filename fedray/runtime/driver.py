@@ -515,12 +515,14 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
         if spec.operation == "client_block":
             spec, owner = _fit_block(protocol, spec, groups.ranges)
         if budget is not None:
-            if owner is not None and not budget.affords(protocol.charge(ahead, spec)):
+            charge = protocol.charge(ahead, spec)
+            if owner is not None and budget.refusal(charge, spec.round) is not None:
                 spec, owner = protocol.one_step(spec), None      # the budget's last steps, one at a time
-            result.stopped = budget.refusal(protocol.charge(ahead, spec), spec.round)
+                charge = protocol.charge(ahead, spec)
+            result.stopped = budget.refusal(charge, spec.round)
             if result.stopped is not None:
                 break
-            budget.commit(protocol.charge(ahead, spec))
+            budget.commit(charge)
         evaluate = r % plan.evaluate_every == 0 or spec.round + spec.steps == plan.num_rounds
         model = next(iter(protocol.output(ahead).values())) if evaluate else None
         if faithful and model is not None:
@@ -567,15 +569,9 @@ class _Budget:
         self.ledger, self.committed = ledger, ledger.counts.copy()
         self.target = np.broadcast_to(plan.privacy.target_epsilon, ledger.counts.shape)
 
-    def _epsilons(self, charge) -> np.ndarray:
-        return self.ledger.epsilons(self.ledger.after(charge, self.committed))
-
-    def affords(self, charge) -> bool:
-        return bool(np.all(self._epsilons(charge) <= self.target * (1 + 1e-9)))
-
     def refusal(self, charge, round_index: int) -> str | None:
         """None if the budget pays for ``charge``; else why round ``round_index`` is not run."""
-        epsilons = self._epsilons(charge)
+        epsilons = self.ledger.epsilons(self.ledger.after(charge, self.committed))
         over = epsilons - self.target * (1 + 1e-9)
         if np.all(over <= 0):
             return None
