@@ -35,5 +35,7 @@ class LinearModelEvaluation:
         train = np.concatenate([p["train_loss_mean"] for p in parts], axis=1)      # (P, N)
         errors = np.concatenate([p["test_error_sum"] for p in parts], axis=1)
         counts = np.concatenate([p["test_count"] for p in parts])
-        return {"train_loss": Metric(train.sum(axis=1) / num_silos, released=False),
-                "test_error": Metric(errors.sum(axis=1) / counts.sum(), released=False)}
+        metrics = {"train_loss": Metric(train.sum(axis=1) / num_silos, released=False)}
+        if counts.sum() > 0:            # data of sufficient statistics hold no test records
+            metrics["test_error"] = Metric(errors.sum(axis=1) / counts.sum(), released=False)
+        return metrics

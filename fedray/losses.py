@@ -76,6 +76,33 @@ class Squared:
 
 
 @dataclass(frozen=True)
+class Linear:
+    """The negative score -y z, labels clipped to [-1, 1] (a record-by-record map, as the feature
+    bound is). With the ridge term (mu / 2) ||W||^2 of a strongly convex program the minimiser is
+    the mean of the records y x over mu: mean estimation, where each record may be a user's mean
+    of m items (``fedray.data.BinomialUserMeans``), whose average loss it reproduces exactly
+    because the loss is linear in the record (``linear_in_record``). |dl/dz| <= 1, no curvature."""
+
+    num_outputs: int = 1
+    residual_bound = 1.0
+    curvature_bound = 0.0
+    linear_in_record = True
+
+    def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return -np.clip(y, -1.0, 1.0) * z[..., 0]
+
+    def residual(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(-np.clip(y, -1.0, 1.0), z.shape[:-1])[..., None]
+
+    def curvature(self, z: np.ndarray, y: np.ndarray, u: np.ndarray) -> np.ndarray:
+        return np.zeros_like(u)
+
+    def error(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Whether the score's sign disagrees with the label's."""
+        return (z[..., 0] * y <= 0.0).astype(np.float64)
+
+
+@dataclass(frozen=True)
 class Huber:
     """The half squared error with its residual clipped at ``threshold``: (z - y)^2 / 2 where |z - y|
     <= threshold, threshold |z - y| - threshold^2 / 2 beyond. Equal to ``Squared`` wherever the

@@ -251,6 +251,10 @@ def make_plan(cfg: DictConfig) -> Plan:
     if loss is None and getattr(algorithm_class.recipe, "needs_loss", True):
         raise ConfigError("data.loss", None, f"a loss for {config['algorithm'].get('name')} (data={config['data'].get('name')} "
                           "defines none)")
+    if shape.summarised_items is not None and not getattr(loss, "linear_in_record", False):
+        raise ConfigError("data.loss", type(loss).__name__, f"a loss linear in the record (Linear) for data="
+                          f"{config['data'].get('name')}: each record is the mean of {shape.summarised_items} items, "
+                          "which gives the items' average loss only for such a loss")
     config = algorithm_class.recipe.resolve(algorithm_class, config, dataset, shape, loss, sampler)
     # resolve may have set the sampler's size or the loss's smoothing
     sampler = _instantiate("participation", config["participation"])

@@ -40,3 +40,16 @@ def compose(*overrides: str):
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return hydra_compose("config", overrides=list(overrides))
+
+
+def load_script(path: Path):
+    """An experiment or benchmark script as a module (its folder on sys.path for its siblings),
+    so tests can shrink its grid with monkeypatch and run its main."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(f"{path.parent.name}_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    spec.loader.exec_module(module)
+    return module

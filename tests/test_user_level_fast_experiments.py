@@ -6,29 +6,21 @@ noise level that dominates them)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 
 import numpy as np
 import pytest
 
 from fedray.compose import compose_plan
 from fedray.runtime.driver import run
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
 pytestmark = pytest.mark.slow
 
 
-def _load(name: str, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_e2_counts_equal_the_formula_on_a_reduced_grid(tmp_path, monkeypatch):
-    e2 = _load("e2_counts", REPO / "experiments/user_level_fast/e2_counts/run.py")
+    e2 = load_script(REPO / "experiments/user_level_fast/e2_counts/run.py")
     monkeypatch.setattr(e2, "HERE", tmp_path)
     monkeypatch.setattr(e2, "USERS", (1000,))
     monkeypatch.setattr(e2, "ITEMS", (4, 16))
@@ -39,7 +31,7 @@ def test_e2_counts_equal_the_formula_on_a_reduced_grid(tmp_path, monkeypatch):
 
 
 def test_the_benchmarks_numpy_reference_has_fedrays_law():
-    bench = _load("user_level_fast_benchmark", REPO / "experiments/benchmark/user_level_fast.py")
+    bench = load_script(REPO / "experiments/benchmark/user_level_fast.py")
     n, m, d, reps = 1000, 16, 5, 24
     plan = compose_plan(["experiment=user_level_sphere", f"data.spec.num_silos={n}", f"data.spec.samples_per_silo={m}",
                          f"data.spec.dim={d}", f"repetitions={reps}", "privacy.epsilon=40", "privacy.delta=1e-6",
@@ -58,7 +50,7 @@ def test_the_benchmarks_numpy_reference_has_fedrays_law():
 
 
 def test_e8_lemma_checks_on_a_reduced_grid(monkeypatch):
-    e8 = _load("e8_lemmas", REPO / "experiments/user_level_fast/e8_lemmas/run.py")
+    e8 = load_script(REPO / "experiments/user_level_fast/e8_lemmas/run.py")
     monkeypatch.setattr(e8, "USERS", (16, 64))
     monkeypatch.setattr(e8, "ITEMS", (4, 16, 64))
     monkeypatch.setattr(e8, "STEPS", (100, 1000))
@@ -73,7 +65,7 @@ def test_e8_lemma_checks_on_a_reduced_grid(monkeypatch):
 
 
 def test_e6_checks_lemma_d1_in_the_order_a_convex_loss_obeys(monkeypatch):
-    e6 = _load("e6_non_smooth", REPO / "experiments/user_level_fast/e6_non_smooth/run.py")
+    e6 = load_script(REPO / "experiments/user_level_fast/e6_non_smooth/run.py")
     monkeypatch.setattr(e6, "POINTS", 3)
     monkeypatch.setattr(e6, "DRAWS", 500)
     rows = e6.smoothing_check()
@@ -83,7 +75,7 @@ def test_e6_checks_lemma_d1_in_the_order_a_convex_loss_obeys(monkeypatch):
 
 
 def test_e5_reports_the_cheapest_setting_that_reaches_each_target(monkeypatch):
-    e5 = _load("e5_matched_accuracy", REPO / "experiments/user_level_fast/e5_matched_accuracy/run.py")
+    e5 = load_script(REPO / "experiments/user_level_fast/e5_matched_accuracy/run.py")
     monkeypatch.setattr(e5, "CELLS", ((10, 2),))
     rows = [{"arm": "b2", "n": 10, "m": 2, "rounds": t, "threshold_constant": 1.0, "excess_mean": risk,
              "gradients_mean": 20.0 * t, "seconds": 0.1} for t, risk in ((5, 0.02), (10, 0.004), (20, 0.003))]

@@ -22,8 +22,10 @@ from fedray.data.mnist import IdxFormatError, MnistPairs, MnistUsers, read_idx, 
 from fedray.data.obesity import ObesityByClass
 from fedray.data.sphere_regression import SphereRegression
 from fedray.data.synthetic import SyntheticLinear
+from fedray.data.user_means import BinomialUserMeans
 
 __all__ = [
+    "BinomialUserMeans",
     "ChecksumError",
     "DenseMatrixGame",
     "DownloadError",

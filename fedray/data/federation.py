@@ -57,10 +57,19 @@ class FederationShape:
     dim: int
     num_outputs: int
     task: str
+    summarised_items: int | None = None
 
     @property
     def min_train_size(self) -> int:
         return min(self.n_train)
+
+    @property
+    def items(self) -> tuple[int, ...]:
+        """The items each silo's records stand for: ``n_train``, or, where every silo holds a
+        sufficient statistic of m items (``summarised_items`` = m), m per silo."""
+        if self.summarised_items is None:
+            return self.n_train
+        return (self.summarised_items,) * self.num_silos
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,7 @@ class Federation:
     n_test: np.ndarray
     task: str
     num_outputs: int
+    summarised_items: int | None = None     # see FederationShape.items
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -102,6 +112,7 @@ class Federation:
             dim=self.dim,
             num_outputs=self.num_outputs,
             task=self.task,
+            summarised_items=self.summarised_items,
         )
 
     def select(self, silo_ids: np.ndarray) -> "Federation":
@@ -116,6 +127,7 @@ class Federation:
             n_test=self.n_test[ids],
             task=self.task,
             num_outputs=self.num_outputs,
+            summarised_items=self.summarised_items,
         )
 
     def train_mask(self) -> np.ndarray:

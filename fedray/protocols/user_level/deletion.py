@@ -1,6 +1,7 @@
 """Output perturbation for functions of small local deletion sensitivity (seed-003 spec §2.1-2.3b):
-the shifted truncated discrete Laplace deletion budget and the constants of DelOutputPert and
-SCOutputPert's certificate mode.
+the shifted truncated discrete Laplace deletion budget, Alg. 1 (DelOutputPert) with its stable-set
+search, local deletion sensitivity (by enumeration, and the exact sorted formula of a 1-D mean),
+and the constants of SCOutputPert in its exact and certificate modes.
 
 Symbols: eps, delta the target (replace-one user-level), eps2 = eps/2, delta2 = delta/(e^eps + 2),
 kappa = 1 + ceil(ln(1/delta2)/eps2), r = 4 kappa deletions, N0 = 8 kappa + 2 the fewest users
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import combinations
+from typing import Callable
 
 import numpy as np
 
@@ -53,17 +56,91 @@ class TruncatedDiscreteLaplace:
         return int(rng.choice(2 * self.kappa + 1, p=self.pmf()))
 
 
-@dataclass(frozen=True)
-class CertifiedPerturbation:
-    """SCOutputPert's constants in certificate mode (spec §2.3b), all data independent.
+def mean_deletion_sensitivity(values: np.ndarray, deletions: int) -> float:
+    """Delta_k of the mean of the 1-D ``values`` a (one per user) with k = ``deletions``: the
+    largest change of the mean when one more user goes after at most k deletions. Exact, in
+    O(N log N): with a sorted and M = N - k users left after deleting the k that push the rest's
+    mean furthest, Delta_k = max(a_(N) - mean(a_(1..N-k-1)), mean(a_(k+2..N)) - a_(1)) / (N - k)."""
+    a = np.sort(np.asarray(values, dtype=np.float64))
+    n = a.size
+    if n - deletions < 2:
+        raise ValueError(f"{deletions} deletions leave fewer than 2 of {n} users")
+    rest = n - deletions - 1
+    return float(max(a[-1] - a[:rest].mean(), a[-rest:].mean() - a[0]) / (n - deletions))
 
-    gamma0 = 5 G sqrt(ln(n/beta)/m) (a per-user gradient-deviation bound, Lemma 3.8 + a union over
-    users), Delta0 = (2r + 1) gamma0 / (mu (n - r - 1)), eta = Delta0 / 100, Delta = Delta0 + 4 eta,
-    sigma = sqrt(2 ln(2/delta2)) 8 kappa Delta / eps2. A solution with optimality residual res and
-    per-user gradient deviations at most gammat certifies Delta_r f(x) <= Delta when
-        (2r + 1) gammat / (mu (n - r - 1)) + 2 res / mu + 2 eta <= Delta,
-    and then the release is exactly DelOutputPert's f(x) + N(0, sigma^2 I) (S* is empty for every R1).
-    """
+
+def deletion_sensitivity(f: Callable[[tuple], np.ndarray], num_users: int, deletions: int,
+                         deleted: tuple = ()) -> float:
+    """Delta_r f(y) by enumeration (Def 3.2), y = the users minus ``deleted``: the largest
+    ||f(y_{-S}) - f(y_{-S-i})|| over |S| <= r and i in y \\ S; ``f`` maps the sorted tuple of deleted
+    users to its value. Exponential in r: for tests and tiny federations."""
+    rest = [u for u in range(num_users) if u not in deleted]
+    largest = 0.0
+    for size in range(min(deletions, len(rest)) + 1):
+        for subset in combinations(rest, size):
+            base = np.asarray(f(tuple(sorted(deleted + subset))))
+            for user in rest:
+                if user not in subset:
+                    moved = np.asarray(f(tuple(sorted(deleted + subset + (user,)))))
+                    largest = max(largest, float(np.linalg.norm(base - moved)))
+    return largest
+
+
+@dataclass(frozen=True)
+class DelOutputPert:
+    """Alg. 1 at inner parameters (eps2, delta2) and target sensitivity Delta: draw R1 ~
+    TDLap(eps2, delta2); find the smallest set S of at most R1 users (lexicographic among equals)
+    whose deletion leaves a stable dataset, Delta_{r'} f(x_{-S}) <= Delta; release f(x_{-S}) +
+    N(0, sigma^2 I) with sigma = sqrt(2 ln(2/delta2)) 8 kappa Delta / eps2, or nothing (BOT) if no
+    such S exists. r' = 4 kappa - |S| (``index="listing"``, the paper's line 6) or 4 kappa - R1
+    (``"proof"``, Obs 3.5's reading); both are private (spec A3). Guarantee (Thm 3.3): (2 eps2,
+    (e^eps2 + 2) delta2)-DP for every f, Delta and n, replace-one neighbours. The search enumerates
+    subsets: for tests and tiny federations; SCOutputPert certifies S = {} instead."""
+
+    epsilon2: float
+    delta2: float
+    sensitivity: float
+    index: str = "listing"
+
+    def __post_init__(self) -> None:
+        if self.index not in ("listing", "proof"):
+            raise ValueError(f"index must be 'listing' or 'proof'; got {self.index!r}")
+
+    @classmethod
+    def for_target(cls, epsilon: float, delta: float, sensitivity: float, index: str = "listing") -> "DelOutputPert":
+        """The inner parameters of an (eps, delta) target: eps2 = eps/2, delta2 = delta/(e^eps + 2)."""
+        return cls(epsilon / 2.0, delta / (math.exp(epsilon) + 2.0), sensitivity, index)
+
+    @property
+    def kappa(self) -> int:
+        return kappa(self.epsilon2, self.delta2)
+
+    @property
+    def noise_std(self) -> float:
+        return math.sqrt(2.0 * math.log(2.0 / self.delta2)) * 8 * self.kappa * self.sensitivity / self.epsilon2
+
+    def stable_set(self, num_users: int, local_sensitivity: Callable[[tuple, int], float], budget: int) -> tuple | None:
+        """S* for R1 = ``budget``: ``local_sensitivity(S, r)`` is Delta_r f(x_{-S})."""
+        for size in range(budget + 1):
+            reach = 4 * self.kappa - (size if self.index == "listing" else budget)
+            for subset in combinations(range(num_users), size):
+                if local_sensitivity(subset, reach) <= self.sensitivity:
+                    return subset
+        return None
+
+    def release(self, f: Callable[[tuple], np.ndarray], local_sensitivity: Callable[[tuple, int], float],
+                num_users: int, rng: np.random.Generator) -> np.ndarray | None:
+        budget = TruncatedDiscreteLaplace(self.epsilon2, self.delta2).sample(rng)
+        chosen = self.stable_set(num_users, local_sensitivity, budget)
+        if chosen is None:
+            return None
+        value = np.asarray(f(chosen), dtype=np.float64)
+        return value + self.noise_std * rng.standard_normal(value.shape)
+
+
+@dataclass(frozen=True)
+class _SCOutputPertConstants:
+    """What SCOutputPert's two modes share: the inner parameters, kappa, N0 and sigma."""
 
     epsilon: float
     delta: float
@@ -95,6 +172,40 @@ class CertifiedPerturbation:
         return 8 * self.kappa + 2
 
     @property
+    def noise_std(self) -> float:
+        return DelOutputPert(self.epsilon2, self.delta2, self.sensitivity).noise_std
+
+
+@dataclass(frozen=True)
+class ExactPerturbation(_SCOutputPertConstants):
+    """SCOutputPert's constants in exact mode (spec §2.3): Delta = 5 G sqrt((4 kappa + 1) ln n +
+    ln(2/beta)) / (mu (n - 4 kappa - 1) sqrt(m)), Thm 3.6 with a union bound over the deletions.
+    The release is f(x) + N(0, sigma^2 I) when Delta_{4 kappa} f(x) <= Delta, computed exactly
+    (then S* = {} for every R1)."""
+
+    @property
+    def sensitivity(self) -> float:
+        n, r = self.num_users, self.deletions
+        spread = 5.0 * self.lipschitz * math.sqrt((r + 1) * math.log(n) + math.log(2.0 / self.beta))
+        return spread / (self.strong_convexity * (n - r - 1) * math.sqrt(self.items_per_user))
+
+    def certifies(self, local_sensitivity: float) -> bool:
+        return local_sensitivity <= self.sensitivity
+
+
+@dataclass(frozen=True)
+class CertifiedPerturbation(_SCOutputPertConstants):
+    """SCOutputPert's constants in certificate mode (spec §2.3b), all data independent.
+
+    gamma0 = 5 G sqrt(ln(n/beta)/m) (a per-user gradient-deviation bound, Lemma 3.8 + a union over
+    users), Delta0 = (2r + 1) gamma0 / (mu (n - r - 1)), eta = Delta0 / 100, Delta = Delta0 + 4 eta,
+    sigma = sqrt(2 ln(2/delta2)) 8 kappa Delta / eps2. A solution with optimality residual res and
+    per-user gradient deviations at most gammat certifies Delta_r f(x) <= Delta when
+        (2r + 1) gammat / (mu (n - r - 1)) + 2 res / mu + 2 eta <= Delta,
+    and then the release is exactly DelOutputPert's f(x) + N(0, sigma^2 I) (S* is empty for every R1).
+    """
+
+    @property
     def gamma0(self) -> float:
         return 5.0 * self.lipschitz * math.sqrt(math.log(self.num_users / self.beta) / self.items_per_user)
 
@@ -111,10 +222,6 @@ class CertifiedPerturbation:
     def sensitivity(self) -> float:
         """Delta = Delta0 + 4 eta."""
         return self._spread(self.gamma0) + 4.0 * self.tolerance
-
-    @property
-    def noise_std(self) -> float:
-        return math.sqrt(2.0 * math.log(2.0 / self.delta2)) * 8 * self.kappa * self.sensitivity / self.epsilon2
 
     def certificate(self, gamma: float, residual: float) -> float:
         """The certified bound on Delta_r of the solver's map at this solution."""

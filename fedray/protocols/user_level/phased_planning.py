@@ -69,7 +69,7 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
     if priv["trust_model"] != "none" and priv.get("epsilon_grid") is not None:
         raise ConfigError("privacy.epsilon_grid", priv["epsilon_grid"], f"null for {name}: every phase's lambda_i, "
                           "T_i and K_i depend on eps (one privacy.epsilon per run)")
-    items = set(shape.n_train)
+    items = set(shape.items)
     if len(items) != 1:
         raise ConfigError("data", f"{min(items)}..{max(items)} items per user", f"the same m for every user ({name})")
     if priv["trust_model"] == "none":

@@ -25,7 +25,7 @@ from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.gaussian import analytic_sigma, classic_sigma
 from fedray.privacy.ledger import ComposedAccountant, Ledger
 from fedray.privacy.statement import PrivacyPlan
-from fedray.protocols.user_level.deletion import CertifiedPerturbation
+from fedray.protocols.user_level.deletion import CertifiedPerturbation, ExactPerturbation
 
 USER = "user (all records of one silo)"
 FIELDS = ("_target_", "name", "regularization", "feature_bound", "gradient_tolerance")
@@ -109,7 +109,8 @@ class CertifiedPlan:
     def build(self, oracle):
         model_shape = (self.shape.dim, self.objective.loss.num_outputs)
         return self.algorithm_class(self.objective, self.strong_convexity, self.mechanisms, self.tolerance,
-                                    self.shape.num_silos, model_shape, dict(self.resolved))
+                                    self.shape.num_silos, model_shape,
+                                    {k: v for k, v in self.resolved.items() if k != "mode"}, self.resolved["mode"])
 
 
 @dataclass(frozen=True)
@@ -134,13 +135,21 @@ class CertifiedPerturbationRecipe:
         beta = number_in("algorithm.beta", alg.get("beta"), 0.0, 1.0, "a failure probability in (0, 1)")
         few = alg.get("allow_few_users", False)
         check_bool("algorithm.allow_few_users", few)
-        items = set(shape.n_train)
+        mode = alg.get("mode", "certificate")
+        if mode not in MODES:
+            raise ConfigError("algorithm.mode", mode, f"one of {MODES}")
+        if mode == "exact" and not (getattr(context.loss, "linear_in_record", False)
+                                    and shape.dim * context.loss.num_outputs == 1):
+            raise ConfigError("algorithm.mode", mode, "certificate, unless the loss is Linear in one dimension (a "
+                              f"1-D mean, whose deletion sensitivity has an exact formula); here {type(context.loss).__name__}"
+                              f" in {shape.dim * context.loss.num_outputs} dimensions")
+        items = set(shape.items)
         if len(items) != 1:
             raise ConfigError("data", f"{min(items)}..{max(items)} items per user",
                               f"the same number of items for every user ({alg.get('name')})")
         lipschitz = 2.0 * objective.lipschitz          # item loss + (mu/2)||theta||^2 on K = B(0, G_item/mu)
         cells, n, m = (replicas.count, shape.num_silos), shape.num_silos, items.pop()
-        resolved = {"lipschitz": lipschitz, "items_per_user": m}
+        resolved = {"lipschitz": lipschitz, "items_per_user": m, "mode": mode}
         if priv["trust_model"] == "none":
             return CertifiedPlan(algorithm_class, objective, mu, (None,) * replicas.count, 1e-9 * lipschitz, shape,
                                  not_private(cells), resolved)
@@ -150,7 +159,8 @@ class CertifiedPerturbationRecipe:
         levels = _levels(priv, replicas)
         if np.any(levels > 1):
             raise ConfigError("privacy.epsilon", float(levels.max()), "at most 1 (the paper's range, eps in (0, 1])")
-        mechanisms = tuple(CertifiedPerturbation(float(eps), delta, beta, lipschitz, mu, n, m) for eps in levels)
+        constants = ExactPerturbation if mode == "exact" else CertifiedPerturbation
+        mechanisms = tuple(constants(float(eps), delta, beta, lipschitz, mu, n, m) for eps in levels)
         fewest = max(mech.min_users for mech in mechanisms)
         if n < fewest and not few:
             raise ConfigError("data.spec.num_silos", n, f"at least N0 = {fewest} users for (eps, delta) = "
@@ -161,11 +171,12 @@ class CertifiedPerturbationRecipe:
                         sensitivity_max=float(sensitivity.max()), noise_std_max=float(sigma.max()))
         privacy = _one_release("paper", levels, delta, cells, sigma / sensitivity,
                                {"noise_std_max": float(sigma.max()), "min_users": fewest})
-        tolerance = min(mech.strong_convexity * mech.tolerance for mech in mechanisms)
+        tolerance = min(mech.strong_convexity * getattr(mech, "tolerance", math.inf) for mech in mechanisms)
         return CertifiedPlan(algorithm_class, objective, mu, mechanisms, tolerance, shape, privacy, resolved)
 
 
-CERTIFIED_FIELDS = ("_target_", "name", "strong_convexity", "feature_bound", "beta", "allow_few_users")
+CERTIFIED_FIELDS = ("_target_", "name", "strong_convexity", "feature_bound", "beta", "allow_few_users", "mode")
+MODES = ("certificate", "exact")
 
 
 def _check_program(recipe, config: dict, context: PlanContext, fields: tuple) -> None:
@@ -269,7 +280,7 @@ class UserSampledGaussian:
         clip = positive("algorithm.l2_clip", alg.get("l2_clip"))
         radius = positive("algorithm.radius", alg.get("radius"), allow_none=True)
         users, rounds, batch = shape.num_silos, context.num_rounds, int(context.sampler.silos_per_round)
-        items = set(shape.n_train)
+        items = set(shape.items)
         if len(items) != 1:
             raise ConfigError("data", f"{min(items)}..{max(items)} items per user", f"the same m for every user ({name})")
         items = items.pop()

@@ -11,7 +11,12 @@ from scipy import stats
 from fedray.core.objective import DataObjective
 from fedray.errors import ConfigError
 from fedray.plan import make_plan
-from fedray.protocols.user_level.deletion import CertifiedPerturbation, TruncatedDiscreteLaplace, kappa
+from fedray.protocols.user_level.deletion import (
+    CertifiedPerturbation,
+    TruncatedDiscreteLaplace,
+    kappa,
+    mean_deletion_sensitivity,
+)
 from fedray.protocols.user_level.solver import minimize_ridge
 from fedray.runtime.driver import InlineGroups, run
 from tests.conftest import compose
@@ -114,3 +119,39 @@ def test_bad_settings_are_refused_at_planning(override, key):
 def test_few_users_run_when_asked():
     plan = make_plan(compose(*USERS, "data.spec.num_silos=200", "algorithm.allow_few_users=true"))
     assert plan.protocol.resolved["min_users"] == 226
+
+
+MEANS = ["experiment=sc_output_pert_means", "data.spec.num_silos=400", "data.spec.items_per_user=1000000",
+         "progress=false"]
+
+
+def test_exact_mode_releases_the_users_mean_checked_by_the_sorted_formula():
+    """Exact mode (spec §2.3, E1): Delta_{4 kappa} of the 1-D mean by its exact formula, compared
+    with Delta_exact; the release is the users' mean plus sigma N(0, 1) per replica."""
+    plan = make_plan(compose(*MEANS, "repetitions=30"))
+    result = run(plan, inline=True, groups=InlineGroups(plan, 2))
+    mechanism = plan.protocol.build(None).mechanisms[0]
+    points = plan.dataset.load(plan.seed, plan.trial).x_train[:, 0, 0]
+    history = result.history[0]
+    assert history["certificate"][0] == pytest.approx(mean_deletion_sensitivity(points, 4 * mechanism.kappa), rel=1e-12)
+    assert np.all(history["released"] == 1) and history["certificate"][0] <= mechanism.sensitivity
+    noise = (result.outputs["released"][:, 0, 0] - points.mean()) / mechanism.noise_std
+    assert abs(noise.std() - 1) < 0.3 and abs(noise.mean()) < 0.4 and np.unique(noise).size == 30
+    # Delta_exact = 5 G sqrt((4 kappa + 1) ln n + ln(2 / beta)) / (mu (n - 4 kappa - 1) sqrt(m)), G = 2, mu = 1
+    assert mechanism.sensitivity == pytest.approx(
+        10 * np.sqrt(113 * np.log(400) + np.log(2e3)) / (287 * 1e3), rel=1e-12)
+
+
+def test_exact_mode_releases_nothing_for_heterogeneous_users():
+    plan = make_plan(compose(*MEANS, "data.spec.concentration=2.0"))
+    result = run(plan, inline=True)
+    assert result.history[0]["released"][0] == 0 and np.isnan(result.outputs["released"]).all()
+    assert result.history[0]["certificate"][0] > plan.protocol.build(None).mechanisms[0].sensitivity
+    assert np.all(result.epsilon_spent == 1.0)
+
+
+@pytest.mark.parametrize("overrides", [[*MEANS, "data.spec.dim=3"], USERS])
+def test_exact_mode_needs_a_linear_loss_in_one_dimension(overrides):
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*overrides, "algorithm.mode=exact"))
+    assert err.value.key == "algorithm.mode"

@@ -1,0 +1,213 @@
+"""DelOutputPert (seed-003 Alg. 1, spec §6 T3-T6): local deletion sensitivity by enumeration
+against the sorted formula of a 1-D mean, Observation 3.5 on every neighbour pair of tiny
+universes, the exact privacy audit of the whole output law (BOT mass and Gaussian mixture) on
+random neighbouring datasets for both readings of the stable-set index, and its negative
+control without the random deletion budget."""
+
+import itertools
+import math
+from collections import Counter
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedray.protocols.user_level.deletion import (
+    DelOutputPert,
+    TruncatedDiscreteLaplace,
+    deletion_sensitivity,
+    mean_deletion_sensitivity,
+)
+
+VALUES = (0.0, 0.3, 1.0)
+
+
+def mean_of(values: np.ndarray):
+    """f = the mean of the users left (0 when none is: spec A20), keyed by the deleted users."""
+    def f(deleted: tuple) -> np.ndarray:
+        kept = np.delete(values, list(deleted))
+        return np.array([kept.mean() if kept.size else 0.0])
+    return f
+
+
+@lru_cache(maxsize=None)
+def multiset_sensitivity(universe: tuple, counts: tuple, reach: int) -> float:
+    """Delta_r of the mean of a multiset of ``universe`` (``counts`` of each), by the recursion
+    Delta_r(y) = max(Delta_0(y), max_i Delta_{r-1}(y_{-i})): an enumeration independent of the
+    sorted formula."""
+    size = sum(counts)
+    if size == 0:
+        return 0.0
+    total = sum(c * v for c, v in zip(counts, universe))
+    mean = total / size
+    own = max(abs(mean - ((total - v) / (size - 1) if size > 1 else 0.0)) for c, v in zip(counts, universe) if c)
+    if reach == 0:
+        return own
+    smaller = [multiset_sensitivity(universe, counts[:k] + (counts[k] - 1,) + counts[k + 1:], reach - 1)
+               for k in range(len(universe)) if counts[k]]
+    return max(own, *smaller)
+
+
+def counts_of(values, universe: tuple = VALUES) -> tuple:
+    tally = Counter(float(v) for v in values)
+    return tuple(tally[v] for v in universe)
+
+
+def local_sensitivity(values: np.ndarray, universe: tuple = VALUES):
+    """``local_sensitivity(S, r)`` = Delta_r f(x_{-S}) for f = the mean of ``values`` (drawn from ``universe``)."""
+    return lambda deleted, reach: multiset_sensitivity(
+        universe, counts_of(np.delete(values, list(deleted)), universe), max(reach, 0))
+
+
+def test_sorted_formula_equals_enumeration():
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(3, 8))
+        values = rng.normal(size=n) if rng.random() < 0.5 else rng.choice(VALUES, n)
+        k = int(rng.integers(0, n - 1))
+        assert mean_deletion_sensitivity(values, k) == pytest.approx(
+            deletion_sensitivity(mean_of(values), n, k), rel=1e-12, abs=1e-15)
+
+
+def test_deletion_sensitivity_is_monotone():
+    # Delta_{r-1} f(y_{-i}) <= Delta_r f(y), used by Obs 3.5's proof
+    rng = np.random.default_rng(4)
+    for _ in range(40):
+        n, r = int(rng.integers(4, 7)), int(rng.integers(1, 3))
+        values = rng.normal(size=n)
+        whole = deletion_sensitivity(mean_of(values), n, r)
+        for user in range(n):
+            assert deletion_sensitivity(mean_of(values), n, r - 1, deleted=(user,)) <= whole + 1e-15
+
+
+@lru_cache(maxsize=None)
+def stable_values(mechanism: DelOutputPert, counts: tuple, budget: int) -> tuple:
+    """f(x_{-S}) of every S in Stable(budget) (every set, not only S*), for x the multiset
+    ``counts`` of VALUES (the sets depend on x only through it, f being the mean)."""
+    values = np.repeat(VALUES, counts)
+    n, found = len(values), []
+    for size in range(budget + 1):
+        reach = 4 * mechanism.kappa - (size if mechanism.index == "listing" else budget)
+        for subset in itertools.combinations(range(n), size):
+            if local_sensitivity(values)(subset, reach) <= mechanism.sensitivity:
+                found.append(float(mean_of(values)(subset)[0]))
+    return tuple(sorted(set(found)))
+
+
+@pytest.mark.parametrize("index", ["listing", "proof"])
+@pytest.mark.parametrize("n, sensitivity", [(6, 0.2), (9, 0.05), (9, 0.12)])
+def test_observation_3_5_on_every_neighbour_pair(index, n, sensitivity):
+    """For every pair x ~ x' (one user replaced) over a universe of values {0, 0.3, 1} and every
+    r1 < 2 kappa: Stable_{r1}(x') non-empty implies Stable_{r1+1}(x) non-empty, and f on any element
+    of Stable_{r1}(x) is within 8 kappa Delta of f on any element of Stable_{r1+1}(x')."""
+    mechanism = DelOutputPert(0.9, 0.5, sensitivity, index)          # kappa = 2: budgets 0..4, r = 8
+    k = mechanism.kappa
+    assert k == 2
+    implications = 0
+    for combo in itertools.combinations_with_replacement(VALUES, n):  # x up to the order of its users
+        x = np.array(combo)
+        for user, other in itertools.product(range(n), VALUES):
+            if other == x[user]:
+                continue
+            x_prime = x.copy()
+            x_prime[user] = other
+            for r1 in range(2 * k):
+                if stable_values(mechanism, counts_of(x_prime), r1):
+                    implications += 1
+                    assert stable_values(mechanism, counts_of(x), r1 + 1)
+                near, far = stable_values(mechanism, counts_of(x), r1), stable_values(mechanism, counts_of(x_prime), r1 + 1)
+                if near and far:
+                    assert max(abs(a - b) for a in near for b in far) <= 8 * k * sensitivity + 1e-12
+    assert implications > 0
+
+
+def test_a_stable_dataset_is_released_whole_for_every_budget():
+    # T6: Delta_{4 kappa} f(x) <= Delta gives S* = {} for every R1, never BOT
+    values = np.random.default_rng(5).normal(0.5, 0.01, 200)
+    mechanism = DelOutputPert.for_target(1.0, 0.05, 0.01)
+    def sensitivity(deleted, reach):
+        return mean_deletion_sensitivity(np.delete(values, list(deleted)), reach)
+    assert sensitivity((), 4 * mechanism.kappa) <= mechanism.sensitivity
+    assert all(mechanism.stable_set(200, sensitivity, b) == () for b in range(2 * mechanism.kappa + 1))
+    rng = np.random.default_rng(0)
+    release = mechanism.release(mean_of(values), sensitivity, 200, rng)
+    rng = np.random.default_rng(0)
+    TruncatedDiscreteLaplace(mechanism.epsilon2, mechanism.delta2).sample(rng)
+    assert release[0] == values.mean() + mechanism.noise_std * rng.standard_normal(1)[0]
+
+
+def output_law(mechanism: DelOutputPert, values: np.ndarray, budgets: np.ndarray,
+               universe: tuple = VALUES) -> tuple[float, list]:
+    """The mechanism's whole output law on ``values`` for the deletion budget's law ``budgets``:
+    the BOT mass and the (weight, mean) of each Gaussian component."""
+    bot, components = 0.0, []
+    for budget, weight in enumerate(budgets):
+        chosen = mechanism.stable_set(len(values), local_sensitivity(values, universe), budget)
+        if chosen is None:
+            bot += weight
+        else:
+            components.append((weight, float(mean_of(values)(chosen)[0])))
+    return bot, components
+
+
+def hockey_stick(first: tuple, second: tuple, sigma: float, factor: float) -> float:
+    """sup_E P(E) - factor Q(E) between two laws (BOT mass, Gaussian mixture with std sigma), by
+    quadrature on a grid of 40,001 points over every component's +-12 sigma."""
+    centres = [c for _, c in first[1] + second[1]] or [0.0]
+    grid = np.linspace(min(centres) - 12 * sigma, max(centres) + 12 * sigma, 40_001)
+
+    def density(law):
+        return sum(w * stats.norm.pdf(grid, c, sigma) for w, c in law[1]) if law[1] else np.zeros_like(grid)
+
+    gap = np.maximum(density(first) - factor * density(second), 0.0)
+    return max(first[0] - factor * second[0], 0.0) + float(np.trapezoid(gap, grid))
+
+
+def audit_pairs(count: int, n: int, rng: np.random.Generator, universe: tuple = VALUES,
+                weights: tuple = (0.1, 0.8, 0.1)):
+    for _ in range(count):
+        x = rng.choice(universe, n, p=weights)
+        x_prime, user = x.copy(), rng.integers(n)
+        x_prime[user] = rng.choice([v for v in universe if v != x[user]])        # a real change
+        yield x, x_prime
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", ["listing", "proof"])
+@pytest.mark.parametrize("universe, weights, sensitivity", [
+    (VALUES, (0.1, 0.8, 0.1), 0.05),            # the spec's: outliers deleted, BOT masses differ
+    ((0.2, 0.3, 0.4), (0.3, 0.4, 0.3), 0.05),   # released means differ between neighbours
+])
+def test_exact_privacy_audit(index, universe, weights, sensitivity):
+    """T5: n = 14, kappa = 2 (eps2 = 0.9), delta_eff = Pr[R1 = 0] = 0.0771, sigma = sqrt(2 ln(2 /
+    delta_eff)) 8 kappa Delta / eps2; on 20 random neighbour pairs (both directions) the
+    hockey-stick divergence at e^{2 eps2} of the exact output laws is at most (e^{eps2} + 2)
+    delta_eff = 0.344 (Thm 3.3). The spec's prototype found 0.0771 on its universe."""
+    mechanism = DelOutputPert(0.9, 0.41, sensitivity, index)
+    budgets = TruncatedDiscreteLaplace(0.9, 0.41).pmf()
+    delta_eff = budgets[0]
+    assert mechanism.kappa == 2 and delta_eff == pytest.approx(0.0771, abs=1e-4)
+    sigma = math.sqrt(2 * math.log(2 / delta_eff)) * 8 * 2 * sensitivity / 0.9
+    bound = (math.exp(0.9) + 2) * delta_eff
+    worst = 0.0
+    for x, x_prime in audit_pairs(20, 14, np.random.default_rng(11), universe, weights):
+        laws = output_law(mechanism, x, budgets, universe), output_law(mechanism, x_prime, budgets, universe)
+        for first, second in (laws, laws[::-1]):
+            worst = max(worst, hockey_stick(first, second, sigma, math.exp(1.8)))
+    assert worst <= bound
+
+
+@pytest.mark.slow
+def test_audit_catches_a_fixed_deletion_budget():
+    """The negative control: with R1 fixed at kappa (no random budget) some neighbouring pair
+    releases BOT on one side and a value on the other, a divergence of 1."""
+    mechanism = DelOutputPert(0.9, 0.41, 0.05)
+    fixed = np.zeros(5)
+    fixed[2] = 1.0
+    worst = 0.0
+    for x, x_prime in audit_pairs(200, 14, np.random.default_rng(12)):
+        laws = output_law(mechanism, x, fixed), output_law(mechanism, x_prime, fixed)
+        for first, second in (laws, laws[::-1]):
+            worst = max(worst, first[0] - math.exp(1.8) * second[0])
+    assert worst == 1.0
