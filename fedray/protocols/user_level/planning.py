@@ -170,11 +170,16 @@ class CertifiedPerturbationRecipe:
         resolved.update(kappa=max(mech.kappa for mech in mechanisms), min_users=fewest,
                         sensitivity_max=float(sensitivity.max()), noise_std_max=float(sigma.max()))
         privacy = _one_release("paper", levels, delta, cells, sigma / sensitivity,
-                               {"noise_std_max": float(sigma.max()), "min_users": fewest})
+                               {"noise_std_max": float(sigma.max()), "min_users": fewest}, (NO_RELEASE,))
         tolerance = min(mech.strong_convexity * getattr(mech, "tolerance", math.inf) for mech in mechanisms)
         return CertifiedPlan(algorithm_class, objective, mu, mechanisms, tolerance, shape, privacy, resolved)
 
 
+# Alg. 1 would search the deletion sets when S = {} is not stable; that search is exponential, so a
+# failed check ends the run without a release instead (spec A16), and that event is not private
+NO_RELEASE = ("whether anything was released: a failed stability check (certificate or exact) releases nothing "
+              "instead of running Alg. 1's exponential search over deletion sets, and that outcome (the 'released' "
+              "metric, a NaN model) is outside the (eps, delta) guarantee")
 CERTIFIED_FIELDS = ("_target_", "name", "strong_convexity", "feature_bound", "beta", "allow_few_users", "mode")
 MODES = ("certificate", "exact")
 
@@ -205,14 +210,15 @@ def _levels(priv: dict, replicas) -> np.ndarray:
 
 
 def _one_release(calibration: str, levels: np.ndarray, delta: float, cells: tuple, multiplier: np.ndarray,
-                 details: dict) -> PrivacyPlan:
-    """Each user is charged one (eps, delta) release per replica (basic composition of one)."""
+                 details: dict, outside: tuple = ()) -> PrivacyPlan:
+    """Each user is charged one (eps, delta) release per replica (basic composition of one);
+    ``outside``: what the run shows that the guarantee does not cover."""
     rule = ApproxDpComposition(levels[:, None], delta, 0.0, route="basic")
     return PrivacyPlan(
         trust_model="central", calibration=calibration, accountant="basic", unit=USER, relation="replace_one",
         delta=np.full(cells[1], delta), noise_multiplier=np.broadcast_to(multiplier[:, None], cells).copy(),
         target_epsilon=np.broadcast_to(levels[:, None], cells).copy(),
-        ledger=Ledger(ComposedAccountant(rule, "basic"), cells, "user"), details=details)
+        ledger=Ledger(ComposedAccountant(rule, "basic"), cells, "user"), details=details, non_private_inputs=outside)
 
 
 def not_private(cells: tuple) -> PrivacyPlan:

@@ -155,3 +155,10 @@ def test_exact_mode_needs_a_linear_loss_in_one_dimension(overrides):
     with pytest.raises(ConfigError) as err:
         make_plan(compose(*overrides, "algorithm.mode=exact"))
     assert err.value.key == "algorithm.mode"
+
+
+@pytest.mark.parametrize("overrides", [USERS, [*MEANS, "algorithm.mode=exact"]])
+def test_the_statement_names_the_release_decision_as_outside_the_guarantee(overrides):
+    # spec A16: a failed check releases nothing instead of Alg. 1's search; that bit is not private
+    statement = make_plan(compose(*overrides)).privacy.statement()
+    assert any("whether anything was released" in text for text in statement["non_private_inputs"])
