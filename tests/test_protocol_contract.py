@@ -60,11 +60,12 @@ DATA = {"p_sgd": USERS, "p_agd": USERS, "p_gd": ALL_USERS, "output_perturbation"
                         "progress=false"],
         "filtered_acsa": [*PHASED_USERS[:-2], "participation=uniform", "participation.silos_per_round=1000",
                           "progress=false"],
-        "phased_sgd": PHASED_USERS}
-PROGRAMS = {"output_perturbation", "sc_output_pert", "boosted_smd", "phased_sgd"}
+        "phased_sgd": PHASED_USERS, "phased_output_pert": [*PROGRAM, "algorithm.allow_few_users=true"]}
+PROGRAMS = {"output_perturbation", "sc_output_pert", "boosted_smd", "phased_sgd", "phased_output_pert"}
 MISSPELT = {"output_perturbation": ("regularisation", "regularization"), "frank_wolfe": ("paramters", "parameters"),
             "boosted_smd": ("failure_probabilty", "failure_probability"),
-            "sc_output_pert": ("strong_convexty", "strong_convexity"), "accelerated_phased_erm": ("kapa", "kappa")}
+            "sc_output_pert": ("strong_convexty", "strong_convexity"), "accelerated_phased_erm": ("kapa", "kappa"),
+            "phased_output_pert": ("regularisation", "regularization")}
 # A round in which some units sit out (for the layout test), where the protocol has such rounds.
 # Games: four manual steps inside the first group (a block per group layout; straddling steps are
 # tested with the protocol, tests/protocols/mirror_descent).
@@ -73,7 +74,7 @@ PARTIAL = {"p_sgd": [], "p_agd": [], "p_gd": [], "output_perturbation": [], "sc_
            "smd": FEW_GAME_STEPS, "gaussian_smd": FEW_GAME_STEPS, "bias_reduced_smd": [],
            "online_to_batch_smd": FEW_GAME_STEPS, "frank_wolfe": ["num_rounds=4"], "boosted_smd": [],
            "accelerated_phased_erm": [], "filtered_gd": [], "user_dp_sgd": [],
-           "filtered_acsa": ["participation.silos_per_round=400"], "phased_sgd": []}
+           "filtered_acsa": ["participation.silos_per_round=400"], "phased_sgd": [], "phased_output_pert": []}
 # Privacy off, settings under which each protocol converges on DATA (K records per silo per round).
 FULL_BATCH = ["algorithm.batch_size=240", "algorithm.step_size=4.0", "num_rounds=150"]
 LOCAL = ["algorithm.batch_size=20", "algorithm.step_size=0.2", "num_rounds=150"]
@@ -94,6 +95,7 @@ NON_PRIVATE = {
     "p_gd": ["algorithm.step_size=4.0", "num_rounds=150", "evaluate_every=50"],
     "output_perturbation": ["algorithm.regularization=1e-7"],     # ridge: within 1e-7 of F*
     "sc_output_pert": ["algorithm.strong_convexity=1e-7"],
+    "phased_output_pert": ["algorithm.regularization=1e-7"],      # the first phase is the ridge ERM
     "smd": [],                    # T = n steps of one sample, K = 1, tau = sqrt(ell / T) / L0
     "gaussian_smd": [],           # sigma = 0; T, tau by the same rule as the private runs
     "bias_reduced_smd": ["algorithm.parameters=manual", "algorithm.step_size=0.05"],

@@ -233,17 +233,19 @@ class ComposedAccountant:
     ``rule.epsilons(counts)`` and ``rule.deltas(counts)`` give each cell's guarantee after its
     count of releases; the rule carries the per-release guarantee and the theorem (pure-DP or
     (eps, delta) releases under basic or advanced composition, or parallel composition over
-    disjoint parts). The unit and relation are the plan's.
+    disjoint parts). The unit and relation are the plan's. ``releases_per_participation``: how many
+    releases one participation makes (a program's phases over the same users), for the plan's count.
     """
 
     rule: object
     name: str
+    releases_per_participation: int = 1
 
     def charge(self, charge: np.ndarray) -> np.ndarray:
         return charge
 
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
-        return counts
+        return counts * self.releases_per_participation
 
     def epsilons(self, counts: np.ndarray) -> np.ndarray:
         return np.asarray(self.rule.epsilons(counts), dtype=np.float64)

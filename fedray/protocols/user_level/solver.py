@@ -30,17 +30,21 @@ class Solution(NamedTuple):
 
 
 def minimize_ridge(data, shape: tuple, regularization: float, smoothness: float, tolerance: float,
-                   weights: np.ndarray | None = None, max_calls: int = 10_000) -> Solution:
-    """min_W F_w(W) + (lambda / 2) ||W||^2 over W of ``shape`` to ||grad|| <= ``tolerance``."""
+                   weights: np.ndarray | None = None, max_calls: int = 10_000,
+                   centre: np.ndarray | None = None) -> Solution:
+    """min_W F_w(W) + (lambda / 2) ||W - centre||^2 over W of ``shape`` (centre 0 unless given),
+    from the centre, to ||grad|| <= ``tolerance``."""
     calls = 0
+    origin = np.zeros(int(np.prod(shape))) if centre is None else np.asarray(centre, dtype=np.float64).reshape(-1)
 
     def value_gradient(flat: np.ndarray) -> tuple[float, np.ndarray]:
         nonlocal calls
         calls += 1
         params = flat.reshape((1,) + shape)
         value, gradient = data.value_and_gradient(params, weights)
-        return (float(value[0]) + 0.5 * regularization * float(flat @ flat),
-                gradient.reshape(-1) + regularization * flat)
+        offset = flat - origin
+        return (float(value[0]) + 0.5 * regularization * float(offset @ offset),
+                gradient.reshape(-1) + regularization * offset)
 
     def hessp(flat: np.ndarray, vector: np.ndarray) -> np.ndarray:
         nonlocal calls
@@ -48,7 +52,7 @@ def minimize_ridge(data, shape: tuple, regularization: float, smoothness: float,
         product = data.hvp(flat.reshape((1,) + shape), vector.reshape((1,) + shape), weights)
         return product.reshape(-1) + regularization * vector
 
-    found = minimize(value_gradient, np.zeros(int(np.prod(shape))), jac=True, hessp=hessp, method="trust-ncg",
+    found = minimize(value_gradient, origin.copy(), jac=True, hessp=hessp, method="trust-ncg",
                      options={"gtol": tolerance, "maxiter": 200})
     flat = found.x
     _, gradient = value_gradient(flat)

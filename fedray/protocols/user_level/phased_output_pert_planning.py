@@ -1,0 +1,240 @@
+"""Planning Phased-ERM / Phased-SCO (``fedray.protocols.user_level.phased_output_pert``; seed-003
+spec §2.4, §2.5, A7-A9, A12, A13): the phases, their users and regularization, each phase's
+SCOutputPert constants, the ledger, and the refusals, all from public inputs (n, m, d, G, R, eps,
+delta, beta) before any actor starts.
+
+lambda (``regularization``): a number, ``paper`` (G sqrt(d) / (R n sqrt(m)), Thm 4.1's) or
+``balanced``, the argmin of the public oracle bound on the excess risk (spec §2.4-2.5):
+    B(lambda) = 2 lambda R^2 + sum_{i<T} (lambda_{i+1} / 2) d sigma_i^2 + G sqrt(d) sigma_T
+                [+ sum_i 16 G^2 / (lambda_i n_i m) for SCO],
+with sigma_i = c_i 2G / (lambda_i n_i sqrt(m)) and c_i phase i's certificate constant; for ERM it
+is 2 lambda R^2 + Q / lambda, minimised at sqrt(Q / (2 R^2)). Without privacy the phases and
+lambda are those of (eps, delta) = (1, 1e-5).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+
+from fedray.checks import check_bool, number_in, positive
+from fedray.core.planning import PlanContext
+from fedray.core.protocol import Routing
+from fedray.errors import ConfigError
+from fedray.objectives import LinearModelObjective
+from fedray.privacy.composition import ApproxDpComposition
+from fedray.privacy.ledger import ComposedAccountant, Ledger
+from fedray.privacy.statement import PrivacyPlan
+from fedray.protocols.user_level.deletion import CertifiedPerturbation
+
+FIELDS = ("_target_", "name", "variant", "regularization", "radius", "feature_bound", "beta", "noise_scale",
+          "allow_few_users")
+VARIANTS = ("erm", "sco", "sco_eq")
+REGULARIZATIONS = ("paper", "balanced")
+
+
+def phase_users(variant: str, n: int, phases: int) -> list[np.ndarray]:
+    """Each phase's user ids: all of them (erm); [floor(n / 2^i), floor(n / 2^{i-1})) (sco); T
+    equal consecutive batches of floor(n / T) (sco_eq). Disjoint for sco and sco_eq."""
+    if variant == "erm":
+        return [np.arange(n)] * phases
+    if variant == "sco":
+        return [np.arange(n // 2**i, n // 2 ** (i - 1)) for i in range(1, phases + 1)]
+    size = n // phases
+    return [np.arange(i * size, (i + 1) * size) for i in range(phases)]
+
+
+def certificate_constant(epsilon: float, delta: float, beta: float, lipschitz: float, users: int, items: int) -> float:
+    """c with sigma = c G' / (mu n sqrt(m)) for SCOutputPert's certificate at (eps, delta, beta), G'."""
+    mechanism = CertifiedPerturbation(epsilon, delta, beta, lipschitz, 1.0, users, items)
+    return mechanism.noise_std * users * math.sqrt(items) / lipschitz
+
+
+def oracle_bound(lam: float, constants: list[float], users: list[int], lipschitz: float, diameter: float, dim: int,
+                 items: int, statistical: bool) -> float:
+    """B(lambda) of the module docstring (G = ``lipschitz``, R = ``diameter``)."""
+    phases = len(constants)
+    sigma = [c * 2 * lipschitz / (lam * 4**i * n * math.sqrt(items))
+             for i, (c, n) in enumerate(zip(constants, users), start=1)]
+    bound = 2 * lam * diameter**2 + sum(lam * 4 ** (i + 1) / 2 * dim * sigma[i - 1] ** 2 for i in range(1, phases))
+    bound += lipschitz * math.sqrt(dim) * sigma[-1]
+    if statistical:
+        bound += sum(16 * lipschitz**2 / (lam * 4**i * n * items) for i, n in enumerate(users, start=1))
+    return bound
+
+
+def balanced_regularization(*args) -> float:
+    """argmin over lambda > 0 of ``oracle_bound(lambda, *args)`` (convex in log lambda)."""
+    found = minimize_scalar(lambda t: math.log(oracle_bound(math.exp(t), *args)), bounds=(-80.0, 80.0),
+                            method="bounded", options={"xatol": 1e-10})
+    return math.exp(found.x)
+
+
+@dataclass(frozen=True)
+class PhasedPlan:
+    """The program resolved against its data (``PlannedProtocol``)."""
+
+    algorithm_class: type
+    objective: LinearModelObjective
+    phases: tuple
+    noise_scale: float
+    radius: float
+    shape: object
+    replicas: int
+    privacy: PrivacyPlan
+    resolved: dict = field(default_factory=dict)
+    routing: Routing = Routing.DIRECT
+
+    def build(self, oracle):
+        model_shape = (self.shape.dim, self.objective.loss.num_outputs)
+        return self.algorithm_class(self.objective, self.phases, self.noise_scale, self.radius, self.shape.num_silos,
+                                    model_shape, self.replicas, dict(self.resolved))
+
+
+@dataclass(frozen=True)
+class PhasedOutputPertRecipe:
+    """Checks as SCOutputPert (central user-level DP or none, every user in the one program run,
+    a smooth loss with a bounded derivative, every user the same m, eps <= 1, the paper's
+    calibration), then the phases, the refusals (T >= 1; every phase's users >= its N0 unless
+    ``allow_few_users``; noise_scale in (0, 1]) and the ledger."""
+
+    trust_models: tuple[str, ...] = ("central", "none")
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+
+    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+        return config
+
+    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PhasedPlan:
+        from fedray.protocols.user_level.planning import NO_RELEASE, USER, _check_program, _levels, not_private
+
+        alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
+        _check_program(self, config, context, FIELDS)
+        variant = alg.get("variant")
+        if variant not in VARIANTS:
+            raise ConfigError("algorithm.variant", variant, f"one of {VARIANTS}")
+        radius = positive("algorithm.radius", alg.get("radius"))
+        objective = LinearModelObjective(context.loss, positive("algorithm.feature_bound", alg.get("feature_bound")))
+        few = alg.get("allow_few_users", False)
+        check_bool("algorithm.allow_few_users", few)
+        scale = number_in("algorithm.noise_scale", alg.get("noise_scale"), 0.0, 1.0,
+                          "a number in (0, 1] (1: DP; below 1 a non-private diagnostic)", closed_high=True)
+        items = set(shape.items)
+        if len(items) != 1:
+            raise ConfigError("data", f"{min(items)}..{max(items)} items per user", f"the same m for every user "
+                              f"({alg.get('name')})")
+        n, m, dim = shape.num_silos, items.pop(), shape.dim * context.loss.num_outputs
+        lipschitz, diameter = objective.lipschitz, 2.0 * radius
+        beta = alg.get("beta")
+        beta = 1.0 / (n * m) if beta is None else number_in("algorithm.beta", beta, 0.0, 1.0, "a probability in (0, 1)")
+        private = priv["trust_model"] != "none"
+        if private and priv["calibration"] != "paper":
+            raise ConfigError("privacy.calibration", priv["calibration"], "paper for Phased-ERM / SCO (Thm 3.3's noise)")
+        if not private and scale != 1.0:
+            raise ConfigError("algorithm.noise_scale", scale, "1 with privacy=none (the diagnostic scales the noise of "
+                              "a privacy budget: keep privacy=central_user)")
+        delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "a number in (0, 1/2]", closed_high=True) \
+            if private else None
+        levels = _levels(priv, replicas) if private else None
+        if private and np.any(levels > 1):
+            raise ConfigError("privacy.epsilon", float(levels.max()), "at most 1 (the paper's range, eps in (0, 1])")
+        strictest = float(levels.min()) if private else 1.0
+        count = self._phase_count(variant, n, m, dim, strictest, delta or 1e-5, beta)
+        if count < 1:
+            raise ConfigError("data.spec.num_silos", n, f"more users for {variant}: T = {count} phases (T = floor(log2("
+                              "n / N0)) for sco, n / T >= N0 for sco_eq)")
+        groups = phase_users(variant, n, count)
+        share = count if variant == "erm" else 1          # basic composition over phases, or parallel
+        beta_phase = beta / count
+
+        def phase_constants(eps: float) -> list[CertifiedPerturbation]:
+            return [CertifiedPerturbation(eps / share, (delta or 1e-5) / share, beta_phase, 2 * lipschitz, 1.0, g.size, m)
+                    for g in groups]
+
+        reference = phase_constants(strictest)
+        fewest = max(c.min_users for c in reference)
+        if min(g.size for g in groups) < fewest and not few:
+            raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs N0 = {fewest} (eps, delta) = "
+                              f"({strictest:g}, {delta or 1e-5:g}) over {count} phases; it has {min(g.size for g in groups)}"
+                              " (or algorithm.allow_few_users=true)")
+        lam = self._regularization(alg.get("regularization"), reference, groups, lipschitz, diameter, dim, m, n, variant,
+                                   scale)
+        phases = []
+        for i, group in enumerate(groups, start=1):
+            lam_i = lam * 4.0**i
+            mechanisms = tuple(None for _ in range(replicas.count)) if not private else \
+                tuple(CertifiedPerturbation(float(eps) / share, delta / share, beta_phase, 2 * lipschitz, lam_i,
+                                            group.size, m) for eps in levels)
+            phases.append(_phase(group, lam_i, mechanisms))
+        cells = (replicas.count, n)
+        resolved = {"phases": count, "regularization": lam, "lipschitz": lipschitz, "items_per_user": m,
+                    "beta": beta, "min_users": fewest, "phase_users_min": int(min(g.size for g in groups)),
+                    "oracle_bound": oracle_bound(lam, [certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz,
+                                                                            c.num_users, m) for c in reference],
+                                                 [g.size for g in groups], lipschitz, diameter, dim, m,
+                                                 variant != "erm") if private else 0.0}
+        if not private or scale != 1.0:
+            privacy = not_private(cells)
+            if scale != 1.0:
+                privacy = _diagnostic(privacy, scale)
+            return PhasedPlan(algorithm_class, objective, tuple(phases), scale, radius, shape, replicas.count, privacy,
+                              resolved)
+        sigma_first = np.array([mech.noise_std for mech in phases[0].mechanisms])
+        rule = ApproxDpComposition(levels[:, None] / share, delta / share, 0.0, route="basic")
+        accountant = ComposedAccountant(rule, "basic" if share > 1 else "parallel (disjoint phases)",
+                                        releases_per_participation=share)
+        privacy = PrivacyPlan(
+            trust_model="central", calibration="paper", accountant=accountant.name, unit=USER, relation="replace_one",
+            delta=np.full(n, delta), noise_multiplier=np.broadcast_to((sigma_first / phases[0].mechanisms[0].sensitivity)
+                                                                      [:, None], cells).copy(),
+            target_epsilon=np.broadcast_to(levels[:, None], cells).copy(), ledger=Ledger(accountant, cells, "user"),
+            details={"phases": count, "min_users": fewest}, non_private_inputs=(NO_RELEASE,))
+        return PhasedPlan(algorithm_class, objective, tuple(phases), scale, radius, shape, replicas.count, privacy,
+                          resolved)
+
+    @staticmethod
+    def _phase_count(variant: str, n: int, m: int, dim: int, eps: float, delta: float, beta: float) -> int:
+        if variant == "erm":
+            return max(1, math.ceil(math.log2(n * m)))
+        fewest = CertifiedPerturbation(eps, delta, beta, 1.0, 1.0, n, m).min_users
+        if variant == "sco":
+            return int(math.floor(math.log2(n / fewest))) if n >= fewest else 0
+        for count in range(1, 64):                         # the smallest T with 4^T >= 2 c T sqrt(d m)
+            batch = n // count
+            if batch < 2:
+                return 0
+            c = certificate_constant(eps, delta, beta / count, 1.0, batch, m)
+            if 4.0**count >= 2 * c * count * math.sqrt(dim * m):
+                return count if batch >= fewest else 0
+        return 0
+
+    @staticmethod
+    def _regularization(value, reference: list, groups: list, lipschitz: float, diameter: float, dim: int, m: int,
+                        n: int, variant: str, scale: float) -> float:
+        """lambda; ``balanced`` for the noise actually added (sigma_i scaled by the diagnostic's s)."""
+        if value == "paper":
+            return lipschitz * math.sqrt(dim) / (diameter * n * math.sqrt(m))
+        if value == "balanced":
+            constants = [scale * certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz, c.num_users, m)
+                         for c in reference]
+            return balanced_regularization(constants, [g.size for g in groups], lipschitz, diameter, dim, m,
+                                           variant != "erm")
+        if isinstance(value, str):
+            raise ConfigError("algorithm.regularization", value, f"a positive number or one of {REGULARIZATIONS}")
+        return positive("algorithm.regularization", value)
+
+
+def _phase(users: np.ndarray, regularization: float, mechanisms: tuple):
+    from fedray.protocols.user_level.phased_output_pert import Phase
+
+    return Phase(users, regularization, mechanisms)
+
+
+def _diagnostic(privacy: PrivacyPlan, scale: float) -> PrivacyPlan:
+    from dataclasses import replace
+
+    return replace(privacy, details={"noise_scale": scale, "diagnostic": f"every phase's sigma scaled by {scale:g}: "
+                                     "not DP (the localization analysis checked without the privacy noise)"})
