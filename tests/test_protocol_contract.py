@@ -51,6 +51,9 @@ BOOSTED = ["data=padded_game", "data.spec.num_samples=6000", "data.spec.dim=5", 
 # Seed 002's Alg. 3: 1,000 users of 8 records, phases of fresh users (the algorithm sets them).
 PHASED_USERS = ["data=synthetic", "data.spec.num_silos=1000", "data.spec.samples_per_silo=8", "data.spec.dim=4",
                 "data.spec.test_samples_per_silo=1", "+data.spec.noise=2.0", "participation=phased", "progress=false"]
+# Seed 003's Phased-ERM: 2,000 users of one record (11 phases at eps / 11 need 1,346 users each).
+PHASED_PROGRAM = [*USERS[:-3], "data.spec.num_silos=2000", "participation=all", "num_rounds=1", "progress=false",
+                  "algorithm.allow_few_users=true"]
 PRIVATE_ONLY = {"boosted_smd": ["privacy=central_sampling", "privacy.epsilon=10", "privacy.delta=1e-6"]}
 DATA = {"p_sgd": USERS, "p_agd": USERS, "p_gd": ALL_USERS, "output_perturbation": PROGRAM, "sc_output_pert": PROGRAM,
         "smd": GAME, "gaussian_smd": GAME, "bias_reduced_smd": LEVELED, "online_to_batch_smd": SCO,
@@ -60,7 +63,7 @@ DATA = {"p_sgd": USERS, "p_agd": USERS, "p_gd": ALL_USERS, "output_perturbation"
                         "progress=false"],
         "filtered_acsa": [*PHASED_USERS[:-2], "participation=uniform", "participation.silos_per_round=1000",
                           "progress=false"],
-        "phased_sgd": PHASED_USERS, "phased_output_pert": [*PROGRAM, "algorithm.allow_few_users=true"]}
+        "phased_sgd": PHASED_USERS, "phased_output_pert": PHASED_PROGRAM}
 PROGRAMS = {"output_perturbation", "sc_output_pert", "boosted_smd", "phased_sgd", "phased_output_pert"}
 MISSPELT = {"output_perturbation": ("regularisation", "regularization"), "frank_wolfe": ("paramters", "parameters"),
             "boosted_smd": ("failure_probabilty", "failure_probability"),

@@ -56,6 +56,13 @@ def _gradient_rows(shard, objective, params) -> np.ndarray:
     return objective.gradients(params, shard)
 
 
+def _largest_deviation(shard, objective, params, centre) -> float:
+    gradients = objective.gradients(params, shard)[:, 0]
+    if gradients.shape[0] == 0:
+        return 0.0
+    return float(np.sqrt(((gradients - centre) ** 2).reshape(gradients.shape[0], -1).sum(axis=1).max()))
+
+
 @dataclass(frozen=True)
 class DataObjective:
     """F_w over every unit, through ``oracle`` (module docstring). ``params`` (P, ...) carries one
@@ -82,6 +89,11 @@ class DataObjective:
     def hvp(self, params: np.ndarray, vectors: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
         total = self._total(weights)
         return self.oracle.unit_sum(_hvp_rows, self.objective, params, vectors, weights) / total
+
+    def largest_deviation(self, params: np.ndarray, centre: np.ndarray) -> float:
+        """max_u ||grad f_u(W) - centre|| for the one model ``params`` (1, ...), computed where the
+        units live: one number per actor reaches the driver, no unit's gradient."""
+        return max(self.oracle.map(_largest_deviation, self.objective, params, np.asarray(centre)), default=0.0)
 
     def unit_gradients(self, params: np.ndarray) -> np.ndarray:
         """(N, P, ...) every unit's own gradient grad f_u(W), in unit order (for a trusted server

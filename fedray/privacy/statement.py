@@ -17,6 +17,10 @@ FAITHFUL_VIEW = ("faithful: the driver received only the protocol's messages; th
                  "evaluated after the run (diagnostic)")
 
 
+REPLICAS = ("epsilon and delta are per replica: replicas are repetitions on the same units, so publishing "
+            "several of them costs the sum of their epsilons and deltas (basic composition)")
+
+
 @dataclass(frozen=True)
 class PrivacyPlan:
     trust_model: str                     # isrl_dp, sdp, central, user_level, local, or none
@@ -52,6 +56,7 @@ class PrivacyPlan:
             if epsilon is not None:
                 record["epsilon_per_unit_max"] = float(np.max(epsilon))
                 record["epsilon_per_unit_mean"] = float(np.mean(epsilon))
+                record["replicas"] = REPLICAS
         else:
             record["guarantee"] = "none: a non-private baseline"
         record["driver_view"] = FAITHFUL_VIEW if self.faithful else SIMULATOR_VIEW

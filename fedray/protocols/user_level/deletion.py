@@ -105,6 +105,8 @@ class DelOutputPert:
     def __post_init__(self) -> None:
         if self.index not in ("listing", "proof"):
             raise ValueError(f"index must be 'listing' or 'proof'; got {self.index!r}")
+        if not 0 < self.epsilon2 < 1:
+            raise ValueError(f"epsilon2 must be in (0, 1) (the Gaussian bound Thm 3.3 uses); got {self.epsilon2}")
 
     @classmethod
     def for_target(cls, epsilon: float, delta: float, sensitivity: float, index: str = "listing") -> "DelOutputPert":
@@ -150,6 +152,10 @@ class _SCOutputPertConstants:
     num_users: int
     items_per_user: int
 
+    def __post_init__(self) -> None:
+        if self.num_users < self.deletions + 2:
+            raise ValueError(f"{self.num_users} users: Delta needs n >= 4 kappa + 2 = {self.deletions + 2}")
+
     @property
     def epsilon2(self) -> float:
         return self.epsilon / 2.0
@@ -165,6 +171,12 @@ class _SCOutputPertConstants:
     @property
     def deletions(self) -> int:
         return 4 * self.kappa
+
+    @property
+    def fewest_users(self) -> int:
+        """4 kappa + 2: below it Delta's denominator n - 4 kappa - 1 is not positive (allow_few_users
+        cannot lift this floor)."""
+        return self.deletions + 2
 
     @property
     def min_users(self) -> int:

@@ -9,7 +9,7 @@ lambda (``regularization``): a number, ``paper`` (G sqrt(d) / (R n sqrt(m)), Thm
                 [+ sum_i 16 G^2 / (lambda_i n_i m) for SCO],
 with sigma_i = c_i 2G / (lambda_i n_i sqrt(m)) and c_i phase i's certificate constant; for ERM it
 is 2 lambda R^2 + Q / lambda, minimised at sqrt(Q / (2 R^2)). Without privacy the phases and
-lambda are those of (eps, delta) = (1, 1e-5).
+a balanced lambda are those of (eps, delta) = (1, 1e-5); a given or ``paper`` lambda has no user floor.
 """
 
 from __future__ import annotations
@@ -147,6 +147,13 @@ class PhasedOutputPertRecipe:
             raise ConfigError("data.spec.num_silos", n, f"more users for {variant}: T = {count} phases (T = floor(log2("
                               "n / N0)) for sco, n / T >= N0 for sco_eq)")
         groups = phase_users(variant, n, count)
+        floor = CertifiedPerturbation(strictest / (count if variant == "erm" else 1),
+                                      (delta or 1e-5) / (count if variant == "erm" else 1), beta, 1.0, 1.0,
+                                      10**9, m).fewest_users
+        if min(g.size for g in groups) < floor and (private or alg.get("regularization") == "balanced"):
+            raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs at least 4 kappa + 2 = {floor} "
+                              f"(Delta's denominator; allow_few_users lifts only the N0 refusal); a phase has "
+                              f"{min(g.size for g in groups)}")
         share = count if variant == "erm" else 1          # basic composition over phases, or parallel
         beta_phase = beta / count
 
@@ -154,9 +161,9 @@ class PhasedOutputPertRecipe:
             return [CertifiedPerturbation(eps / share, (delta or 1e-5) / share, beta_phase, 2 * lipschitz, 1.0, g.size, m)
                     for g in groups]
 
-        reference = phase_constants(strictest)
-        fewest = max(c.min_users for c in reference)
-        if min(g.size for g in groups) < fewest and not few:
+        reference = phase_constants(strictest) if min(g.size for g in groups) >= floor else []
+        fewest = max((c.min_users for c in reference), default=0)
+        if private and min(g.size for g in groups) < fewest and not few:
             raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs N0 = {fewest} (eps, delta) = "
                               f"({strictest:g}, {delta or 1e-5:g}) over {count} phases; it has {min(g.size for g in groups)}"
                               " (or algorithm.allow_few_users=true)")
@@ -175,7 +182,7 @@ class PhasedOutputPertRecipe:
                     "oracle_bound": oracle_bound(lam, [certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz,
                                                                             c.num_users, m) for c in reference],
                                                  [g.size for g in groups], lipschitz, diameter, dim, m,
-                                                 variant != "erm") if private else 0.0}
+                                                 variant != "erm") if private else float("nan")}
         if not private or scale != 1.0:
             privacy = not_private(cells)
             if scale != 1.0:
@@ -199,12 +206,13 @@ class PhasedOutputPertRecipe:
     def _phase_count(variant: str, n: int, m: int, dim: int, eps: float, delta: float, beta: float) -> int:
         if variant == "erm":
             return max(1, math.ceil(math.log2(n * m)))
-        fewest = CertifiedPerturbation(eps, delta, beta, 1.0, 1.0, n, m).min_users
+        fewest = CertifiedPerturbation(eps, delta, beta, 1.0, 1.0, 10**9, m).min_users
         if variant == "sco":
             return int(math.floor(math.log2(n / fewest))) if n >= fewest else 0
+        floor = CertifiedPerturbation(eps, delta, beta, 1.0, 1.0, 10**9, m).fewest_users
         for count in range(1, 64):                         # the smallest T with 4^T >= 2 c T sqrt(d m)
             batch = n // count
-            if batch < 2:
+            if batch < floor:
                 return 0
             c = certificate_constant(eps, delta, beta / count, 1.0, batch, m)
             if 4.0**count >= 2 * c * count * math.sqrt(dim * m):

@@ -25,7 +25,7 @@ from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.gaussian import analytic_sigma, classic_sigma
 from fedray.privacy.ledger import ComposedAccountant, Ledger
 from fedray.privacy.statement import PrivacyPlan
-from fedray.protocols.user_level.deletion import CertifiedPerturbation, ExactPerturbation
+from fedray.protocols.user_level.deletion import CertifiedPerturbation, ExactPerturbation, kappa
 
 USER = "user (all records of one silo)"
 FIELDS = ("_target_", "name", "regularization", "feature_bound", "gradient_tolerance")
@@ -118,7 +118,7 @@ class CertifiedPerturbationRecipe:
     """SCOutputPert (certificate mode): checks as output perturbation, plus every user holding the
     same m items, beta in (0, 1), eps <= 1 (the paper's range; refused above), and n >= N0 =
     8 kappa + 2 unless ``algorithm.allow_few_users`` (then the utility guarantee is void; privacy
-    is not affected, Thm 3.3 holds for every n)."""
+    is not affected, Thm 3.3 holds for every n >= 4 kappa + 2, a floor always refused below)."""
 
     trust_models: tuple[str, ...] = ("central", "none")
     privacy_keys: tuple[str, ...] = ()
@@ -160,6 +160,11 @@ class CertifiedPerturbationRecipe:
         if np.any(levels > 1):
             raise ConfigError("privacy.epsilon", float(levels.max()), "at most 1 (the paper's range, eps in (0, 1])")
         constants = ExactPerturbation if mode == "exact" else CertifiedPerturbation
+        floor = 4 * kappa(float(levels.min()) / 2, delta / (math.exp(float(levels.min())) + 2)) + 2
+        if n < floor:
+            raise ConfigError("data.spec.num_silos", n, f"at least 4 kappa + 2 = {floor} users for (eps, delta) = "
+                              f"({float(levels.min()):g}, {delta:g}) (Delta's denominator n - 4 kappa - 1; "
+                              "allow_few_users lifts only the N0 refusal)")
         mechanisms = tuple(constants(float(eps), delta, beta, lipschitz, mu, n, m) for eps in levels)
         fewest = max(mech.min_users for mech in mechanisms)
         if n < fewest and not few:
@@ -176,10 +181,11 @@ class CertifiedPerturbationRecipe:
 
 
 # Alg. 1 would search the deletion sets when S = {} is not stable; that search is exponential, so a
-# failed check ends the run without a release instead (spec A16), and that event is not private
-NO_RELEASE = ("whether anything was released: a failed stability check (certificate or exact) releases nothing "
-              "instead of running Alg. 1's exponential search over deletion sets, and that outcome (the 'released' "
-              "metric, a NaN model) is outside the (eps, delta) guarantee")
+# failed check releases nothing instead (spec A16), and that event is not private
+NO_RELEASE = ("whether each release happened: a failed stability check (certificate or exact) releases nothing "
+              "instead of running Alg. 1's exponential search over deletion sets; one user can flip that outcome, "
+              "so the (eps, delta) guarantee covers the output only between neighbouring datasets on which the "
+              "check passes for both")
 CERTIFIED_FIELDS = ("_target_", "name", "strong_convexity", "feature_bound", "beta", "allow_few_users", "mode")
 MODES = ("certificate", "exact")
 
@@ -197,6 +203,10 @@ def _check_program(recipe, config: dict, context: PlanContext, fields: tuple) ->
                           f"every user (participation=all) for {name}: one release reads all of them")
     if context.num_rounds != 1:
         raise ConfigError("num_rounds", context.num_rounds, f"1 for {name} (one release)")
+    feature_bound = alg.get("feature_bound")
+    if context.shape.summarised_items is not None and isinstance(feature_bound, (int, float)) and feature_bound < 1:
+        raise ConfigError("algorithm.feature_bound", feature_bound, f"at least 1 for data={config['data'].get('name')}: "
+                          "its records are means of items of norm <= 1, and scaling a mean is not scaling its items")
     bound = getattr(context.loss, "residual_bound", math.inf)
     if not math.isfinite(bound) or not hasattr(context.loss, "curvature"):
         raise ConfigError("data.loss", type(context.loss).__name__,

@@ -14,8 +14,10 @@ Mechanism (one release per replica): solve to residual ||grad|| <= mu eta (deter
 gamma = max_u ||gbar_u - mean_v gbar_v||; draw the deletion budget R1 ~ TDLap(eps2, delta2)
 (always, unused on this path); if the certificate holds, release theta + N(0, sigma^2 I), else
 release nothing ("no release", reported as ``released`` = 0, never replaced by an unprotected
-output). Guarantee: (eps, delta)-DP by Thm 3.3 (the release is exactly DelOutputPert's with
-f = the solver's map, whose Delta_{4 kappa} the certificate bounds); the ledger charges each user
+output). Guarantee: (eps, delta)-DP by Thm 3.3 between neighbours on which the check passes for
+both (the release is then exactly DelOutputPert's with f = the solver's map, whose Delta_{4 kappa}
+the certificate bounds); whether it passes is not private: one user can flip it, and the run's
+statement names that outcome as outside the guarantee (spec A16). The ledger charges each user
 one (eps, delta) release per replica, a certificate-style event (the argument is the paper's,
 not an accountant's). Utility needs the items of users exchangeable (random permutation);
 privacy does not. Refuses n < N0 = 8 kappa + 2 at planning unless ``allow_few_users``.
@@ -63,18 +65,25 @@ class SCOutputPert(LinearModelProgram):
     def run(self, oracle, keys: RoundKeys) -> ProgramRun:
         data = DataObjective(oracle, self.objective, self.num_units)
         mu = self.strong_convexity
-        if self.mode == "exact":
-            # a linear loss in 1-D: each user's gradient is constant, and the minimiser over any
-            # sub-dataset is the mean of the points a_u = -grad f_u / mu (closed form, residual 0)
-            points = -data.unit_gradients(np.zeros((1,) + self.model_shape))[:, 0].reshape(self.num_units) / mu
-            params, residual, calls = np.full((1,) + self.model_shape, points.mean()), 0.0, 1
-            per_user = mu * (points - points.mean())[:, None]
+        zero = np.zeros((1,) + self.model_shape)
+        if getattr(self.objective.loss, "linear_in_record", False):
+            # each user's gradient is constant, so the minimiser over any sub-dataset is the mean of
+            # the points a_u = -grad f_u / mu (spec §2.3b: quadratic problems in closed form); the
+            # residual ||mean_u grad f_u + mu theta|| is computed, not assumed
+            _, mean_gradient = data.value_and_gradient(zero)
+            params, calls = -mean_gradient / mu, 2
+            residual = float(np.linalg.norm(mean_gradient + mu * params))
+            at = zero
         else:
             solution = minimize_ridge(data, self.model_shape, mu, self.objective.smoothness, self.tolerance)
-            params, residual, calls = solution.params, solution.gradient_norm, solution.calls
-            per_user = data.unit_gradients(params)[:, 0].reshape(self.num_units, -1)
-            per_user = per_user - per_user.mean(axis=0)
-        gamma = float(np.linalg.norm(per_user, axis=1).max())
+            params, residual, calls = solution.params, solution.gradient_norm, solution.calls + 2
+            _, mean_gradient = data.value_and_gradient(params)
+            at = params
+        # u_u = grad f_u - mean_v grad f_v (the regularizer's terms cancel): its largest norm
+        gamma = data.largest_deviation(at, mean_gradient[0])
+        if self.mode == "exact":           # 1-D points for the sorted formula
+            points = -data.unit_gradients(zero)[:, 0].reshape(self.num_units) / mu
+            calls += 1
         num_replicas = len(self.mechanisms)
         released = np.repeat(params, num_replicas, axis=0)
         passed, bound, budget, sigma = (np.ones(num_replicas) for _ in range(4))

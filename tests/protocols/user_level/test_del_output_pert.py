@@ -100,7 +100,8 @@ def stable_values(mechanism: DelOutputPert, counts: tuple, budget: int) -> tuple
 def test_observation_3_5_on_every_neighbour_pair(index, n, sensitivity):
     """For every pair x ~ x' (one user replaced) over a universe of values {0, 0.3, 1} and every
     r1 < 2 kappa: Stable_{r1}(x') non-empty implies Stable_{r1+1}(x) non-empty, and f on any element
-    of Stable_{r1}(x) is within 8 kappa Delta of f on any element of Stable_{r1+1}(x')."""
+    of Stable_{r1}(x) is within (2 r1 + 3) Delta (the proof's exact bound, <= 8 kappa Delta) of f on
+    any element of Stable_{r1+1}(x')."""
     mechanism = DelOutputPert(0.9, 0.5, sensitivity, index)          # kappa = 2: budgets 0..4, r = 8
     k = mechanism.kappa
     assert k == 2
@@ -118,7 +119,7 @@ def test_observation_3_5_on_every_neighbour_pair(index, n, sensitivity):
                     assert stable_values(mechanism, counts_of(x), r1 + 1)
                 near, far = stable_values(mechanism, counts_of(x), r1), stable_values(mechanism, counts_of(x_prime), r1 + 1)
                 if near and far:
-                    assert max(abs(a - b) for a in near for b in far) <= 8 * k * sensitivity + 1e-12
+                    assert max(abs(a - b) for a in near for b in far) <= (2 * r1 + 3) * sensitivity + 1e-12
     assert implications > 0
 
 
@@ -211,3 +212,62 @@ def test_audit_catches_a_fixed_deletion_budget():
         for first, second in (laws, laws[::-1]):
             worst = max(worst, first[0] - math.exp(1.8) * second[0])
     assert worst == 1.0
+
+
+class WithoutMargin(DelOutputPert):
+    """A broken Alg. 1 for the audit's negative control: stability tested with no deletion margin
+    (Delta_0 of x_{-S} instead of Delta_{4 kappa - |S|})."""
+
+    def stable_set(self, num_users, local_sensitivity, budget):
+        return super().stable_set(num_users, lambda subset, reach: local_sensitivity(subset, 0), budget)
+
+
+def neighbour_pairs(n: int, universe: tuple = VALUES):
+    """Every pair of multisets of n values of ``universe`` that differ in one user."""
+    for combo in itertools.combinations_with_replacement(universe, n):
+        x = np.array(combo)
+        for user in {combo.index(v) for v in set(combo)}:
+            for other in universe:
+                if other != x[user]:
+                    x_prime = x.copy()
+                    x_prime[user] = other
+                    yield x, x_prime
+
+
+def worst_divergence(mechanism, pairs, budgets, sigma, factor, universe=VALUES) -> float:
+    laws: dict = {}
+
+    def law(x):
+        key = counts_of(x, universe)
+        if key not in laws:
+            laws[key] = output_law(mechanism, np.repeat(universe, key), budgets, universe)
+        return laws[key]
+
+    return max(hockey_stick(first, second, sigma, factor)
+               for x, x_prime in pairs for first, second in ((law(x), law(x_prime)), (law(x_prime), law(x))))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", ["listing", "proof"])
+def test_exact_privacy_audit_on_every_neighbour_pair(index):
+    """T5 over every neighbouring pair of 10 users with values in {0, 0.3, 1} (kappa = 2, Delta =
+    0.05): within (e^{eps2} + 2) delta_eff; the same audit catches Alg. 1 without its deletion
+    margin, which a sample of random pairs need not."""
+    budgets = TruncatedDiscreteLaplace(0.9, 0.41).pmf()
+    sigma = math.sqrt(2 * math.log(2 / budgets[0])) * 8 * 2 * 0.05 / 0.9
+    bound = (math.exp(0.9) + 2) * budgets[0]
+    pairs = list(neighbour_pairs(10))
+    assert worst_divergence(DelOutputPert(0.9, 0.41, 0.05, index), pairs, budgets, sigma, math.exp(1.8)) <= bound
+    assert worst_divergence(WithoutMargin(0.9, 0.41, 0.05, index), pairs, budgets, sigma, math.exp(1.8)) > bound
+
+
+def test_audit_catches_a_release_without_the_stability_test():
+    """The Gaussian half of the audit: f(x) + N(0, sigma^2) released whatever x (no stability
+    test) on values {0, 0.3, 100} diverges far beyond the bound at the same sigma."""
+    budgets = TruncatedDiscreteLaplace(0.9, 0.41).pmf()
+    sigma = math.sqrt(2 * math.log(2 / budgets[0])) * 8 * 2 * 0.05 / 0.9
+    universe = (0.0, 0.3, 100.0)
+    worst = max(hockey_stick((0.0, [(1.0, float(x.mean()))]), (0.0, [(1.0, float(y.mean()))]), sigma, math.exp(1.8))
+                for x, y in neighbour_pairs(6, universe))
+    assert worst > (math.exp(0.9) + 2) * budgets[0]
+

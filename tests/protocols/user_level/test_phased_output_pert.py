@@ -15,7 +15,8 @@ from fedray.protocols.user_level.phased_output_pert_planning import certificate_
 from fedray.runtime.driver import InlineGroups, run
 from tests.conftest import compose
 
-SMALL = ["experiment=phased_erm_synthetic", "data.spec.num_silos=300", "data.spec.samples_per_silo=8",
+# 2,000 users of one record: T = 11 phases at eps / 11, each needing 4 kappa + 2 = 1,346 users (N0 2,690)
+SMALL = ["experiment=phased_erm_synthetic", "data.spec.num_silos=2000", "data.spec.samples_per_silo=1",
          "data.spec.dim=3", "algorithm.allow_few_users=true", "progress=false"]
 
 
@@ -33,7 +34,7 @@ def test_balanced_regularization_has_the_closed_form_for_erm():
     # B(lambda) = 2 lambda R^2 + Q / lambda, Q = (8/3)(1 - 4^{1-T}) c'^2 G^2 d / (n^2 m) + 2 c' G^2 sqrt(d) / (4^T n sqrt(m))
     plan = make_plan(compose(*SMALL, "algorithm.regularization=balanced"))
     resolved = plan.protocol.resolved
-    n, m, d, big_t, g, r = 300, 8, 3, resolved["phases"], 1.0, 10.0
+    n, m, d, big_t, g, r = 2000, 1, 3, resolved["phases"], 1.0, 10.0
     c = certificate_constant(1.0 / big_t, 1e-5 / big_t, resolved["beta"] / big_t, 2 * g, n, m)
     q = 8 / 3 * (1 - 4.0 ** (1 - big_t)) * c**2 * g**2 * d / (n**2 * m) + 2 * c * g**2 * math.sqrt(d) / (4**big_t * n * math.sqrt(m))
     assert big_t == math.ceil(math.log2(n * m))
@@ -71,7 +72,7 @@ def test_a_diagnostic_noise_scale_is_planned_as_not_private():
     assert "not DP" in plan.privacy.details["diagnostic"]
     private = make_plan(compose(*SMALL)).protocol.resolved["regularization"]
     assert plan.protocol.resolved["regularization"] == pytest.approx(1e-6 * private, rel=1e-6)   # balanced for s sigma
-    assert any("whether anything was released" in t for t in make_plan(compose(*SMALL)).privacy.non_private_inputs)
+    assert any("whether each release happened" in t for t in make_plan(compose(*SMALL)).privacy.non_private_inputs)
 
 
 def test_float64_settles_a_phase_only_when_the_regularizer_outruns_its_resolution():
@@ -80,7 +81,8 @@ def test_float64_settles_a_phase_only_when_the_regularizer_outruns_its_resolutio
 
 
 @pytest.mark.parametrize("override, key", [
-    ("algorithm.allow_few_users=false", "data.spec.num_silos"),     # each phase needs N0 = 5010 users
+    ("algorithm.allow_few_users=false", "data.spec.num_silos"),     # each phase needs N0 = 2,690 users
+    ("data.spec.num_silos=1300", "data.spec.num_silos"),            # below 4 kappa + 2 = 1,346: refused whatever
     ("algorithm.variant=sgd", "algorithm.variant"),
     ("privacy.epsilon=2", "privacy.epsilon"),
     ("algorithm.regularization=tuned", "algorithm.regularization"),

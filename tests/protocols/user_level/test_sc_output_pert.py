@@ -161,4 +161,27 @@ def test_exact_mode_needs_a_linear_loss_in_one_dimension(overrides):
 def test_the_statement_names_the_release_decision_as_outside_the_guarantee(overrides):
     # spec A16: a failed check releases nothing instead of Alg. 1's search; that bit is not private
     statement = make_plan(compose(*overrides)).privacy.statement()
-    assert any("whether anything was released" in text for text in statement["non_private_inputs"])
+    assert any("whether each release happened" in text for text in statement["non_private_inputs"])
+
+
+def test_a_linear_loss_is_solved_in_closed_form_with_its_residual_computed():
+    plan = make_plan(compose(*MEANS, "algorithm.mode=certificate", "data.spec.dim=3", "privacy=none"))
+    result = run(plan, inline=True, groups=InlineGroups(plan, 2))
+    points = plan.dataset.load(plan.seed, plan.trial).x_train[:, 0, :]
+    np.testing.assert_allclose(result.outputs["released"][0, :, 0], points.mean(axis=0), rtol=1e-12)
+    assert result.history[0]["solver_calls"][0] == 2 and result.history[0]["residual"][0] < 1e-15
+
+
+@pytest.mark.parametrize("override, key, named", [
+    ("data.spec.num_silos=100", "data.spec.num_silos", "4 kappa + 2 = 114"),     # below the floor allow_few_users keeps
+    ("algorithm.feature_bound=0.5", "algorithm.feature_bound", "means of items"),
+])
+def test_refusals_allow_few_users_cannot_lift(override, key, named):
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*MEANS, "algorithm.allow_few_users=true", override))
+    assert err.value.key == key and named in str(err.value)
+
+
+def test_the_statement_says_replicas_compose():
+    statement = make_plan(compose(*MEANS, "repetitions=3")).privacy.statement()
+    assert "per replica" in statement["replicas"] and "sum of their epsilons" in statement["replicas"]
