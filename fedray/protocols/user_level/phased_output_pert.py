@@ -90,7 +90,10 @@ class PhasedOutputPert(LinearModelProgram):
             solved: dict = {}          # replicas at the same centre share one solve
             for replica in range(self.num_replicas):
                 mechanism = phase.mechanisms[replica]
-                tolerance = phase.regularization * (mechanism.tolerance if mechanism is not None else 1e-9)
+                # mu eta, and for the diagnostic s mu eta: the slack the certificate leaves the solver is
+                # part of the noise budget, so the localization check scales it with the noise
+                tolerance = phase.regularization * (mechanism.tolerance * self.noise_scale if mechanism is not None
+                                                    else 1e-9)
                 charge[replica, phase.users] += 1
                 if settled(centres[replica], phase.regularization, tolerance):
                     skipped[replica] += 1

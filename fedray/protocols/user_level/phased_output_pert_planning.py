@@ -177,10 +177,12 @@ class PhasedOutputPertRecipe:
                                             group.size, m) for eps in levels)
             phases.append(_phase(group, lam_i, mechanisms))
         cells = (replicas.count, n)
+        # the bound for the noise actually added (s sigma_i); add beta R G for the failure event
         resolved = {"phases": count, "regularization": lam, "lipschitz": lipschitz, "items_per_user": m,
                     "beta": beta, "min_users": fewest, "phase_users_min": int(min(g.size for g in groups)),
-                    "oracle_bound": oracle_bound(lam, [certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz,
-                                                                            c.num_users, m) for c in reference],
+                    "oracle_bound": oracle_bound(lam, [scale * certificate_constant(c.epsilon, c.delta, c.beta,
+                                                                                    2 * lipschitz, c.num_users, m)
+                                                       for c in reference],
                                                  [g.size for g in groups], lipschitz, diameter, dim, m,
                                                  variant != "erm") if private else float("nan")}
         if not private or scale != 1.0:

@@ -98,3 +98,24 @@ def test_a_noise_scale_without_a_budget_is_refused():
     with pytest.raises(ConfigError) as err:
         make_plan(compose(*SMALL, "privacy=none", "algorithm.noise_scale=0.5"))
     assert err.value.key == "algorithm.noise_scale"
+
+
+def test_without_noise_the_phases_reach_the_erm():
+    """T12: with every sigma_i scaled towards 0 (the non-private diagnostic) the localization ends
+    at theta*(x); each phase's minimiser stays within G / lambda_i of its centre."""
+    from scipy.special import expit
+
+    plan = make_plan(compose(*SMALL, "algorithm.noise_scale=1e-12", "data.spec.noise=1.0"))
+    result = run(plan, inline=True)
+    fed = plan.dataset.load(plan.seed, plan.trial)
+    x, y = fed.x_train.reshape(-1, 3), fed.y_train.reshape(-1)
+    theta = np.zeros(3)
+    for _ in range(50):
+        p = expit(x @ theta)
+        theta -= np.linalg.solve((x * (p * (1 - p))[:, None]).T @ x / len(y), x.T @ (p - y) / len(y))
+    def risk(w):
+        z = x @ w
+        return np.mean(np.logaddexp(0.0, z) - y * z)
+
+    assert np.linalg.norm(result.model[0, :, 0] - theta) < 1e-2 * np.linalg.norm(theta)
+    assert risk(result.model[0, :, 0]) - risk(theta) < 1e-5 < risk(np.zeros(3)) - risk(theta)
