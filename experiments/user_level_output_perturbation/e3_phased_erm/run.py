@@ -15,11 +15,18 @@ Arms:
   residual scaled with it (the certificate's slack is part of the noise budget). It checks the
   localization analysis: excess risk against B(lambda) evaluated at s sigma_i, and its scaling in
   n and m at fixed s.
+- b2: user-level full-batch noisy GD (``algorithm=user_dp_sgd`` with every user every round: each
+  user's mean gradient clipped to G = 1, sensitivity 2G/n, Gaussian noise for T releases by the
+  RDP accountant, which for full participation is the zCDP composition the spec names, converted
+  optimally), projected onto K, the average iterate; T in {50, 200} and the step in {0.5, 2, 8, 32}
+  tuned on a separate draw (seed 1), then run on the evaluation draw (seed 0).
 The excess empirical risk L(thetahat) - L(theta*) is over every record, theta* by Newton's method
 on the pooled records (an experimenter's diagnostic: the records are generated from the seed).
-B2 and B3 of the spec are not run (not built yet).
+B3 (item-level DP-SGD with group privacy) is not run (not built yet).
 
-    python experiments/user_level_output_perturbation/e3_phased_erm/run.py [--report]
+    python experiments/user_level_output_perturbation/e3_phased_erm/run.py [--report | --b2]
+
+``--b2`` runs only B2 and replaces its rows in results.csv.
 """
 
 from __future__ import annotations
@@ -90,6 +97,51 @@ def run_cell(n: int, m: int, regularization: str, scale: float) -> dict:
             "seconds": seconds}
 
 
+B2_ROUNDS, B2_STEPS = (50, 200), (0.5, 2.0, 8.0, 32.0)
+
+
+def run_b2(n: int, m: int, rounds: int, steps: tuple, seed: int, repetitions: int):
+    plan = compose_plan(["experiment=phased_erm_synthetic", f"data.spec.num_silos={n}", f"data.spec.samples_per_silo={m}",
+                         f"data.spec.dim={DIM}", f"data.spec.noise={NOISE}", "algorithm=user_dp_sgd",
+                         "participation=uniform", f"participation.silos_per_round={n}", f"num_rounds={rounds}",
+                         f"algorithm.step_size={list(steps)}", "algorithm.l2_clip=1.0", f"algorithm.radius={RADIUS}",
+                         "privacy.calibration=accountant", f"seed={seed}", f"repetitions={repetitions}", "progress=false",
+                         f"evaluate_every={10**9}"])
+    fed = plan.dataset.load(plan.seed, plan.trial)
+    x, y = fed.x_train.reshape(-1, DIM), fed.y_train.reshape(-1)
+    optimum = erm(x, y)
+    started = time.perf_counter()
+    result = run(plan, inline=True)
+    seconds = time.perf_counter() - started
+    excess = empirical_risk(result.model[:, :, 0], x, y) - empirical_risk(optimum[None], x, y)[0]
+    zero = empirical_risk(np.zeros((1, DIM)), x, y)[0] - empirical_risk(optimum[None], x, y)[0]
+    return plan, result, excess, zero, seconds
+
+
+def b2_cell(n: int, m: int) -> dict:
+    """B2 tuned over (T, step) on seed 1, then run on seed 0 with REPLICAS repetitions."""
+    tries = []
+    for rounds in B2_ROUNDS:
+        plan, _, excess, _, _ = run_b2(n, m, rounds, B2_STEPS, 1, 2)
+        for step in B2_STEPS:
+            tries.append((float(excess[plan.step_sizes == step].mean()), rounds, step))
+    _, rounds, step = min(tries)
+    plan, result, excess, zero, seconds = run_b2(n, m, rounds, (step,), 0, REPLICAS)
+    return {"n": n, "m": m, "regularization": f"b2 T={rounds} step={step}", "noise_scale": 1.0, "dp": True,
+            "phases": rounds, "lambda": float("nan"), "bound": float("nan"), "excess_mean": float(excess.mean()),
+            "excess_max": float(excess.max()), "phases_without_release": 0.0, "phases_settled": 0.0,
+            "epsilon_spent": float(result.epsilon_spent.max()), "zero_model_excess": float(zero), "seconds": seconds}
+
+
+def main_b2() -> None:
+    rows = [r for r in csv.DictReader(open(HERE / "results.csv")) if not r["regularization"].startswith("b2")]
+    for n, m in SIZES:
+        rows.append(b2_cell(n, m))
+        print(rows[-1], flush=True)
+    write_csv(HERE / "results.csv", rows)
+    report(read_results(HERE / "results.csv"))
+
+
 def main() -> None:
     started = time.perf_counter()
     rows = []
@@ -120,9 +172,10 @@ def report(rows: list[dict]) -> None:
                            "bound_slope": log_slope([r["n"] for r in picked], [r["bound"] for r in picked])})
     write_csv(HERE / "slopes.csv", slopes)
     for r in rows:
-        print(f"n {r['n']} m {r['m']} {r['regularization']} s {r['noise_scale']:g}{'' if r['dp'] == 'True' else ' (not DP)'}: "
-              f"excess {r['excess_mean']:.3g} (max {r['excess_max']:.3g}) <= bound {r['bound']:.3g}: "
-              f"{r['excess_max'] <= r['bound']}; zero model {r['zero_model_excess']:.3g}")
+        print(f"n {r['n']} m {r['m']} {r['regularization']} s {r['noise_scale']:g}{'' if r['dp'] in ('True', True) else ' (not DP)'}: "
+              f"excess {r['excess_mean']:.3g} (max {r['excess_max']:.3g})"
+              + (f" <= bound {r['bound']:.3g}: {r['excess_max'] <= r['bound']}" if r['bound'] == r['bound'] else "")
+              + f"; zero model {r['zero_model_excess']:.3g}")
     for s in slopes:
         print(f"s {s['noise_scale']:g}: slope in n of the excess {s['excess_slope']:.2f}, of the bound {s['bound_slope']:.2f}")
     figure(rows, HERE / "figure.png")
@@ -153,5 +206,7 @@ def figure(rows: list[dict], path: Path) -> None:
 if __name__ == "__main__":
     if "--report" in sys.argv:
         report(read_results(HERE / "results.csv"))
+    elif "--b2" in sys.argv:
+        main_b2()
     else:
         main()
