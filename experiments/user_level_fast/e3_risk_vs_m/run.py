@@ -48,6 +48,7 @@ from scipy import stats
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
+from experiments.report.tables import write_csv  # noqa: E402
 from fedray.compose import compose_plan  # noqa: E402
 from fedray.errors import ConfigError  # noqa: E402
 from fedray.runtime.driver import run  # noqa: E402
@@ -197,15 +198,6 @@ def merged(path: Path, rows: list[dict], arms: tuple) -> list[dict]:
     if set(arms) == set(ARMS) or not path.exists():
         return rows
     return [r for r in csv.DictReader(open(path)) if r["arm"] not in arms] + rows
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    """Rows with different keys (each arm tunes its own settings) under the union of the keys."""
-    fields = list(dict.fromkeys(key for row in rows for key in row))
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fields, restval="")
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def read_results(path: Path) -> list[dict]:

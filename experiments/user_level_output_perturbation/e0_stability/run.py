@@ -137,8 +137,6 @@ def main() -> None:
     print(f"wall time {time.perf_counter() - started:.1f} s")
 
 
-
-
 def read_draws(path: Path) -> list[dict]:
     rows = []
     for r in csv.DictReader(open(path)):

@@ -142,30 +142,25 @@ class PhasedOutputPertRecipe:
         if private and np.any(levels > 1):
             raise ConfigError("privacy.epsilon", float(levels.max()), "at most 1 (the paper's range, eps in (0, 1])")
         strictest = float(levels.min()) if private else 1.0
-        count = self._phase_count(variant, n, m, dim, strictest, delta or 1e-5, beta)
+        shaping_delta = delta if private else 1e-5        # without privacy, the phases of (1, 1e-5)
+        count = self._phase_count(variant, n, m, dim, strictest, shaping_delta, beta)
         if count < 1:
             raise ConfigError("data.spec.num_silos", n, f"more users for {variant}: T = {count} phases (T = floor(log2("
                               "n / N0)) for sco, n / T >= N0 for sco_eq)")
         groups = phase_users(variant, n, count)
-        floor = CertifiedPerturbation(strictest / (count if variant == "erm" else 1),
-                                      (delta or 1e-5) / (count if variant == "erm" else 1), beta, 1.0, 1.0,
-                                      10**9, m).fewest_users
-        if min(g.size for g in groups) < floor and (private or alg.get("regularization") == "balanced"):
-            raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs at least 4 kappa + 2 = {floor} "
-                              f"(Delta's denominator; allow_few_users lifts only the N0 refusal); a phase has "
-                              f"{min(g.size for g in groups)}")
+        smallest = min(g.size for g in groups)
         share = count if variant == "erm" else 1          # basic composition over phases, or parallel
         beta_phase = beta / count
-
-        def phase_constants(eps: float) -> list[CertifiedPerturbation]:
-            return [CertifiedPerturbation(eps / share, (delta or 1e-5) / share, beta_phase, 2 * lipschitz, 1.0, g.size, m)
-                    for g in groups]
-
-        reference = phase_constants(strictest) if min(g.size for g in groups) >= floor else []
+        floor = CertifiedPerturbation(strictest / share, shaping_delta / share, beta, 1.0, 1.0, 10**9, m).fewest_users
+        if smallest < floor and (private or alg.get("regularization") == "balanced"):
+            raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs at least 4 kappa + 2 = {floor} "
+                              f"(Delta's denominator; allow_few_users lifts only the N0 refusal); a phase has {smallest}")
+        reference = [CertifiedPerturbation(strictest / share, shaping_delta / share, beta_phase, 2 * lipschitz, 1.0,
+                                           g.size, m) for g in groups] if smallest >= floor else []
         fewest = max((c.min_users for c in reference), default=0)
-        if private and min(g.size for g in groups) < fewest and not few:
+        if private and smallest < fewest and not few:
             raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs N0 = {fewest} (eps, delta) = "
-                              f"({strictest:g}, {delta or 1e-5:g}) over {count} phases; it has {min(g.size for g in groups)}"
+                              f"({strictest:g}, {shaping_delta:g}) over {count} phases; it has {smallest}"
                               " (or algorithm.allow_few_users=true)")
         lam = self._regularization(alg.get("regularization"), reference, groups, lipschitz, diameter, dim, m, n, variant,
                                    scale)
@@ -179,7 +174,7 @@ class PhasedOutputPertRecipe:
         cells = (replicas.count, n)
         # the bound for the noise actually added (s sigma_i); add beta R G for the failure event
         resolved = {"phases": count, "regularization": lam, "lipschitz": lipschitz, "items_per_user": m,
-                    "beta": beta, "min_users": fewest, "phase_users_min": int(min(g.size for g in groups)),
+                    "beta": beta, "min_users": fewest, "phase_users_min": int(smallest),
                     "oracle_bound": oracle_bound(lam, [scale * certificate_constant(c.epsilon, c.delta, c.beta,
                                                                                     2 * lipschitz, c.num_users, m)
                                                        for c in reference],
