@@ -34,6 +34,7 @@ from fedray.data.federation import Federation, FederationShape
 from fedray.rng import BLOCK, Stream, data_generator, generator
 
 TASKS = ("binary", "regression")
+POPULATION = 2**32 - 1       # the block coordinate of population draws: no silo block reaches it
 SHIFTS = ("both", "features", "weights")
 
 
@@ -110,6 +111,17 @@ class SyntheticLinear:
             task=self.task,
             num_outputs=1,
         )
+
+    def population_sample(self, seed: int, trial: int, count: int, part: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """``count`` fresh records (x (count, d), y (count,)) from D, the distribution every silo of
+        (seed, trial) draws from when h = 0 (population risk; no silo reads them); ``part`` numbers
+        independent draws, for a large sample taken in pieces."""
+        if self.heterogeneity != 0:
+            raise ValueError(f"heterogeneity {self.heterogeneity}: the silos share no one distribution (needs 0)")
+        w0 = data_generator(seed, trial).standard_normal(self.dim)
+        x, y = self._records(generator(seed, Stream.DATA, trial, POPULATION, part), np.zeros((1, self.dim)), w0[None],
+                             count)
+        return x[0], y[0]
 
     def _block(self, seed: int, trial: int, block: int, w0: np.ndarray) -> tuple[np.ndarray, ...]:
         """(x_train, y_train, x_test, y_test) of every silo of block ``block``."""

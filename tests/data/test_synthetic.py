@@ -105,3 +105,32 @@ def test_loading_some_silos_equals_selecting_them_from_the_whole_federation():
     part, whole = spec.load(5, 2, silo_ids=ids), spec.load(5, 2).select(ids)
     for name in ("x_train", "y_train", "x_test", "y_test", "n_train", "n_test"):
         np.testing.assert_array_equal(getattr(part, name), getattr(whole, name))
+
+
+def test_population_draws_come_from_the_silos_distribution():
+    """Fresh records from D: the logistic MLE on them and on the federation's records both recover
+    w0 / noise (the model's true weight); parts are independent, draws reproducible."""
+    from scipy.special import expit
+
+    from fedray.rng import data_generator
+
+    spec = SyntheticLinear(num_silos=400, samples_per_silo=500, test_samples_per_silo=0, dim=3, noise=1.0,
+                           feature_norm=10.0)
+    w0 = data_generator(5, 1).standard_normal(3)
+
+    def mle(x, y):
+        w = np.zeros(3)
+        for _ in range(30):
+            p = expit(x @ w)
+            w -= np.linalg.solve((x * (p * (1 - p))[:, None]).T @ x, x.T @ (p - y))
+        return w
+
+    x, y = spec.population_sample(5, 1, 200_000)
+    fed = spec.load(5, 1)
+    for records, labels in ((x, y), (fed.x_train.reshape(-1, 3), fed.y_train.reshape(-1))):
+        assert np.linalg.norm(mle(records, labels) - w0) < 0.05 * np.linalg.norm(w0) + 0.05
+    again, _ = spec.population_sample(5, 1, 1000)
+    other, _ = spec.population_sample(5, 1, 1000, part=1)
+    assert np.array_equal(again, x[:1000]) and not np.allclose(other, again)
+    with pytest.raises(ValueError, match="heterogeneity"):
+        SyntheticLinear(heterogeneity=0.5).population_sample(0, 0, 10)

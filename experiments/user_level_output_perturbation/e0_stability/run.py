@@ -40,7 +40,7 @@ from scipy.special import expit
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from experiments.report.tables import log_slope, write_csv  # noqa: E402
+from experiments.report.tables import bootstrap_log_slope, log_slope, write_csv  # noqa: E402
 from fedray.data import BinomialUserMeans  # noqa: E402
 
 USERS = (250, 500, 1_000, 2_000, 4_000)
@@ -146,14 +146,6 @@ def read_draws(path: Path) -> list[dict]:
     return rows
 
 
-
-def _slope_ci(draws: dict, keys: list, rng: np.random.Generator, resamples: int = 2000) -> tuple[float, float]:
-    """95% bootstrap interval of the slope of log(mean D1): draws resampled within each point."""
-    x = np.array(keys, float)
-    slopes = [log_slope(x, np.array([rng.choice(draws[k], len(draws[k])).mean() for k in keys])) for _ in range(resamples)]
-    return tuple(float(q) for q in np.percentile(slopes, [2.5, 97.5]))
-
-
 def report(rows: list[dict]) -> None:
     rng = np.random.default_rng(0)
     cases = sorted({(r["problem"], r["d"], r["mu"]) for r in rows})
@@ -182,7 +174,7 @@ def report(rows: list[dict]) -> None:
                     if np.isnan(draws[keys[0]]).any():
                         continue
                     slope = log_slope(np.array(keys, float), np.array([draws[k].mean() for k in keys]))
-                    low, high = _slope_ci(draws, keys, rng)
+                    low, high = bootstrap_log_slope(keys, [draws[k] for k in keys], rng)
                     slopes.append({"problem": problem, "d": d, "mu": mu, "measure": column, "variable": variable,
                                    "fixed": f"{'m' if variable == 'n' else 'n'}={fixed}", "slope": slope,
                                    "ci95_low": low, "ci95_high": high})

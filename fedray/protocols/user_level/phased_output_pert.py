@@ -16,12 +16,23 @@ floor(n / 2^{i-1})), T = floor(log2(n / N0)), each phase at (eps, delta, beta / 
 equal disjoint batches of floor(n / T) users, T the smallest with 4^T >= 2 c T sqrt(d m) (spec
 A9's variant).
 
+Strongly convex pipelines (``strong_convexity`` mu; spec §2.6-2.7): the item loss is l + (mu / 2)
+||theta||^2, G-Lipschitz on K. A first SCOutputPert release theta0 at (eps/2, delta/2, beta, G, mu)
+localizes: K' = K cap B(theta0, R'), R' = sigma0 (sqrt(d) + sqrt(2 ln(1/beta))) [+ 30 G
+sqrt(ln(2/beta)) / (mu sqrt(n m)) for SCO, Prop. B.1], then the phases run at (eps/2, delta/2)
+from theta0 projected onto K, their lambda planned for K' (diameter 2 R'); a localization that
+releases nothing falls back to K' = K (spec A7), phases planned for K, from 0. With ``erm`` this is
+Alg. 5, with ``sco`` / ``sco_eq`` Alg. 6; ``split_localization`` gives theta0 the first floor(n/4)
+users and the phases the rest (spec A14). Each phase's certificate uses lambda_i, as the paper's
+Phased-ERM does, although its problem is (mu + lambda_i)-strongly convex.
+
 Trust model: central user-level DP (a trusted server; per-user gradients reach only the
 program). Unit: a user. Relation: replace one user. Guarantee: each phase's release is (eps_i,
 delta_i)-DP by Thm 3.3 given the previous releases (the solver starts from the public centre and
 is deterministic), so ``erm`` is (eps, delta) by basic composition of T releases and ``sco`` /
-``sco_eq`` by parallel composition over disjoint users; the ledger charges each user one release
-per phase it is in (a phase skipped for floating point, ``settled``, is charged all the same).
+``sco_eq`` by parallel composition over disjoint users, and with mu the localizing release adds
+(eps/2, delta/2) to phases at (eps/2, delta/2) (basic composition); the ledger charges each user
+every release it is in (a phase skipped for floating point, ``settled``, is charged all the same).
 As in SCOutputPert, a failed check releases nothing for that phase, and whether it did is
 outside the guarantee (the plan's statement says so). With ``noise_scale`` s < 1
 every sigma_i is scaled by s: a diagnostic of the localization analysis, not DP, planned as such.
@@ -57,70 +68,103 @@ def settled(centre: np.ndarray, regularization: float, tolerance: float) -> bool
 
 @dataclass(frozen=True)
 class Phase:
-    """One phase: its users (ids, sorted), its regularization lambda_i, and per replica the
-    constants of its release (``CertifiedPerturbation`` at (2G, lambda_i, n_i)) or None."""
+    """One release: its users (ids, sorted), lambda_i of its term (lambda_i / 2) ||theta - centre||^2
+    (0 for the localizing release), per replica the constants of its release
+    (``CertifiedPerturbation``) or None, and what it charges each of its users in the ledger's
+    units."""
 
     users: np.ndarray
     regularization: float
     mechanisms: tuple
+    charge: int = 1
 
 
 @dataclass(frozen=True)
 class PhasedOutputPert(LinearModelProgram):
     objective: LinearModelObjective
-    phases: tuple                     # (T,) Phase
+    phases: tuple                     # (T,) Phase: after a localizing release, or the only ones
     noise_scale: float                # 1 for DP; s < 1 a non-private diagnostic
     radius: float                     # K = B(0, radius): the output's projection
     num_units: int
     model_shape: tuple
     num_replicas: int
     constants: dict = field(default_factory=dict)
+    ridge: float = 0.0                # mu of the item loss's (mu / 2) ||theta||^2 (Alg. 5 / 6), else 0
+    localization: Phase | None = None  # Alg. 5 / 6's first release, at the centre 0
+    fallback: tuple = ()              # (T,) Phase after a localization that released nothing (K' = K)
     recipe: ClassVar[PhasedOutputPertRecipe] = PhasedOutputPertRecipe()
 
     def run(self, oracle, keys: RoundKeys) -> ProgramRun:
         data = DataObjective(oracle, self.objective, self.num_units)
         centres = np.zeros((self.num_replicas,) + self.model_shape)
-        failed = np.zeros(self.num_replicas)
-        charge = np.zeros((self.num_replicas, self.num_units), dtype=np.int64)
-        calls = 0
-        skipped = np.zeros(self.num_replicas)
-        for index, phase in enumerate(self.phases):
-            weights = np.zeros(self.num_units)
-            weights[phase.users] = 1.0
-            solved: dict = {}          # replicas at the same centre share one solve
-            for replica in range(self.num_replicas):
-                mechanism = phase.mechanisms[replica]
-                # mu eta, and for the diagnostic s mu eta: the slack the certificate leaves the solver is
-                # part of the noise budget, so the localization check scales it with the noise
-                tolerance = phase.regularization * (mechanism.tolerance * self.noise_scale if mechanism is not None
-                                                    else 1e-9)
-                charge[replica, phase.users] += 1
-                if settled(centres[replica], phase.regularization, tolerance):
-                    skipped[replica] += 1
-                    continue
-                key = centres[replica].tobytes()
-                if key not in solved:
-                    solution = minimize_ridge(data, self.model_shape, phase.regularization,
-                                              self.objective.smoothness, tolerance, weights, centre=centres[replica])
-                    per_user = data.unit_gradients(solution.params)[phase.users, 0].reshape(phase.users.size, -1)
-                    spread = float(np.linalg.norm(per_user - per_user.mean(axis=0), axis=1).max())
-                    solved[key] = (solution, spread)
-                    calls += solution.calls
-                solution, spread = solved[key]
-                if mechanism is None:
-                    centres[replica] = solution.params[0]
-                    continue
-                phase_key = (*keys.streams[replica], keys.round, index)
-                TruncatedDiscreteLaplace(mechanism.epsilon2, mechanism.delta2).sample(
-                    generator(keys.seed, Stream.SERVER, *phase_key))       # R1: drawn, unused when certified
-                if mechanism.certifies(spread, solution.gradient_norm):
-                    noise = generator(keys.seed, Stream.OUTPUT_NOISE, *phase_key).standard_normal(self.model_shape)
-                    centres[replica] = solution.params[0] + self.noise_scale * mechanism.noise_std * noise
-                else:
-                    failed[replica] += 1            # no release: the previous centre stays (spec A7)
-        norms = np.linalg.norm(centres.reshape(self.num_replicas, -1), axis=1)
-        released = centres * np.minimum(1.0, self.radius / np.maximum(norms, 1e-300)).reshape((-1,) + (1,) * len(self.model_shape))
-        metrics = {"phases_without_release": Metric(failed, released=True),
-                   "phases_settled": Metric(skipped, released=True),
-                   "solver_calls": Metric(np.full(self.num_replicas, float(calls)), released=False)}
-        return ProgramRun({"released": released}, charge, metrics)
+        tally = {"failed": np.zeros(self.num_replicas), "settled": np.zeros(self.num_replicas), "calls": 0,
+                 "charge": np.zeros((self.num_replicas, self.num_units), dtype=np.int64)}
+        localized = np.zeros(self.num_replicas, dtype=bool)
+        if self.localization is not None:
+            # theta0, projected onto K: within R' of theta0 when theta*(x) is (spec §2.6), the phases' start
+            localized = self._release(data, [self.localization] * self.num_replicas, len(self.phases), centres, keys,
+                                      tally)
+            centres[~localized] = 0.0
+            centres = _project(centres, self.radius)
+        for index in range(len(self.phases)):
+            phases = [(self.phases if localized[r] or not self.fallback else self.fallback)[index]
+                      for r in range(self.num_replicas)]
+            self._release(data, phases, index, centres, keys, tally)
+        released = _project(centres, self.radius)
+        metrics = {"phases_without_release": Metric(tally["failed"], released=True),
+                   "phases_settled": Metric(tally["settled"], released=True),
+                   "solver_calls": Metric(np.full(self.num_replicas, float(tally["calls"])), released=False)}
+        if self.localization is not None:
+            metrics["localized"] = Metric(localized.astype(np.float64), released=True)
+        return ProgramRun({"released": released}, tally["charge"], metrics)
+
+    def _release(self, data, phases: list, index: int, centres: np.ndarray, keys: RoundKeys, tally: dict) -> np.ndarray:
+        """Each replica's phase ``phases[r]`` from its centre: solve min F + (ridge / 2) ||theta||^2 +
+        (lambda_i / 2) ||theta - centre||^2, check the certificate, and on success move the centre to
+        the release (in place); whether each replica released."""
+        released = np.zeros(self.num_replicas, dtype=bool)
+        solved: dict = {}          # replicas at the same centre in the same phase share one solve
+        for replica, phase in enumerate(phases):
+            mechanism = phase.mechanisms[replica]
+            total = self.ridge + phase.regularization
+            # the two quadratic terms as one: (total / 2) ||theta - shifted||^2 + a constant
+            shifted = centres[replica] * (phase.regularization / total)
+            # mu eta, and for the diagnostic s mu eta: the slack the certificate leaves the solver is
+            # part of the noise budget, so the localization check scales it with the noise
+            tolerance = (mechanism.strong_convexity * mechanism.tolerance * self.noise_scale if mechanism is not None
+                         else total * 1e-9)
+            tally["charge"][replica, phase.users] += phase.charge
+            if settled(shifted, total, tolerance):
+                tally["settled"][replica] += 1
+                continue
+            key = (shifted.tobytes(), total, phase.users[0], phase.users.size)
+            if key not in solved:
+                weights = np.zeros(self.num_units)
+                weights[phase.users] = 1.0
+                solution = minimize_ridge(data, self.model_shape, total, self.objective.smoothness, tolerance, weights,
+                                          centre=shifted)
+                per_user = data.unit_gradients(solution.params)[phase.users, 0].reshape(phase.users.size, -1)
+                # the regularizers' gradients are the same for every user: they cancel in the spread
+                spread = float(np.linalg.norm(per_user - per_user.mean(axis=0), axis=1).max())
+                solved[key] = (solution, spread)
+                tally["calls"] += solution.calls
+            solution, spread = solved[key]
+            if mechanism is None:
+                centres[replica], released[replica] = solution.params[0], True
+                continue
+            phase_key = (*keys.streams[replica], keys.round, index)
+            TruncatedDiscreteLaplace(mechanism.epsilon2, mechanism.delta2).sample(
+                generator(keys.seed, Stream.SERVER, *phase_key))       # R1: drawn, unused when certified
+            if mechanism.certifies(spread, solution.gradient_norm):
+                noise = generator(keys.seed, Stream.OUTPUT_NOISE, *phase_key).standard_normal(self.model_shape)
+                centres[replica] = solution.params[0] + self.noise_scale * mechanism.noise_std * noise
+                released[replica] = True
+            else:
+                tally["failed"][replica] += 1       # no release: the previous centre stays (spec A7)
+        return released
+
+
+def _project(models: np.ndarray, radius: float) -> np.ndarray:
+    """Each replica's model projected onto B(0, radius)."""
+    norms = np.linalg.norm(models.reshape(models.shape[0], -1), axis=1)
+    return models * np.minimum(1.0, radius / np.maximum(norms, 1e-300)).reshape((-1,) + (1,) * (models.ndim - 1))

@@ -10,6 +10,11 @@ lambda (``regularization``): a number, ``paper`` (G sqrt(d) / (R n sqrt(m)), Thm
 with sigma_i = c_i 2G / (lambda_i n_i sqrt(m)) and c_i phase i's certificate constant; for ERM it
 is 2 lambda R^2 + Q / lambda, minimised at sqrt(Q / (2 R^2)). Without privacy the phases and
 a balanced lambda are those of (eps, delta) = (1, 1e-5); a given or ``paper`` lambda has no user floor.
+
+With ``strong_convexity`` (Alg. 5 / 6, spec §2.6-2.7) every release gets half the budget, beta
+defaults to 1 / (2 n^2 m), and two phase lists are planned: for K' = K cap B(theta0, R') (lambda
+for its diameter min(2 R', 2 radius); the paper's lambda writes R') and, for a localization that released nothing,
+for K.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.deletion import CertifiedPerturbation
 
 FIELDS = ("_target_", "name", "variant", "regularization", "radius", "feature_bound", "beta", "noise_scale",
-          "allow_few_users")
+          "allow_few_users", "strong_convexity", "split_localization")
 VARIANTS = ("erm", "sco", "sco_eq")
 REGULARIZATIONS = ("paper", "balanced")
 
@@ -87,19 +92,23 @@ class PhasedPlan:
     privacy: PrivacyPlan
     resolved: dict = field(default_factory=dict)
     routing: Routing = Routing.DIRECT
+    ridge: float = 0.0
+    localization: object = None
+    fallback: tuple = ()
 
     def build(self, oracle):
         model_shape = (self.shape.dim, self.objective.loss.num_outputs)
         return self.algorithm_class(self.objective, self.phases, self.noise_scale, self.radius, self.shape.num_silos,
-                                    model_shape, self.replicas, dict(self.resolved))
+                                    model_shape, self.replicas, dict(self.resolved), self.ridge, self.localization,
+                                    self.fallback)
 
 
 @dataclass(frozen=True)
 class PhasedOutputPertRecipe:
     """Checks as SCOutputPert (central user-level DP or none, every user in the one program run,
     a smooth loss with a bounded derivative, every user the same m, eps <= 1, the paper's
-    calibration), then the phases, the refusals (T >= 1; every phase's users >= its N0 unless
-    ``allow_few_users``; noise_scale in (0, 1]) and the ledger."""
+    calibration), then the phases, the refusals (T >= 1; every release's users >= its N0 unless
+    ``allow_few_users``; noise_scale in (0, 1]; split_localization only for Alg. 6) and the ledger."""
 
     trust_models: tuple[str, ...] = ("central", "none")
     privacy_keys: tuple[str, ...] = ()
@@ -122,14 +131,25 @@ class PhasedOutputPertRecipe:
         check_bool("algorithm.allow_few_users", few)
         scale = number_in("algorithm.noise_scale", alg.get("noise_scale"), 0.0, 1.0,
                           "a number in (0, 1] (1: DP; below 1 a non-private diagnostic)", closed_high=True)
+        mu = positive("algorithm.strong_convexity", alg.get("strong_convexity"), allow_none=True)
+        split = alg.get("split_localization", False)
+        check_bool("algorithm.split_localization", split)
+        if split and (mu is None or variant == "erm"):
+            raise ConfigError("algorithm.split_localization", split, "false unless algorithm.strong_convexity is set "
+                              "and algorithm.variant is sco or sco_eq (Alg. 6's localization on the first n/4 users)")
         items = set(shape.items)
         if len(items) != 1:
             raise ConfigError("data", f"{min(items)}..{max(items)} items per user", f"the same m for every user "
                               f"({alg.get('name')})")
         n, m, dim = shape.num_silos, items.pop(), shape.dim * context.loss.num_outputs
-        lipschitz, diameter = objective.lipschitz, 2.0 * radius
+        # G of the item loss on K: with mu it carries (mu/2)||theta||^2, whose gradient is at most mu radius there
+        lipschitz = objective.lipschitz + (mu * radius if mu else 0.0)
+        diameter = 2.0 * radius
         beta = alg.get("beta")
-        beta = 1.0 / (n * m) if beta is None else number_in("algorithm.beta", beta, 0.0, 1.0, "a probability in (0, 1)")
+        if beta is None:
+            beta = 1.0 / (2 * n * n * m) if mu else 1.0 / (n * m)        # Alg. 5 / 6's, or Thm 4.1's
+        else:
+            beta = number_in("algorithm.beta", beta, 0.0, 1.0, "a probability in (0, 1)")
         private = priv["trust_model"] != "none"
         if private and priv["calibration"] != "paper":
             raise ConfigError("privacy.calibration", priv["calibration"], "paper for Phased-ERM / SCO (Thm 3.3's noise)")
@@ -141,13 +161,15 @@ class PhasedOutputPertRecipe:
         levels = _levels(priv, replicas) if private else None
         if private and np.any(levels > 1):
             raise ConfigError("privacy.epsilon", float(levels.max()), "at most 1 (the paper's range, eps in (0, 1])")
-        strictest = float(levels.min()) if private else 1.0
-        shaping_delta = delta if private else 1e-5        # without privacy, the phases of (1, 1e-5)
-        count = self._phase_count(variant, n, m, dim, strictest, shaping_delta, beta)
+        stages = 2 if mu else 1                           # Alg. 5 / 6: the localization, then the phases
+        strictest = (float(levels.min()) if private else 1.0) / stages
+        shaping_delta = (delta if private else 1e-5) / stages      # without privacy, the phases of (1, 1e-5)
+        offset = n // 4 if split else 0                   # the localizing users come first
+        count = self._phase_count(variant, n - offset, m, dim, strictest, shaping_delta, beta)
         if count < 1:
             raise ConfigError("data.spec.num_silos", n, f"more users for {variant}: T = {count} phases (T = floor(log2("
                               "n / N0)) for sco, n / T >= N0 for sco_eq)")
-        groups = phase_users(variant, n, count)
+        groups = [g + offset for g in phase_users(variant, n - offset, count)]
         smallest = min(g.size for g in groups)
         share = count if variant == "erm" else 1          # basic composition over phases, or parallel
         beta_phase = beta / count
@@ -162,42 +184,81 @@ class PhasedOutputPertRecipe:
             raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs N0 = {fewest} (eps, delta) = "
                               f"({strictest:g}, {shaping_delta:g}) over {count} phases; it has {smallest}"
                               " (or algorithm.allow_few_users=true)")
-        lam = self._regularization(alg.get("regularization"), reference, groups, lipschitz, diameter, dim, m, n, variant,
+        eps_levels = levels / stages if private else None
+
+        def phases(lam: float) -> tuple:
+            made = []
+            for i, group in enumerate(groups, start=1):
+                lam_i = lam * 4.0**i
+                mechanisms = tuple(None for _ in range(replicas.count)) if not private else \
+                    tuple(CertifiedPerturbation(float(eps) / share, delta / stages / share, beta_phase, 2 * lipschitz,
+                                                lam_i, group.size, m) for eps in eps_levels)
+                made.append(_phase(group, lam_i, mechanisms))
+            return tuple(made)
+
+        def bound(lam: float, span: float) -> float:
+            """B(lambda) for the noise actually added (s sigma_i) over a set of diameter ``span``."""
+            if not private:
+                return float("nan")
+            constants = [scale * certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz, c.num_users, m)
+                         for c in reference]
+            return oracle_bound(lam, constants, [g.size for g in groups], lipschitz, span, dim, m, variant != "erm")
+
+        value = alg.get("regularization")
+        lam = self._regularization(value, reference, groups, lipschitz, diameter, diameter, dim, m, n - offset, variant,
                                    scale)
-        phases = []
-        for i, group in enumerate(groups, start=1):
-            lam_i = lam * 4.0**i
-            mechanisms = tuple(None for _ in range(replicas.count)) if not private else \
-                tuple(CertifiedPerturbation(float(eps) / share, delta / share, beta_phase, 2 * lipschitz, lam_i,
-                                            group.size, m) for eps in levels)
-            phases.append(_phase(group, lam_i, mechanisms))
-        cells = (replicas.count, n)
-        # the bound for the noise actually added (s sigma_i); add beta R G for the failure event
         resolved = {"phases": count, "regularization": lam, "lipschitz": lipschitz, "items_per_user": m,
                     "beta": beta, "min_users": fewest, "phase_users_min": int(smallest),
-                    "oracle_bound": oracle_bound(lam, [scale * certificate_constant(c.epsilon, c.delta, c.beta,
-                                                                                    2 * lipschitz, c.num_users, m)
-                                                       for c in reference],
-                                                 [g.size for g in groups], lipschitz, diameter, dim, m,
-                                                 variant != "erm") if private else float("nan")}
+                    "oracle_bound": bound(lam, diameter)}    # add beta R G for the failure event
+        localization, fallback, first = None, (), phases(lam)
+        if mu:
+            located = offset if split else n
+            least = CertifiedPerturbation(strictest, shaping_delta, beta, lipschitz, mu, 10**9, m).fewest_users
+            if located < least:
+                raise ConfigError("data.spec.num_silos", n, f"more users: the localizing release needs at least 4 kappa"
+                                  f" + 2 = {least}; it has {located}")
+            local = CertifiedPerturbation(strictest, shaping_delta, beta, lipschitz, mu, located, m)
+            if private and located < local.min_users and not few:
+                raise ConfigError("data.spec.num_silos", n, f"more users: the localizing release needs N0 = "
+                                  f"{local.min_users}; it has {located} (or algorithm.allow_few_users=true)")
+            # R': theta*(x) (and for SCO theta*(D), Prop. B.1) lies within it of theta0 w.p. >= 1 - 2 beta
+            reach = scale * local.noise_std * (math.sqrt(dim) + math.sqrt(2 * math.log(1 / beta)))
+            if variant != "erm":
+                reach += 30 * lipschitz * math.sqrt(math.log(2 / beta)) / (mu * math.sqrt(located * m))
+            span = min(2 * reach, diameter)               # K' lies in K
+            local_lam = self._regularization(value, reference, groups, lipschitz, span, min(reach, diameter), dim, m,
+                                             n - offset, variant, scale)
+            mechanisms = tuple(None for _ in range(replicas.count)) if not private else \
+                tuple(CertifiedPerturbation(float(eps), delta / stages, beta, lipschitz, mu, located, m)
+                      for eps in eps_levels)
+            localization = _phase(np.arange(located), 0.0, mechanisms, share)
+            fallback, first = first, phases(local_lam)
+            resolved.update(regularization=local_lam, oracle_bound=bound(local_lam, span),
+                            regularization_fallback=lam, oracle_bound_fallback=resolved["oracle_bound"],
+                            localization_radius=reach, localization_users=located,
+                            localization_noise_std=scale * local.noise_std)
+        cells = (replicas.count, n)
         if not private or scale != 1.0:
             privacy = not_private(cells)
             if scale != 1.0:
                 privacy = _diagnostic(privacy, scale)
-            return PhasedPlan(algorithm_class, objective, tuple(phases), scale, radius, shape, replicas.count, privacy,
-                              resolved)
-        sigma_first = np.array([mech.noise_std for mech in phases[0].mechanisms])
-        rule = ApproxDpComposition(levels[:, None] / share, delta / share, 0.0, route="basic")
-        accountant = ComposedAccountant(rule, "basic" if share > 1 else "parallel (disjoint phases)",
-                                        releases_per_participation=share)
+            return PhasedPlan(algorithm_class, objective, first, scale, radius, shape, replicas.count, privacy,
+                              resolved, ridge=mu or 0.0, localization=localization, fallback=fallback)
+        opening = localization or first[0]
+        sigma_first = np.array([mech.noise_std / mech.sensitivity for mech in opening.mechanisms])
+        # one ledger unit is (eps / (stages share), delta / (stages share)): a phase charges 1, the localization share
+        rule = ApproxDpComposition(levels[:, None] / (stages * share), delta / (stages * share), 0.0, route="basic")
+        phased = "basic" if share > 1 else "parallel (disjoint phases)"
+        if mu:
+            phased = f"basic (localization + {'phases' if share > 1 else 'disjoint phases'})"
+        accountant = ComposedAccountant(rule, phased, releases_per_participation=stages * share)
         privacy = PrivacyPlan(
             trust_model="central", calibration="paper", accountant=accountant.name, unit=USER, relation="replace_one",
-            delta=np.full(n, delta), noise_multiplier=np.broadcast_to((sigma_first / phases[0].mechanisms[0].sensitivity)
-                                                                      [:, None], cells).copy(),
+            delta=np.full(n, delta), noise_multiplier=np.broadcast_to(sigma_first[:, None], cells).copy(),
             target_epsilon=np.broadcast_to(levels[:, None], cells).copy(), ledger=Ledger(accountant, cells, "user"),
             details={"phases": count, "min_users": fewest}, non_private_inputs=(NO_RELEASE,))
-        return PhasedPlan(algorithm_class, objective, tuple(phases), scale, radius, shape, replicas.count, privacy,
-                          resolved)
+        return PhasedPlan(algorithm_class, objective, first, scale, radius, shape, replicas.count, privacy, resolved,
+                          ridge=mu or 0.0, localization=localization, fallback=fallback)
 
     @staticmethod
     def _phase_count(variant: str, n: int, m: int, dim: int, eps: float, delta: float, beta: float) -> int:
@@ -217,11 +278,12 @@ class PhasedOutputPertRecipe:
         return 0
 
     @staticmethod
-    def _regularization(value, reference: list, groups: list, lipschitz: float, diameter: float, dim: int, m: int,
-                        n: int, variant: str, scale: float) -> float:
-        """lambda; ``balanced`` for the noise actually added (sigma_i scaled by the diagnostic's s)."""
+    def _regularization(value, reference: list, groups: list, lipschitz: float, diameter: float, paper_diameter: float,
+                        dim: int, m: int, n: int, variant: str, scale: float) -> float:
+        """lambda for a set of diameter R; ``balanced`` for the noise actually added (sigma_i scaled by
+        the diagnostic's s); ``paper`` with the paper's R (Alg. 5 / 6 write the radius R' there)."""
         if value == "paper":
-            return lipschitz * math.sqrt(dim) / (diameter * n * math.sqrt(m))
+            return lipschitz * math.sqrt(dim) / (paper_diameter * n * math.sqrt(m))
         if value == "balanced":
             constants = [scale * certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz, c.num_users, m)
                          for c in reference]
@@ -232,10 +294,10 @@ class PhasedOutputPertRecipe:
         return positive("algorithm.regularization", value)
 
 
-def _phase(users: np.ndarray, regularization: float, mechanisms: tuple):
+def _phase(users: np.ndarray, regularization: float, mechanisms: tuple, charge: int = 1):
     from fedray.protocols.user_level.phased_output_pert import Phase
 
-    return Phase(users, regularization, mechanisms)
+    return Phase(users, regularization, mechanisms, charge)
 
 
 def _diagnostic(privacy: PrivacyPlan, scale: float) -> PrivacyPlan:

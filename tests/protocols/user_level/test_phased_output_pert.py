@@ -119,3 +119,98 @@ def test_without_noise_the_phases_reach_the_erm():
 
     assert np.linalg.norm(result.model[0, :, 0] - theta) < 1e-2 * np.linalg.norm(theta)
     assert risk(result.model[0, :, 0]) - risk(theta) < 1e-5 < risk(np.zeros(3)) - risk(theta)
+
+
+# Alg. 5 / 6 (spec §2.6-2.7): ridge logistic with mu = 0.1 on K = B(0, 1 / mu), G = 1 + mu / mu = 2
+STRONG = ["experiment=phased_erm_synthetic", "data.spec.num_silos=4000", "data.spec.samples_per_silo=5",
+          "data.spec.dim=3", "data.spec.noise=1.0", "algorithm.strong_convexity=0.1", "algorithm.radius=10",
+          "progress=false"]
+
+
+def test_strongly_convex_erm_halves_the_budget_between_the_localization_and_the_phases():
+    """T11 for Alg. 5: theta0 at (eps/2, delta/2, beta, G, mu), the T phases at (eps/2T, delta/2T,
+    beta/T, 2G, lambda_i), beta = 1/(2 n^2 m), R' = sigma0 (sqrt(d) + sqrt(2 ln(1/beta))); the
+    ledger sums to (eps, delta) for every user."""
+    plan = make_plan(compose(*STRONG, "algorithm.allow_few_users=true", "repetitions=2"))
+    program, resolved = plan.protocol.build(None), plan.protocol.resolved
+    n, m, big_t = 4000, 5, resolved["phases"]
+    local = program.localization.mechanisms[0]
+    assert (local.epsilon, local.delta, local.lipschitz, local.strong_convexity) == pytest.approx((0.5, 5e-6, 2.0, 0.1))
+    assert local.beta == pytest.approx(1 / (2 * n**2 * m)) and program.localization.users.size == n
+    for phase in program.phases:
+        mechanism = phase.mechanisms[0]
+        assert (mechanism.epsilon, mechanism.delta, mechanism.lipschitz) == pytest.approx((0.5 / big_t, 5e-6 / big_t, 4.0))
+    assert resolved["localization_radius"] == pytest.approx(
+        local.noise_std * (math.sqrt(3) + math.sqrt(2 * math.log(2 * n**2 * m))))
+    # R' exceeds K's radius at this size: K' = K, planned with K's diameter like the fallback
+    assert resolved["localization_radius"] > 10.0 and len(program.fallback) == big_t
+    assert [p.regularization for p in program.fallback] == [p.regularization for p in program.phases]
+    result = run(plan, inline=True, groups=InlineGroups(plan, 2))
+    assert np.allclose(result.epsilon_spent, 1.0) and plan.privacy.planned_epsilon.max() == pytest.approx(1.0)
+    assert np.all(np.linalg.norm(result.model[:, :, 0], axis=1) <= 10.0 + 1e-12)
+
+
+def test_split_localization_keeps_the_localizing_users_out_of_the_phases():
+    plan = make_plan(compose(*STRONG, "algorithm.variant=sco", "algorithm.split_localization=true"))
+    program = plan.protocol.build(None)
+    assert list(program.localization.users[[0, -1]]) == [0, 999]
+    phase_users = np.concatenate([p.users for p in program.phases])
+    assert phase_users.min() >= 1000 and np.unique(phase_users).size == phase_users.size
+    result = run(plan, inline=True)
+    # disjoint parts, each at (eps/2, delta/2): no user spends more than half
+    assert np.allclose(result.epsilon_spent[0, :1000], 0.5) and result.epsilon_spent.max() == pytest.approx(0.5)
+    together = run(make_plan(compose(*STRONG, "algorithm.variant=sco")), inline=True)
+    assert together.epsilon_spent.max() == pytest.approx(1.0) and together.epsilon_spent.min() == pytest.approx(0.5)
+
+
+def test_the_pipelines_plan_from_public_values_only():
+    """T11: lambda, T, Delta, sigma and R' do not move with the data (another draw, another seed)."""
+    first = make_plan(compose(*STRONG, "algorithm.variant=sco")).protocol.resolved
+    other = make_plan(compose(*STRONG, "algorithm.variant=sco", "seed=7", "data.spec.noise=0.3")).protocol.resolved
+    assert first == other
+
+
+def test_without_noise_strongly_convex_erm_reaches_the_ridge_minimiser():
+    from scipy.special import expit
+
+    plan = make_plan(compose(*STRONG, "algorithm.allow_few_users=true", "algorithm.noise_scale=1e-12"))
+    result = run(plan, inline=True)
+    assert result.history[-1]["localized"][0] == 1.0
+    fed = plan.dataset.load(plan.seed, plan.trial)
+    x, y = fed.x_train.reshape(-1, 3), fed.y_train.reshape(-1)
+    theta = np.zeros(3)
+    for _ in range(50):
+        p = expit(x @ theta)
+        theta -= np.linalg.solve((x * (p * (1 - p))[:, None]).T @ x / len(y) + 0.1 * np.eye(3),
+                                 x.T @ (p - y) / len(y) + 0.1 * theta)
+    # within R' (about 2e-6 here: s sigma0 ~ 3e-7) of theta*(x), as the localization promises
+    assert np.linalg.norm(result.model[0, :, 0] - theta) < plan.protocol.resolved["localization_radius"] < 1e-5
+
+
+def test_a_localization_that_releases_nothing_falls_back_to_k():
+    """theta0's certificate failing (here a localizing release whose gamma0 no data can meet: m
+    taken as 1e12) releases nothing; the phases then run from 0, planned for K (spec A7), and
+    every release is charged all the same."""
+    from dataclasses import replace
+
+    from fedray.protocols.user_level.deletion import CertifiedPerturbation
+
+    plan = make_plan(compose(*STRONG, "algorithm.allow_few_users=true", "algorithm.noise_scale=1e-6"))
+    mechanisms = plan.protocol.localization.mechanisms
+    strict = CertifiedPerturbation(0.5, 5e-6, plan.protocol.resolved["beta"], 2.0, 0.1, 4000, 10**12)
+    assert mechanisms[0].certifies(0.0, 0.0) and not strict.certifies(1e-3, 0.0)
+    failing = replace(plan, protocol=replace(plan.protocol, localization=replace(plan.protocol.localization,
+                                                                                 mechanisms=(strict,))))
+    assert failing.protocol.fallback[0].regularization < failing.protocol.phases[0].regularization
+    result = run(failing, inline=True)
+    assert result.history[-1]["localized"][0] == 0.0
+    unlocalized = replace(plan.protocol, localization=None, fallback=(), phases=plan.protocol.fallback)
+    assert np.array_equal(result.model, run(replace(plan, protocol=unlocalized), inline=True).model)  # K's phases from 0
+
+
+@pytest.mark.parametrize("override", ["algorithm.split_localization=true",
+                                      "algorithm.strong_convexity=null algorithm.split_localization=true"])
+def test_split_localization_is_refused_outside_alg_6(override):
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*STRONG, *override.split()))
+    assert err.value.key == "algorithm.split_localization"
