@@ -63,7 +63,8 @@ DATA = {"p_sgd": USERS, "p_agd": USERS, "p_gd": ALL_USERS, "output_perturbation"
                         "progress=false"],
         "filtered_acsa": [*PHASED_USERS[:-2], "participation=uniform", "participation.silos_per_round=1000",
                           "progress=false"],
-        "phased_sgd": PHASED_USERS, "phased_output_pert": PHASED_PROGRAM}
+        "phased_sgd": PHASED_USERS, "phased_output_pert": PHASED_PROGRAM,
+        "item_dp_sgd": [*PHASED_USERS[:-2], "participation=all", "progress=false"]}
 PROGRAMS = {"output_perturbation", "sc_output_pert", "boosted_smd", "phased_sgd", "phased_output_pert"}
 MISSPELT = {"output_perturbation": ("regularisation", "regularization"), "frank_wolfe": ("paramters", "parameters"),
             "boosted_smd": ("failure_probabilty", "failure_probability"),
@@ -77,7 +78,8 @@ PARTIAL = {"p_sgd": [], "p_agd": [], "p_gd": [], "output_perturbation": [], "sc_
            "smd": FEW_GAME_STEPS, "gaussian_smd": FEW_GAME_STEPS, "bias_reduced_smd": [],
            "online_to_batch_smd": FEW_GAME_STEPS, "frank_wolfe": ["num_rounds=4"], "boosted_smd": [],
            "accelerated_phased_erm": [], "filtered_gd": [], "user_dp_sgd": [],
-           "filtered_acsa": ["participation.silos_per_round=400"], "phased_sgd": [], "phased_output_pert": []}
+           "filtered_acsa": ["participation.silos_per_round=400"], "phased_sgd": [], "phased_output_pert": [],
+           "item_dp_sgd": ["algorithm.batch_size=3000"]}
 # Privacy off, settings under which each protocol converges on DATA (K records per silo per round).
 FULL_BATCH = ["algorithm.batch_size=240", "algorithm.step_size=4.0", "num_rounds=150"]
 LOCAL = ["algorithm.batch_size=20", "algorithm.step_size=0.2", "num_rounds=150"]
@@ -112,6 +114,9 @@ NON_PRIVATE = {
                     "evaluate_every=100"],
     "user_dp_sgd": ["algorithm.step_size=0.5", "algorithm.radius=10.0", "algorithm.l2_clip=1e9", "num_rounds=400",
                     "evaluate_every=100"],
+    # every item every round, unclipped: projected gradient descent on the ERM
+    "item_dp_sgd": ["algorithm.step_size=1.0", "algorithm.radius=10.0", "algorithm.l2_clip=1e9",
+                    "algorithm.batch_size=8000", "num_rounds=300", "evaluate_every=100"],
     "filtered_acsa": ["algorithm.step_size=1.0", "algorithm.radius=10.0", "algorithm.lipschitz=5.0", "num_rounds=150",
                       "evaluate_every=50"],          # every user every step: deterministic AC-SA on the ERM
     # the private schedule at a huge eps (C = 21 groups), Thm B.1's eta scaled to eta_1 = 0.5

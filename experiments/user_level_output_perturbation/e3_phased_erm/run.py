@@ -20,13 +20,17 @@ Arms:
   RDP accountant, which for full participation is the zCDP composition the spec names, converted
   optimally), projected onto K, the average iterate; T in {50, 200} and the step in {0.5, 2, 8, 32}
   tuned on a separate draw (seed 1), then run on the evaluation draw (seed 0).
+- b3: item-level DP-SGD with group privacy (``algorithm=item_dp_sgd``: B of the n m items a round
+  without replacement, each item's gradient clipped to G = 1, the PLD accountant's noise for T
+  releases at the item level (eps / m, delta / (m e^eps)), by group privacy (eps, delta) per user),
+  projected onto K, the average iterate; T in {50, 200}, B in {1%, 10%} of the items and the step
+  as for B2, tuned on seed 1.
 The excess empirical risk L(thetahat) - L(theta*) is over every record, theta* by Newton's method
 on the pooled records (an experimenter's diagnostic: the records are generated from the seed).
-B3 (item-level DP-SGD with group privacy) is not run (not built yet).
 
-    python experiments/user_level_output_perturbation/e3_phased_erm/run.py [--report | --b2]
+    python experiments/user_level_output_perturbation/e3_phased_erm/run.py [--report | --b2 | --b3]
 
-``--b2`` runs only B2 and replaces its rows in results.csv.
+``--b2`` / ``--b3`` runs only that baseline and replaces its rows in results.csv.
 """
 
 from __future__ import annotations
@@ -98,12 +102,12 @@ def run_cell(n: int, m: int, regularization: str, scale: float) -> dict:
 
 
 B2_ROUNDS, B2_STEPS = (50, 200), (0.5, 2.0, 8.0, 32.0)
+B3_BATCHES = (0.01, 0.1)            # B as a share of the n m items
 
 
-def run_b2(n: int, m: int, rounds: int, steps: tuple, seed: int, repetitions: int):
+def run_baseline(n: int, m: int, algorithm: list, rounds: int, steps: tuple, seed: int, repetitions: int):
     plan = compose_plan(["experiment=phased_erm_synthetic", f"data.spec.num_silos={n}", f"data.spec.samples_per_silo={m}",
-                         f"data.spec.dim={DIM}", f"data.spec.noise={NOISE}", "algorithm=user_dp_sgd",
-                         "participation=uniform", f"participation.silos_per_round={n}", f"num_rounds={rounds}",
+                         f"data.spec.dim={DIM}", f"data.spec.noise={NOISE}", *algorithm, f"num_rounds={rounds}",
                          f"algorithm.step_size={list(steps)}", "algorithm.l2_clip=1.0", f"algorithm.radius={RADIUS}",
                          "privacy.calibration=accountant", f"seed={seed}", f"repetitions={repetitions}", "progress=false",
                          f"evaluate_every={10**9}"])
@@ -118,25 +122,35 @@ def run_b2(n: int, m: int, rounds: int, steps: tuple, seed: int, repetitions: in
     return plan, result, excess, zero, seconds
 
 
-def b2_cell(n: int, m: int) -> dict:
-    """B2 tuned over (T, step) on seed 1, then run on seed 0 with REPLICAS repetitions."""
+def b2_algorithm(n: int, m: int, batch: float | None = None) -> list:
+    return ["algorithm=user_dp_sgd", "participation=uniform", f"participation.silos_per_round={n}"]
+
+
+def b3_algorithm(n: int, m: int, batch: float) -> list:
+    return ["algorithm=item_dp_sgd", "participation=all", f"algorithm.batch_size={round(batch * n * m)}"]
+
+
+def baseline_cell(n: int, m: int, name: str) -> dict:
+    """A baseline tuned over (T, step[, B]) on seed 1, then run on seed 0 with REPLICAS repetitions."""
+    algorithm, batches = (b2_algorithm, (None,)) if name == "b2" else (b3_algorithm, B3_BATCHES)
     tries = []
-    for rounds in B2_ROUNDS:
-        plan, _, excess, _, _ = run_b2(n, m, rounds, B2_STEPS, 1, 2)
+    for rounds, batch in itertools.product(B2_ROUNDS, batches):
+        plan, _, excess, _, _ = run_baseline(n, m, algorithm(n, m, batch), rounds, B2_STEPS, 1, 2)
         for step in B2_STEPS:
-            tries.append((float(excess[plan.step_sizes == step].mean()), rounds, step))
-    _, rounds, step = min(tries)
-    plan, result, excess, zero, seconds = run_b2(n, m, rounds, (step,), 0, REPLICAS)
-    return {"n": n, "m": m, "regularization": f"b2 T={rounds} step={step}", "noise_scale": 1.0, "dp": True,
+            tries.append((float(excess[plan.step_sizes == step].mean()), rounds, step, batch))
+    _, rounds, step, batch = min(tries)
+    plan, result, excess, zero, seconds = run_baseline(n, m, algorithm(n, m, batch), rounds, (step,), 0, REPLICAS)
+    setting = f"{name} T={rounds} step={step}" + (f" B={round(batch * n * m)}" if batch else "")
+    return {"n": n, "m": m, "regularization": setting, "noise_scale": 1.0, "dp": True,
             "phases": rounds, "lambda": float("nan"), "bound": float("nan"), "excess_mean": float(excess.mean()),
             "excess_max": float(excess.max()), "phases_without_release": 0.0, "phases_settled": 0.0,
             "epsilon_spent": float(result.epsilon_spent.max()), "zero_model_excess": float(zero), "seconds": seconds}
 
 
-def main_b2() -> None:
-    rows = [r for r in csv.DictReader(open(HERE / "results.csv")) if not r["regularization"].startswith("b2")]
+def main_baseline(name: str) -> None:
+    rows = [r for r in csv.DictReader(open(HERE / "results.csv")) if not r["regularization"].startswith(name)]
     for n, m in SIZES:
-        rows.append(b2_cell(n, m))
+        rows.append(baseline_cell(n, m, name))
         print(rows[-1], flush=True)
     write_csv(HERE / "results.csv", rows)
     report(read_results(HERE / "results.csv"))
@@ -206,7 +220,7 @@ def figure(rows: list[dict], path: Path) -> None:
 if __name__ == "__main__":
     if "--report" in sys.argv:
         report(read_results(HERE / "results.csv"))
-    elif "--b2" in sys.argv:
-        main_b2()
+    elif "--b2" in sys.argv or "--b3" in sys.argv:
+        main_baseline("b2" if "--b2" in sys.argv else "b3")
     else:
         main()

@@ -3,13 +3,15 @@ one user's records. Driver-side programs: ``OutputPerturbation`` (global sensiti
 privacy, B1), ``PhasedSgd`` (seed 002's Alg. 1: SGD chains relayed over the actors) ``SCOutputPert`` (local deletion sensitivity with a gradient certificate) and ``PhasedOutputPert``
 (seed 003's Phased-ERM / Phased-SCO: SCOutputPert releases localising a convex problem); a
 round protocol at a trusted server: ``AcceleratedPhasedERM`` (seed 002's Alg. 3; A2 with
-``solver=sgd``) ``FilteredGradientDescent`` (its full-batch baseline B2) and ``UserDpSgd`` (B1, user-level DP-SGD)."""
+``solver=sgd``) ``FilteredGradientDescent`` (its full-batch baseline B2), ``UserDpSgd`` (B1, user-level DP-SGD) and
+``ItemDpSgd`` (seed 003's B3, item-level DP-SGD with group privacy)."""
 
 from fedray.protocols.user_level.accelerated_erm import AcceleratedPhasedERM, FilteredGradientDescent
+from fedray.protocols.user_level.item_dp_sgd import ItemDpSgd
 from fedray.protocols.user_level.output_perturbation import OutputPerturbation
 from fedray.protocols.user_level.phased_output_pert import PhasedOutputPert
 from fedray.protocols.user_level.phased_sgd import PhasedSgd
 from fedray.protocols.user_level.sc_output_pert import SCOutputPert
 from fedray.protocols.user_level.user_dp_sgd import UserDpSgd
 
-__all__ = ["AcceleratedPhasedERM", "FilteredGradientDescent", "OutputPerturbation", "PhasedOutputPert", "PhasedSgd", "SCOutputPert", "UserDpSgd"]
+__all__ = ["AcceleratedPhasedERM", "FilteredGradientDescent", "ItemDpSgd", "OutputPerturbation", "PhasedOutputPert", "PhasedSgd", "SCOutputPert", "UserDpSgd"]

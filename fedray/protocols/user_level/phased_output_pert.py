@@ -123,7 +123,7 @@ class PhasedOutputPert(LinearModelProgram):
         (lambda_i / 2) ||theta - centre||^2, check the certificate, and on success move the centre to
         the release (in place); whether each replica released."""
         released = np.zeros(self.num_replicas, dtype=bool)
-        solved: dict = {}          # replicas at the same centre in the same phase share one solve
+        plans = []
         for replica, phase in enumerate(phases):
             mechanism = phase.mechanisms[replica]
             total = self.ridge + phase.regularization
@@ -133,16 +133,24 @@ class PhasedOutputPert(LinearModelProgram):
             # part of the noise budget, so the localization check scales it with the noise
             tolerance = (mechanism.strong_convexity * mechanism.tolerance * self.noise_scale if mechanism is not None
                          else total * 1e-9)
+            plans.append(((shifted.tobytes(), total, phase.users[0], phase.users.size), shifted, total, tolerance))
+        # replicas at the same centre in the same phase share one solve, to the smallest of their
+        # tolerances (public: their budgets), so each replica's map meets its own certificate's slack
+        strictest: dict = {}
+        for key, _, _, tolerance in plans:
+            strictest[key] = min(tolerance, strictest.get(key, np.inf))
+        solved: dict = {}
+        for replica, (phase, (key, shifted, total, tolerance)) in enumerate(zip(phases, plans)):
+            mechanism = phase.mechanisms[replica]
             tally["charge"][replica, phase.users] += phase.charge
             if settled(shifted, total, tolerance):
                 tally["settled"][replica] += 1
                 continue
-            key = (shifted.tobytes(), total, phase.users[0], phase.users.size)
             if key not in solved:
                 weights = np.zeros(self.num_units)
                 weights[phase.users] = 1.0
-                solution = minimize_ridge(data, self.model_shape, total, self.objective.smoothness, tolerance, weights,
-                                          centre=shifted)
+                solution = minimize_ridge(data, self.model_shape, total, self.objective.smoothness, strictest[key],
+                                          weights, centre=shifted)
                 per_user = data.unit_gradients(solution.params)[phase.users, 0].reshape(phase.users.size, -1)
                 # the regularizers' gradients are the same for every user: they cancel in the spread
                 spread = float(np.linalg.norm(per_user - per_user.mean(axis=0), axis=1).max())

@@ -118,7 +118,7 @@ class PhasedOutputPertRecipe:
         return config
 
     def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PhasedPlan:
-        from fedray.protocols.user_level.planning import NO_RELEASE, USER, _check_program, _levels, not_private
+        from fedray.protocols.user_level.planning import USER, _check_program, _levels, not_private
 
         alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
         _check_program(self, config, context, FIELDS)
@@ -226,7 +226,8 @@ class PhasedOutputPertRecipe:
             if variant != "erm":
                 reach += 30 * lipschitz * math.sqrt(math.log(2 / beta)) / (mu * math.sqrt(located * m))
             span = min(2 * reach, diameter)               # K' lies in K
-            local_lam = self._regularization(value, reference, groups, lipschitz, span, min(reach, diameter), dim, m,
+            # the paper's lambda writes the radius R' where Phased-ERM's has K's diameter: R' capped at K's radius
+            local_lam = self._regularization(value, reference, groups, lipschitz, span, min(reach, radius), dim, m,
                                              n - offset, variant, scale)
             mechanisms = tuple(None for _ in range(replicas.count)) if not private else \
                 tuple(CertifiedPerturbation(float(eps), delta / stages, beta, lipschitz, mu, located, m)
@@ -256,7 +257,7 @@ class PhasedOutputPertRecipe:
             trust_model="central", calibration="paper", accountant=accountant.name, unit=USER, relation="replace_one",
             delta=np.full(n, delta), noise_multiplier=np.broadcast_to(sigma_first[:, None], cells).copy(),
             target_epsilon=np.broadcast_to(levels[:, None], cells).copy(), ledger=Ledger(accountant, cells, "user"),
-            details={"phases": count, "min_users": fewest}, non_private_inputs=(NO_RELEASE,))
+            details={"phases": count, "min_users": fewest}, non_private_inputs=(PHASED_NO_RELEASE,))
         return PhasedPlan(algorithm_class, objective, first, scale, radius, shape, replicas.count, privacy, resolved,
                           ridge=mu or 0.0, localization=localization, fallback=fallback)
 
@@ -292,6 +293,15 @@ class PhasedOutputPertRecipe:
         if isinstance(value, str):
             raise ConfigError("algorithm.regularization", value, f"a positive number or one of {REGULARIZATIONS}")
         return positive("algorithm.regularization", value)
+
+
+# SCOutputPert's caveat (planning.NO_RELEASE), once per release of the sequence
+PHASED_NO_RELEASE = ("which releases happened: each release's failed stability check (certificate) releases nothing "
+                     "instead of running Alg. 1's exponential search over deletion sets, and one user can flip that "
+                     "outcome; each release's (eps_i, delta_i) guarantee holds given the earlier releases, between "
+                     "neighbouring datasets on which its check passes for both. The run shows the outcomes "
+                     "(phases_without_release, and with strong_convexity `localized`, which also picks the phases' "
+                     "lambda and start)")
 
 
 def _phase(users: np.ndarray, regularization: float, mechanisms: tuple, charge: int = 1):

@@ -236,7 +236,23 @@ def not_private(cells: tuple) -> PrivacyPlan:
                        delta=np.zeros(cells[1]), noise_multiplier=np.zeros(cells), target_epsilon=None, ledger=None)
 
 
-B1_FIELDS = ("_target_", "name", "step_size", "l2_clip", "radius")
+B1_FIELDS = ("_target_", "name", "step_size", "l2_clip", "radius", "regularization")
+
+
+def check_curator_rounds(recipe, config: dict, context: PlanContext, fields: tuple, sampler: type, needs: str) -> int:
+    """What a user-level round protocol at a trusted server checks first: its fields, trust model
+    and participation (a ``sampler``, described by ``needs``), the same m for every user; m."""
+    alg, priv = config["algorithm"], config["privacy"]
+    name = alg.get("name")
+    known_keys("algorithm", alg, fields)
+    if priv["trust_model"] not in recipe.trust_models:
+        raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {recipe.trust_models} for {name}")
+    if not isinstance(context.sampler, sampler):
+        raise ConfigError("participation", type(context.sampler).__name__, f"{needs} for {name}")
+    items = set(context.shape.items)
+    if len(items) != 1:
+        raise ConfigError("data", f"{min(items)}..{max(items)} items per user", f"the same m for every user ({name})")
+    return items.pop()
 
 
 @dataclass(frozen=True)
@@ -287,21 +303,17 @@ class UserSampledGaussian:
 
         alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
         name = alg.get("name")
-        known_keys("algorithm", alg, B1_FIELDS)
-        if priv["trust_model"] not in self.trust_models:
-            raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {self.trust_models} for {name}")
-        if not isinstance(context.sampler, UniformParticipation):
-            raise ConfigError("participation", type(context.sampler).__name__,
-                              f"uniform (K of the N users each round, without replacement) for {name}")
+        items = check_curator_rounds(self, config, context, B1_FIELDS, UniformParticipation,
+                                     "uniform (K of the N users each round, without replacement)")
         clip = positive("algorithm.l2_clip", alg.get("l2_clip"))
         radius = positive("algorithm.radius", alg.get("radius"), allow_none=True)
         users, rounds, batch = shape.num_silos, context.num_rounds, int(context.sampler.silos_per_round)
-        items = set(shape.items)
-        if len(items) != 1:
-            raise ConfigError("data", f"{min(items)}..{max(items)} items per user", f"the same m for every user ({name})")
-        items = items.pop()
         cells = (replicas.count, users)
-        solver = ProjectedGradient(replicas.step_sizes, 0.0, radius)
+        ridge = alg.get("regularization", 0.0)
+        if ridge != 0 or isinstance(ridge, bool):
+            ridge = number_in("algorithm.regularization", ridge, 0.0, 1e12, "0 or a positive number (the ridge "
+                              "lambda / 2 ||w||^2, data independent)")
+        solver = ProjectedGradient(replicas.step_sizes, ridge, radius)
         resolved = {"users_per_round": batch, "l2_clip": clip}
         if priv["trust_model"] == "none":
             algorithm = algorithm_class(context.loss, solver, math.inf, np.zeros(replicas.count), rounds, items,

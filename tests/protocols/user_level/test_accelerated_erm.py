@@ -270,6 +270,22 @@ def test_b1_without_privacy_learns_and_refuses_what_its_accountant_cannot_price(
         assert err.value.key == key
 
 
+def test_b1_with_a_ridge_reaches_the_ridge_erm():
+    """algorithm.regularization lambda: the run minimises the loss + lambda / 2 ||w||^2 (seed 003's
+    B2 on ridge problems); every user every round, unclipped, no noise: gradient descent on it."""
+    plan = _plan(*B1[:2], "participation.silos_per_round=1000", "num_rounds=400", "privacy=none",
+                 "algorithm.l2_clip=1e9", "algorithm.radius=null", "algorithm.regularization=0.5", "repetitions=1")
+    model = run(plan, inline=True).model[0, :, 0]
+    fed = plan.dataset.load(plan.seed, plan.trial)
+    x, y = fed.x_train.reshape(-1, 5), fed.y_train.reshape(-1)
+    ridge = np.linalg.solve(x.T @ x / len(y) + 0.5 * np.eye(5), x.T @ y / len(y))
+    plain = np.linalg.lstsq(x, y, rcond=None)[0]
+    assert np.linalg.norm(model - ridge) < 0.01 * np.linalg.norm(ridge) < np.linalg.norm(plain - ridge)
+    with pytest.raises(ConfigError) as err:
+        _plan(*B1, "algorithm.regularization=-1")
+    assert err.value.key == "algorithm.regularization"
+
+
 def test_b2_without_privacy_and_its_last_iterate_is_the_erm():
     plan = _plan(*B2[:2], "num_rounds=100", "privacy=none", "algorithm.output=last", "repetitions=1")
     model = run(plan, inline=True).model[0, :, 0]

@@ -72,7 +72,7 @@ def test_a_diagnostic_noise_scale_is_planned_as_not_private():
     assert "not DP" in plan.privacy.details["diagnostic"]
     private = make_plan(compose(*SMALL)).protocol.resolved["regularization"]
     assert plan.protocol.resolved["regularization"] == pytest.approx(1e-6 * private, rel=1e-6)   # balanced for s sigma
-    assert any("whether each release happened" in t for t in make_plan(compose(*SMALL)).privacy.non_private_inputs)
+    assert any("which releases happened" in t for t in make_plan(compose(*SMALL)).privacy.non_private_inputs)
 
 
 def test_float64_settles_a_phase_only_when_the_regularizer_outruns_its_resolution():
@@ -214,3 +214,25 @@ def test_split_localization_is_refused_outside_alg_6(override):
     with pytest.raises(ConfigError) as err:
         make_plan(compose(*STRONG, *override.split()))
     assert err.value.key == "algorithm.split_localization"
+
+
+def test_replicas_sharing_a_solve_get_the_strictest_of_their_tolerances(monkeypatch):
+    """Two budgets (0.7, 1) start phase 1 at the same centre 0 and share its solve: it runs to the smaller
+    of their residual tolerances (eps = 1's), so neither replica's certificate rests on a looser
+    solve than its own slack assumes."""
+    from fedray.protocols.user_level import phased_output_pert
+
+    asked = []
+    solve = phased_output_pert.minimize_ridge
+
+    def recording(data, shape, regularization, smoothness, tolerance, *args, **kwargs):
+        asked.append(tolerance)
+        return solve(data, shape, regularization, smoothness, tolerance, *args, **kwargs)
+
+    monkeypatch.setattr(phased_output_pert, "minimize_ridge", recording)
+    plan = make_plan(compose(*SMALL, "privacy.epsilon_grid=[0.7,1.0]"))
+    first = plan.protocol.build(None).phases[0].mechanisms
+    own = [mechanism.strong_convexity * mechanism.tolerance for mechanism in first]
+    assert own[0] > own[1]
+    run(plan, inline=True)
+    assert asked[0] == min(own)
