@@ -15,9 +15,9 @@ sigma^2 d (beta_s = 1/4 + mu, the objective's smoothness), and per replica again
 bracket on its own ||thetahat - theta*||^2 (strong convexity and smoothness make that one hold for
 every replica), the certificate's release rate, and the
 ratio of the errors to B1's (predicted to fall as m^-1/2). theta* by Newton on the pooled records.
-B2 of the spec (full-batch noisy GD) is not run (not built yet).
+B2 (``--b2``, ``b2_cell``): full-batch noisy GD on the ridge objective, tuned on its own draw.
 
-    python experiments/user_level_output_perturbation/e2_ridge_logistic/run.py [--report]
+    python experiments/user_level_output_perturbation/e2_ridge_logistic/run.py [--report | --b2]
 """
 
 from __future__ import annotations
@@ -76,34 +76,89 @@ def run_arm(arm: str, n: int, m: int, mu: float, seed: int) -> dict:
     return {"plan": plan, "result": result}
 
 
+def score(arm: str, plan, result, n: int, m: int, mu: float) -> dict:
+    """The cell's row for one arm's run: distances to theta*, excess risk, the quadratic bracket."""
+    fed = plan.dataset.load(plan.seed, plan.trial)
+    x, y = fed.x_train.reshape(-1, DIM), fed.y_train.reshape(-1)
+    optimum = ridge_erm(x, y, mu)
+    floor = ridge_risk(optimum[None], x, y, mu)[0]
+    last = result.history[-1]
+    released = np.asarray(last.get("released", np.ones(REPLICAS)), dtype=bool)
+    models = result.model[:, :, 0]
+    distance = np.where(released, np.linalg.norm(models - optimum, axis=1), np.nan)
+    resolved = plan.protocol.resolved
+    sigma = float(np.asarray(last["noise_std"])[0]) if "noise_std" in last else \
+        resolved.get("noise_std_max", resolved.get("noise_std"))
+    excess = ridge_risk(np.where(released[:, None], models, 0.0), x, y, mu) - floor
+    error = float(np.nanmean(distance))
+    squared = distance[released] ** 2
+    within = (mu / 2 * squared <= excess[released] * (1 + 1e-9)) & \
+        (excess[released] <= (0.25 + mu) / 2 * squared * (1 + 1e-9))
+    return {"arm": arm, "n": n, "m": m, "mu": mu, "release_rate": float(released.mean()), "sigma": sigma,
+            "distance_mean": error, "normalised_distance": error * mu * n * math.sqrt(m) / LIPSCHITZ,
+            "excess_mean": float(np.mean(excess[released])) if released.any() else float("nan"),
+            "excess_low": mu / 2 * sigma**2 * DIM, "excess_high": (0.25 + mu) / 2 * sigma**2 * DIM,
+            "within_quadratic_bracket": float(within.mean()) if released.any() else float("nan")}
+
+
 def run_cell(n: int, m: int, mu: float, seed: int) -> list[dict]:
-    rows, errors = [], {}
+    rows = []
     for arm in ("sc_output_pert", "b1"):
         ran = run_arm(arm, n, m, mu, seed)
-        plan, result = ran["plan"], ran["result"]
+        rows.append(score(arm, ran["plan"], ran["result"], n, m, mu))
+    for row in rows:
+        row["ratio_to_b1"] = row["distance_mean"] / rows[1]["distance_mean"]
+    return rows
+
+
+B2_ROUNDS, B2_STEPS = (50, 200), (0.5, 2.0, 8.0)
+
+
+def run_b2(n: int, m: int, mu: float, seed: int, rounds: int, steps: tuple, repetitions: int):
+    """B2: every user every round, each user's mean logistic gradient clipped to 1 (the ridge term
+    is data independent), the RDP accountant's noise for T full-participation releases (the zCDP
+    composition the spec names), projected onto K = B(0, 1/mu), the average iterate."""
+    plan = compose_plan(["data=synthetic", "privacy=central_user", "algorithm=user_dp_sgd", "participation=uniform",
+                         f"participation.silos_per_round={n}", f"num_rounds={rounds}", f"seed={seed}",
+                         f"data.spec.num_silos={n}", f"data.spec.samples_per_silo={m}",
+                         "data.spec.test_samples_per_silo=1", f"data.spec.dim={DIM}", "+data.spec.noise=1.0",
+                         f"repetitions={repetitions}", "progress=false", f"evaluate_every={10**9}",
+                         f"algorithm.step_size={list(steps)}", "algorithm.l2_clip=1.0", f"algorithm.radius={1 / mu}",
+                         f"algorithm.regularization={mu}", "privacy.calibration=accountant"])
+    return plan, run(plan, inline=True)
+
+
+def b2_cell(n: int, m: int, mu: float, seed: int) -> dict:
+    """B2 tuned over (T, step) on a separate draw (seed 1000 + the cell's), then run on the cell's
+    SCOutputPert records (seed 2 x the cell's)."""
+    tries = []
+    for rounds in B2_ROUNDS:
+        plan, result = run_b2(n, m, mu, 1000 + seed, rounds, B2_STEPS, 2)
         fed = plan.dataset.load(plan.seed, plan.trial)
         x, y = fed.x_train.reshape(-1, DIM), fed.y_train.reshape(-1)
-        optimum = ridge_erm(x, y, mu)
-        floor = ridge_risk(optimum[None], x, y, mu)[0]
-        last = result.history[-1]
-        released = np.asarray(last.get("released", np.ones(REPLICAS)), dtype=bool)
-        models = result.model[:, :, 0]
-        distance = np.where(released, np.linalg.norm(models - optimum, axis=1), np.nan)
-        sigma = float(np.asarray(last["noise_std"])[0]) if "noise_std" in last else plan.protocol.resolved["noise_std_max"]
-        excess = ridge_risk(np.where(released[:, None], models, 0.0), x, y, mu) - floor
-        errors[arm] = float(np.nanmean(distance))
-        squared = distance[released] ** 2
-        within = (mu / 2 * squared <= excess[released] * (1 + 1e-9)) & \
-            (excess[released] <= (0.25 + mu) / 2 * squared * (1 + 1e-9))
-        rows.append({"arm": arm, "n": n, "m": m, "mu": mu, "release_rate": float(released.mean()), "sigma": sigma,
-                     "distance_mean": errors[arm],
-                     "normalised_distance": errors[arm] * mu * n * math.sqrt(m) / LIPSCHITZ,
-                     "excess_mean": float(np.mean(excess[released])) if released.any() else float("nan"),
-                     "excess_low": mu / 2 * sigma**2 * DIM, "excess_high": (0.25 + mu) / 2 * sigma**2 * DIM,
-                     "within_quadratic_bracket": float(within.mean()) if released.any() else float("nan")})
-    for row in rows:
-        row["ratio_to_b1"] = row["distance_mean"] / errors["b1"]
-    return rows
+        risk = ridge_risk(result.model[:, :, 0], x, y, mu)
+        tries += [(float(risk[plan.step_sizes == step].mean()), rounds, step) for step in B2_STEPS]
+    _, rounds, step = min(tries)
+    plan, result = run_b2(n, m, mu, 2 * seed, rounds, (step,), REPLICAS)
+    # sigma here is a step's noise: output perturbation's excess bracket does not apply
+    return {**score("b2", plan, result, n, m, mu), "excess_low": float("nan"), "excess_high": float("nan"),
+            "setting": f"T={rounds} step={step}"}
+
+
+def main_b2() -> None:
+    rows = [r for r in read_results(HERE / "results.csv") if r["arm"] != "b2"]
+    seed = 0
+    for mu, n, m in itertools.product(RIDGES, USERS, ITEMS):
+        if n * m > LIMIT:
+            continue
+        row = b2_cell(n, m, mu, seed)
+        b1 = next(r for r in rows if (r["arm"], r["mu"], r["n"], r["m"]) == ("b1", mu, n, m))
+        row["ratio_to_b1"] = row["distance_mean"] / b1["distance_mean"]
+        rows.append(row)
+        seed += 1
+        print(", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
+    write_csv(HERE / "results.csv", rows)
+    report(read_results(HERE / "results.csv"))
 
 
 def main() -> None:
@@ -122,8 +177,8 @@ def main() -> None:
 
 
 def read_results(path: Path) -> list[dict]:
-    return [{**r, **{k: float(v) for k, v in r.items() if k != "arm"}, "n": int(r["n"]), "m": int(r["m"])}
-            for r in csv.DictReader(open(path))]
+    return [{**r, **{k: float(v) for k, v in r.items() if k not in ("arm", "setting") and v != ""},
+             "n": int(r["n"]), "m": int(r["m"])} for r in csv.DictReader(open(path))]
 
 
 def report(rows: list[dict]) -> None:
@@ -141,6 +196,12 @@ def report(rows: list[dict]) -> None:
                   f"{r['normalised_distance']:.3g}, excess {r['excess_mean']:.3g} in [{r['excess_low']:.3g}, "
                   f"{r['excess_high']:.3g}]: {inside}; per replica in its own bracket "
                   f"{r['within_quadratic_bracket']:.2f}; ratio to B1 {r['ratio_to_b1']:.3g}")
+    for r in rows:
+        if r["arm"] == "b2":
+            ours = next(o for o in rows if (o["arm"], o["mu"], o["n"], o["m"]) == ("sc_output_pert", r["mu"], r["n"], r["m"]))
+            print(f"mu {r['mu']:g} n {r['n']} m {r['m']}: B2 ({r['setting']}) distance {r['distance_mean']:.3g}, "
+                  f"excess {r['excess_mean']:.3g}, ratio to B1 {r['ratio_to_b1']:.3g}; SCOutputPert / B2 "
+                  f"{ours['distance_mean'] / r['distance_mean']:.3g}")
     for s in slopes:
         print(f"mu {s['mu']:g} n {s['n']}: slope in m of the ratio to B1 {s['ratio_to_b1_slope_in_m']:.3f}")
     figure(rows, HERE / "figure.png")
@@ -171,5 +232,7 @@ def figure(rows: list[dict], path: Path) -> None:
 if __name__ == "__main__":
     if "--report" in sys.argv:
         report(read_results(HERE / "results.csv"))
+    elif "--b2" in sys.argv:
+        main_b2()
     else:
         main()
