@@ -27,6 +27,13 @@ the output, and the gradient count (a function of the halting round). Diagnostic
 the filter kept. Every server draw comes from the replica's own stream keyed by the round.
 
 Without privacy (``private=False``) a step averages the K_i gradients: no test, filter or noise.
+
+Remark 3.6 (a mu-strongly convex risk, ``algorithm.strong_convexity``): k runs of Alg. 3, run j on
+its own n / k fresh users from run j-1's output, with R replaced by a public distance bound D_j
+(``phased_parameters.restarts``, FKT20 Sec. 5.1's reduction). A run's first phase starts and is
+anchored at the previous phase's x_ag, as every phase is, so the runs are just more phases here,
+each with its own lambda_i, T_i, K_i, sigma_i and tau (n_j in its log). Every user belongs to one
+phase of one run, so parallel composition covers the runs as it covers the phases.
 """
 
 from __future__ import annotations
@@ -88,7 +95,7 @@ class AcceleratedPhasedERM:
     phase_starts: tuple          # the first round of each phase
     unit_phase: np.ndarray       # (N,) each user's phase (-1: none; ``PhasedSubsets.members``)
     items: int                   # m
-    threshold: float             # tau
+    thresholds: tuple            # tau per phase (Remark 3.6's runs each have their own n)
     noise_std: tuple             # sigma_i
     epsilon: float               # the run's eps (each phase's); unused without privacy
     private: bool
@@ -140,7 +147,7 @@ class AcceleratedPhasedERM:
         pass_level, halted = state.pass_level.copy(), state.halted.copy()
         gradient, kept = np.zeros((p, vectors.shape[2])), np.full(p, np.nan)
         if self.private and running.size:
-            step = OutlierRemovalStep(self.epsilon, self.threshold, self.noise_std[phase])
+            step = OutlierRemovalStep(self.epsilon, self.thresholds[phase], self.noise_std[phase])
             generators = [generator(self.seed, Stream.SERVER, *self.streams[r], t) for r in running]
             if t == self.phase_starts[phase]:
                 pass_level[running] = step.pass_level(k, generators)

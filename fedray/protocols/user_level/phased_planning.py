@@ -9,6 +9,10 @@ every user the same m items, every phase at least one user), builds one AC-SA pe
 ledger that charges each user of a phase once (``PhaseAccountant``: parallel composition over
 disjoint phases of (eps, delta) each).
 
+``algorithm.strong_convexity`` (mu of the risk) plans Remark 3.6's restarts: the runs of
+``phased_parameters.restarts``, each planned as above on its n / k users and distance bound D_j,
+their phases joined into one list (``participation`` holds them all).
+
 Without privacy the schedule is the eps -> inf limit of the private one (lambda = (L / R) / sqrt(n m),
 every user of a phase in every step, no test, filter or noise): the non-private reference.
 
@@ -40,11 +44,12 @@ from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.planning import USER, CuratorRoundsPlan, not_private
 from fedray.protocols.user_level.phased_parameters import (
     COUPLING_CONSTANT, PhaseLayout, Problem, accelerated_notes, accelerated_schedule, derived_batch, derived_noise,
-    good_event_failures, layout_noise_std, phase_layout, privacy_conditions, smoothed, smoothing_radius, stage_lengths,
+    good_event_failures, layout_noise_std, phase_layout, privacy_conditions, restarts, smoothed, smoothing_radius,
+    stage_lengths,
 )
 
 COMMON = ("_target_", "name", "profile", "kappa", "threshold_constant", "lipschitz", "smoothness", "radius")
-FIELDS = COMMON + ("steps_constant", "decay", "stages", "solver", "smoothing", "full_batch")
+FIELDS = COMMON + ("steps_constant", "decay", "stages", "solver", "smoothing", "full_batch", "strong_convexity")
 FULL_BATCH_FIELDS = COMMON + ("step_size", "output", "solver")
 SINGLE_PHASE_SOLVERS = ("gd", "acsa")
 OUTPUTS = ("average", "last")
@@ -95,6 +100,12 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
     constants["full_batch"] = full_batch
     smoothing = alg.get("smoothing", False)
     check_bool("algorithm.smoothing", smoothing)
+    mu = alg.get("strong_convexity")
+    if mu is not None:
+        constants["strong_convexity"] = positive("algorithm.strong_convexity", mu)
+        if smoothing:
+            raise ConfigError("algorithm.strong_convexity", mu, f"null with algorithm.smoothing=true for {name} "
+                              "(Remark 3.6's restarts are for a smooth loss)")
     if smoothing:
         # Thm D.3: gradients of f at x + y, y uniform in B(0, r), r from eps; beta_r replaces beta
         if loss.num_outputs != 1:
@@ -106,6 +117,19 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
         problem = smoothed(problem)[0]
         constants["smoothing_radius"] = smoothing_radius(problem)
     return problem, constants
+
+
+def _runs(problem: Problem, constants: dict) -> list[tuple[Problem, object, PhaseLayout]]:
+    """Alg. 3's runs: one, or Remark 3.6's restarts (``phased_parameters.restarts``) for a
+    strongly convex risk; each run's problem, schedule and layout."""
+    mu = constants.get("strong_convexity")
+    problems = restarts(problem, mu) if mu is not None else (problem,)
+    return [(p, *_schedule(p, constants)) for p in problems]
+
+
+def _joined(layouts) -> PhaseLayout:
+    """The runs' phases one after another (disjoint users: ``PhasedSubsets`` assigns them)."""
+    return PhaseLayout(*(tuple(v for layout in layouts for v in getattr(layout, f)) for f in ("users", "steps", "batch")))
 
 
 def _schedule(problem: Problem, constants: dict):
@@ -158,7 +182,7 @@ class AcceleratedErm:
         """The phases as ``participation`` and sum T_i as ``num_rounds``."""
         require_phased(config)
         problem, constants = _inputs(config, shape, loss)
-        _, layout = _schedule(problem, constants)
+        layout = _joined([layout for _, _, layout in _runs(problem, constants)])
         participation = {"_target_": PHASED, "phase_units": list(layout.users), "steps": list(layout.steps),
                          "batch_sizes": list(layout.batch)}
         return {**config, "participation": participation, "num_rounds": int(sum(layout.steps))}
@@ -169,22 +193,17 @@ class AcceleratedErm:
         alg, shape, replicas = config["algorithm"], context.shape, context.replicas
         private = curator_privacy(self, config, " (Alg. 2's printed sigma_i; algorithm.profile chooses the constants)")
         problem, constants = _inputs(config, shape, context.loss)
-        schedule, layout = _schedule(problem, constants)
+        runs = _runs(problem, constants)
         stages = alg.get("stages", "multi")
         if stages not in STAGES:
             raise ConfigError("algorithm.stages", stages, f"one of {STAGES} (GL13's restarts, or one AC-SA run per phase)")
         derived = constants["profile"] == "derived"
-        if private and derived:
-            sigma, multiplier = derived_noise(problem, float(schedule.threshold), layout)
-        else:
-            sigma = layout_noise_std(schedule, layout) if private else np.zeros(len(layout.users))
-            multiplier = sigma / (2 * schedule.threshold)
-        lam, beta, lip = schedule.regularizations, problem.smoothness, problem.lipschitz
-        log_ndm = math.log(problem.users * problem.dim * problem.items)
-        lengths = [stage_lengths(t, beta + lam_i, lam_i, problem.dim * s**2 + lip**2 * log_ndm / (k * problem.items),
-                                 lip * problem.diameter) if stages == "multi" else (t,)
-                   for t, k, lam_i, s in zip(layout.steps, layout.batch, lam, sigma)] if constants["solver"] == "acsa" \
-            else [(t,) for t in layout.steps]
+        phases = [_run_phases(run, constants, private, stages) for run in runs]
+        layout = _joined([run[2] for run in runs])
+        sigma, multiplier, lam, tau = (np.concatenate([p[f] for p in phases]) for f in ("sigma", "multiplier", "lambda",
+                                                                                         "tau"))
+        lengths = [x for p in phases for x in p["lengths"]]
+        beta = problem.smoothness
         starts = tuple(int(v) for v in np.concatenate([[0], np.cumsum(layout.steps)[:-1]]))
         unit_phase = context.sampler.members(context.seed, shape.num_silos)
         solvers = phase_solvers(lam, beta, problem.diameter / 2, lengths, replicas.count) \
@@ -194,9 +213,13 @@ class AcceleratedErm:
         algorithm = algorithm_class(
             context.loss, solvers, layout.steps,
             layout.batch, starts, unit_phase, problem.items,
-            float(schedule.threshold), tuple(map(float, sigma)), problem.epsilon, private, context.seed,
+            tuple(map(float, tau)), tuple(map(float, sigma)), problem.epsilon, private, context.seed,
             replicas.streams, constants.get("smoothing_radius", 0.0))
-        failed = privacy_conditions(problem, schedule, layout, constants["profile"])
+        several = len(runs) > 1
+        failed = [f"run {j + 1} of {len(runs)}: {why}" if several else why
+                  for j, (p, schedule, run_layout) in enumerate(runs)
+                  for why in privacy_conditions(p, schedule, run_layout, constants["profile"])]
+        schedule = runs[0][1]
         notes = accelerated_notes(schedule, problem.dim) if not derived else \
             [f"Alg. 3 (profile derived): K_i = n_i in {sum(k == n for k, n in zip(layout.batch, layout.users))} of "
              f"{len(layout.users)} phases; the first phase's gradient noise has norm ~ "
@@ -205,6 +228,10 @@ class AcceleratedErm:
             notes.append(f"randomized smoothing (Thm D.3): r = {constants['smoothing_radius']:.3g} (costs at most L r = "
                          f"{problem.lipschitz * constants['smoothing_radius']:.3g} in risk), beta_r = "
                          f"{problem.smoothness:.4g}, {sum(layout.steps)} steps")
+        if "strong_convexity" in constants:
+            notes.append(f"Remark 3.6: {len(runs)} run(s) of Alg. 3 on {runs[0][0].users} fresh users each, distance "
+                         f"bounds D_j = {', '.join(f'{p.diameter:.3g}' for p, _, _ in runs)} (mu = "
+                         f"{constants['strong_convexity']:g})")
         resolved = {**constants, "users": problem.users, "items": problem.items, "phases": len(layout.users),
                     "regularization": float(schedule.regularization), "exponent": float(schedule.exponent),
                     "threshold": float(schedule.threshold), "phase_users": list(layout.users),
@@ -212,11 +239,34 @@ class AcceleratedErm:
                     "noise_std": [float(s) for s in sigma], "stages": [list(x) for x in lengths],
                     "gradients_no_halt": layout.gradients_per_item * problem.items,
                     "notes": notes, "privacy_conditions_failed": failed}
+        if "strong_convexity" in constants:
+            resolved.update(runs=len(runs), run_users=runs[0][0].users, run_radii=[p.diameter for p, _, _ in runs],
+                            run_phases=[len(run_layout.users) for _, _, run_layout in runs],
+                            phase_thresholds=[float(t) for t in tau])
         cells = (replicas.count, shape.num_silos)
         privacy = _phase_privacy(problem, layout, unit_phase, multiplier, cells, constants,
                                  failed) if private else not_private(cells)
         return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, context.num_rounds,
                                  privacy, resolved, _constants(algorithm))
+
+
+def _run_phases(run: tuple, constants: dict, private: bool, stages: str) -> dict:
+    """One run's per-phase sigma_i, noise multiplier, lambda_i, GL13 stage lengths and tau."""
+    problem, schedule, layout = run
+    if private and constants["profile"] == "derived":
+        sigma, multiplier = derived_noise(problem, float(schedule.threshold), layout)
+    else:
+        sigma = layout_noise_std(schedule, layout) if private else np.zeros(len(layout.users))
+        multiplier = sigma / (2 * schedule.threshold)
+    lam, beta, lip = schedule.regularizations, problem.smoothness, problem.lipschitz
+    log_ndm = math.log(problem.users * problem.dim * problem.items)
+    lengths = [stage_lengths(t, beta + lam_i, lam_i, problem.dim * s**2 + lip**2 * log_ndm / (k * problem.items),
+                             lip * problem.diameter) if stages == "multi" else (t,)
+               for t, k, lam_i, s in zip(layout.steps, layout.batch, lam, sigma)] if constants["solver"] == "acsa" \
+        else [(t,) for t in layout.steps]
+    return {"sigma": np.asarray(sigma, dtype=np.float64), "multiplier": np.asarray(multiplier, dtype=np.float64),
+            "lambda": np.asarray(lam, dtype=np.float64), "lengths": lengths,
+            "tau": np.full(len(layout.users), float(schedule.threshold))}
 
 
 def _phase_privacy(problem: Problem, layout, unit_phase: np.ndarray, multiplier: np.ndarray, cells: tuple,
@@ -313,7 +363,7 @@ class FullBatchFiltered:
         solver = ProjectedGradient(replicas.step_sizes, 0.0, problem.diameter / 2, output == "average") \
             if constants["solver"] == "gd" else AcSa(replicas.step_sizes, 0.0, 0.0, problem.diameter / 2)
         algorithm = algorithm_class(
-            context.loss, (solver,), layout.steps, layout.batch, (0,), np.zeros(n, dtype=np.int64), m, float(tau),
+            context.loss, (solver,), layout.steps, layout.batch, (0,), np.zeros(n, dtype=np.int64), m, (float(tau),),
             (float(sigma),), eps, private, context.seed, replicas.streams)
         failed = []
         if private and not derived:
@@ -341,4 +391,4 @@ class FullBatchFiltered:
 
 
 def _constants(algorithm) -> dict:
-    return {"threshold": algorithm.threshold, "noise_std_first_phase": algorithm.noise_std[0]}
+    return {"threshold": algorithm.thresholds[0], "noise_std_first_phase": algorithm.noise_std[0]}
