@@ -2,9 +2,10 @@
 
 Data: ``data=synthetic`` (x ~ N(0, I/d) scaled into the unit ball, y ~ Bernoulli(sigmoid(<w0, x> /
 noise)), noise 1: non-separable), d = 10, G = 1, K = B(0, 5) (R = 10), eps = 1, delta = 1e-5,
-beta = 1 / (n m); (n, m) in {(1e4, 10), (3e4, 10), (1e4, 30)} (the spec's 1e5 users and m = 100
-are left for a longer run: at s = 1e-12 a phase solves to a residual near 1e-13, 54 s at n m = 1e5); lambda balanced, and the paper's lambda at the smallest size (its solves are slow: 151 s
-there); 5 replicas per run.
+beta = 1 / (n m); (n, m) in {1e4, 3e4, 1e5} x {10} and {1e4} x {10, 30, 100} (the spec's 3e4 and 1e5
+users at m = 100 are left out: at s = 1e-12 a phase solves to a residual near 1e-13, and the time
+grows with n m, 54 s at n m = 1e5, about 10 min at 1e6); lambda balanced, and the paper's lambda at
+the smallest size (its solves are slow: 151 s there); 5 replicas per run.
 
 Arms:
 - faithful (s = 1): the ledger, each phase's release rate, and excess risk <= B(lambda) + beta R G;
@@ -28,9 +29,10 @@ Arms:
 The excess empirical risk L(thetahat) - L(theta*) is over every record, theta* by Newton's method
 on the pooled records (an experimenter's diagnostic: the records are generated from the seed).
 
-    python experiments/user_level_output_perturbation/e3_phased_erm/run.py [--report | --b2 | --b3]
+    python experiments/user_level_output_perturbation/e3_phased_erm/run.py [--report | --b2 | --b3] [--sizes 1e5x10,1e4x100]
 
-``--b2`` / ``--b3`` runs only that baseline and replaces its rows in results.csv.
+``--b2`` / ``--b3`` runs only that baseline and replaces its rows in results.csv; ``--sizes`` runs
+only those (n, m) cells and replaces their rows (the other cells' rows are kept).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from experiments.report.tables import log_slope, write_csv  # noqa: E402
 from fedray.compose import compose_plan  # noqa: E402
 from fedray.runtime.driver import run  # noqa: E402
 
-SIZES = ((10_000, 10), (30_000, 10), (10_000, 30))
+SIZES = ((10_000, 10), (30_000, 10), (100_000, 10), (10_000, 30), (10_000, 100))
 REGULARIZATIONS = ("paper", "balanced")
 SCALES = (1.0, 1e-6, 1e-9, 1e-12)
 REPLICAS, DIM, RADIUS, NOISE = 5, 10, 5.0, 1.0
@@ -147,19 +149,27 @@ def baseline_cell(n: int, m: int, name: str) -> dict:
             "epsilon_spent": float(result.epsilon_spent.max()), "zero_model_excess": float(zero), "seconds": seconds}
 
 
-def main_baseline(name: str) -> None:
-    rows = [r for r in csv.DictReader(open(HERE / "results.csv")) if not r["regularization"].startswith(name)]
-    for n, m in SIZES:
+def kept(arms, sizes: tuple) -> list[dict]:
+    """results.csv's rows but those of ``arms`` (a row's regularization starts with one) at ``sizes``."""
+    if not (HERE / "results.csv").exists():
+        return []
+    return [r for r in csv.DictReader(open(HERE / "results.csv"))
+            if not (r["regularization"].startswith(arms) and (int(r["n"]), int(r["m"])) in sizes)]
+
+
+def main_baseline(name: str, sizes: tuple) -> None:
+    rows = kept(name, sizes)
+    for n, m in sizes:
         rows.append(baseline_cell(n, m, name))
         print(rows[-1], flush=True)
     write_csv(HERE / "results.csv", rows)
     report(read_results(HERE / "results.csv"))
 
 
-def main() -> None:
+def main(sizes: tuple) -> None:
     started = time.perf_counter()
-    rows = []
-    for (n, m), regularization, scale in itertools.product(SIZES, REGULARIZATIONS, SCALES):
+    rows = kept(REGULARIZATIONS, sizes)
+    for (n, m), regularization, scale in itertools.product(sizes, REGULARIZATIONS, SCALES):
         if regularization == "paper" and (scale != 1.0 or (n, m) != SIZES[0]):
             continue                       # the diagnostic checks the balanced bound
         rows.append(run_cell(n, m, regularization, scale))
@@ -167,6 +177,16 @@ def main() -> None:
     write_csv(HERE / "results.csv", rows)
     report(read_results(HERE / "results.csv"))
     print(f"wall time {time.perf_counter() - started:.1f} s")
+
+
+def sizes_from_argv() -> tuple:
+    if "--sizes" not in sys.argv:
+        return SIZES
+    cells = tuple(tuple(int(float(v)) for v in cell.split("x")) for cell in sys.argv[sys.argv.index("--sizes") + 1].split(","))
+    unknown = [c for c in cells if c not in SIZES]
+    if unknown:
+        raise SystemExit(f"--sizes: {unknown} not among the grid's {SIZES}")
+    return cells
 
 
 def read_results(path: Path) -> list[dict]:
@@ -178,12 +198,13 @@ def read_results(path: Path) -> list[dict]:
 
 def report(rows: list[dict]) -> None:
     slopes = []
-    for scale in SCALES:
-        picked = [r for r in rows if r["noise_scale"] == scale and r["regularization"] == "balanced" and r["m"] == 10]
+    for scale, (variable, fixed, value) in itertools.product(SCALES, (("n", "m", 10), ("m", "n", 10_000))):
+        picked = sorted((r for r in rows if r["noise_scale"] == scale and r["regularization"] == "balanced"
+                         and r[fixed] == value), key=lambda r: r[variable])
         if len(picked) >= 2:
-            slopes.append({"noise_scale": scale, "variable": "n (m = 10)",
-                           "excess_slope": log_slope([r["n"] for r in picked], [r["excess_mean"] for r in picked]),
-                           "bound_slope": log_slope([r["n"] for r in picked], [r["bound"] for r in picked])})
+            slopes.append({"noise_scale": scale, "variable": f"{variable} ({fixed} = {value})", "points": len(picked),
+                           "excess_slope": log_slope([r[variable] for r in picked], [r["excess_mean"] for r in picked]),
+                           "bound_slope": log_slope([r[variable] for r in picked], [r["bound"] for r in picked])})
     write_csv(HERE / "slopes.csv", slopes)
     for r in rows:
         print(f"n {r['n']} m {r['m']} {r['regularization']} s {r['noise_scale']:g}{'' if r['dp'] in ('True', True) else ' (not DP)'}: "
@@ -191,7 +212,8 @@ def report(rows: list[dict]) -> None:
               + (f" <= bound {r['bound']:.3g}: {r['excess_max'] <= r['bound']}" if r['bound'] == r['bound'] else "")
               + f"; zero model {r['zero_model_excess']:.3g}")
     for s in slopes:
-        print(f"s {s['noise_scale']:g}: slope in n of the excess {s['excess_slope']:.2f}, of the bound {s['bound_slope']:.2f}")
+        print(f"s {s['noise_scale']:g}: slope in {s['variable']} of the excess {s['excess_slope']:.2f}, of the bound "
+              f"{s['bound_slope']:.2f} ({s['points']} points)")
     figure(rows, HERE / "figure.png")
 
 
@@ -201,17 +223,26 @@ def figure(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for scale, color in zip(SCALES, ("C0", "C1", "C2", "C3")):
-        picked = [r for r in rows if r["noise_scale"] == scale and r["regularization"] == "balanced" and r["m"] == 10]
-        label = "faithful (DP)" if scale == 1.0 else f"s = {scale:g} (not DP)"
-        ax.plot([r["n"] for r in picked], [r["excess_mean"] for r in picked], "o-", color=color, label=label)
-        ax.plot([r["n"] for r in picked], [r["bound"] for r in picked], "--", color=color, lw=0.8)
-    zero = [r for r in rows if r["noise_scale"] == 1.0 and r["regularization"] == "balanced" and r["m"] == 10]
-    ax.plot([r["n"] for r in zero], [r["zero_model_excess"] for r in zero], "k:", label="the zero model")
-    ax.set(xscale="log", yscale="log", xlabel="users n (m = 10)", ylabel="excess empirical risk (dashed: B(lambda))",
-           title="Phased-ERM, lambda balanced, d = 10, eps = 1")
-    ax.legend(fontsize=7)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    for ax, (variable, fixed, value) in zip(axes, (("n", "m", 10), ("m", "n", 10_000))):
+        def cell_rows(keep):
+            return sorted((r for r in rows if r[fixed] == value and keep(r)), key=lambda r: r[variable])
+
+        for scale, color in zip(SCALES, ("C0", "C1", "C2", "C3")):
+            picked = cell_rows(lambda r: r["noise_scale"] == scale and r["regularization"] == "balanced")
+            label = "faithful (DP)" if scale == 1.0 else f"s = {scale:g} (not DP)"
+            ax.plot([r[variable] for r in picked], [r["excess_mean"] for r in picked], "o-", color=color, label=label)
+            ax.plot([r[variable] for r in picked], [r["bound"] for r in picked], "--", color=color, lw=0.8)
+        for name, marker, shade in (("b2", "s", "grey"), ("b3", "^", "tab:brown")):
+            picked = cell_rows(lambda r: r["regularization"].startswith(name))
+            ax.plot([r[variable] for r in picked], [r["excess_mean"] for r in picked], marker + "-", color=shade,
+                    label=f"{name.upper()} (DP)")
+        zero = cell_rows(lambda r: r["noise_scale"] == 1.0 and r["regularization"] == "balanced")
+        ax.plot([r[variable] for r in zero], [r["zero_model_excess"] for r in zero], "k:", label="the zero model")
+        ax.set(xscale="log", yscale="log", xlabel=f"{'users n' if variable == 'n' else 'items per user m'} "
+               f"({fixed} = {value:,})", ylabel="excess empirical risk (dashed: B(lambda))",
+               title="Phased-ERM, lambda balanced, d = 10, eps = 1")
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -221,6 +252,6 @@ if __name__ == "__main__":
     if "--report" in sys.argv:
         report(read_results(HERE / "results.csv"))
     elif "--b2" in sys.argv or "--b3" in sys.argv:
-        main_baseline("b2" if "--b2" in sys.argv else "b3")
+        main_baseline("b2" if "--b2" in sys.argv else "b3", sizes_from_argv())
     else:
-        main()
+        main(sizes_from_argv())
