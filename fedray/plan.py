@@ -29,8 +29,8 @@ from fedray.privacy.statement import PrivacyPlan
 from fedray.rng import setting_words
 from fedray.smoothing import MoreauEnvelope
 
-RUNTIME_KEYS = ("address", "connect_timeout", "num_actors", "num_cpus", "checkpoint_path", "checkpoint_every", "resume",
-                "faithful", "max_restarts", "fault_injection")
+RUNTIME_KEYS = ("address", "connect_timeout", "num_actors", "num_cpus", "dashboard", "checkpoint_path", "checkpoint_every",
+                "resume", "faithful", "max_restarts", "fault_injection")
 MAX_RESTARTS = 100
 TRACKING_KEYS = ("uri", "artifact_location", "experiment_name", "log_every", "replica_curves", "figure")
 # "grids": values presets interpolate from (step-size grids per algorithm); read by nothing else.
@@ -281,6 +281,7 @@ def make_plan(cfg: DictConfig) -> Plan:
     for key in ("num_actors", "num_cpus", "checkpoint_every"):
         positive(f"runtime.{key}", runtime.get(key), int, allow_none=True)
     positive("runtime.connect_timeout", runtime.get("connect_timeout"), allow_none=True)
+    check_bool("runtime.dashboard", runtime.get("dashboard", False))
     _check_faults(runtime, num_rounds)
     address = runtime.get("address")
     if address is not None and (not isinstance(address, str) or not address.strip()):

@@ -24,10 +24,9 @@ from pathlib import Path
 
 import numpy as np
 from filelock import FileLock
-from mlflow.entities import Metric, Param, RunTag
-from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
-from sqlalchemy.exc import OperationalError
+
+# mlflow (and sqlalchemy with it) is imported where it is first used: the import takes seconds,
+# and the command line opens the store in a thread while Ray starts, so nothing waits for it.
 
 MAX_PARAM_LENGTH = 6000
 MAX_BATCH = 900
@@ -61,6 +60,9 @@ STORE_BUSY_TIMEOUT = 600.0      # seconds a write waits for a busy store before 
 def _busy(err: Exception) -> bool:
     """A store that is there but busy: MLflow's "temporarily unavailable" (SQLite locked past its
     20 s wait, a server busy or restarting) or, while a SQLite store is opened, SQLite's own lock."""
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import OperationalError
+
     if isinstance(err, MlflowException):
         return err.error_code == "TEMPORARILY_UNAVAILABLE"
     return isinstance(err, OperationalError) and "database is locked" in str(err)
@@ -71,10 +73,15 @@ class RetryingClient:
     writes are whole transactions that were rolled back, so nothing is written twice."""
 
     def __init__(self, uri: str):
+        from mlflow.tracking import MlflowClient
+
         self.retries = 0
         self._client = self._retried(MlflowClient)(tracking_uri=uri)
 
     def _retried(self, method):
+        from mlflow.exceptions import MlflowException
+        from sqlalchemy.exc import OperationalError
+
         def retried(*args, **kwargs):
             deadline, wait = time.monotonic() + STORE_BUSY_TIMEOUT, 0.1
             while True:
@@ -132,7 +139,7 @@ class MlflowTracker:
         self.log_every = int(log_every)
         self.replica_curves = int(replica_curves)
         self.figure = bool(figure)
-        self._pending: list[Metric] = []
+        self._pending: list = []                # mlflow Metric entities
         self._replicas = 1
         self._logged: dict[str, int] = {}       # a resumed run: key -> last step the store holds
         self._params: dict[str, str] = {}       # a resumed run: the params it was opened with
@@ -143,6 +150,8 @@ class MlflowTracker:
 
     def _experiment(self, name: str, location: str | None) -> str:
         """The id of experiment ``name``, created if missing (another job may create it first)."""
+        from mlflow.exceptions import MlflowException
+
         experiment = self.client.get_experiment_by_name(name)
         if experiment is None:
             try:
@@ -193,6 +202,8 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, metrics=metrics[i:i + MAX_BATCH])
 
     def _metric_items(self, metrics: dict, step: int, stamp: int):
+        from mlflow.entities import Metric
+
         for key, values in metrics.items():
             values = np.atleast_1d(values)
             if values.shape[0] == 1:
@@ -236,6 +247,8 @@ class MlflowTracker:
             "privacy_statement": plan.privacy.summary(),
             "replicas.common_random_numbers": str(plan.replicas.common_random_numbers).lower(),
         }
+        from mlflow.entities import Param, RunTag
+
         # A resumed run keeps the params it was opened with (MLflow refuses changing one; only
         # runtime values, outside the checkpoint's fingerprint, can differ).
         self._batch(
@@ -266,6 +279,8 @@ class MlflowTracker:
             future.result()
 
     def finish(self, plan, result, status: str = "FINISHED") -> None:
+        from mlflow.entities import RunTag
+
         self.wait()
         stamp = int(time.time() * 1000)
         final = {f"final_{k}": v for k, v in result.final.items()}

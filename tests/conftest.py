@@ -8,10 +8,13 @@ SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def data_dir():
-    """Offline copies of the datasets, unless the caller pointed FEDRAY_DATA_DIR elsewhere."""
+def data_dir(tmp_path_factory):
+    """Offline copies of the datasets, unless the caller pointed FEDRAY_DATA_DIR elsewhere; built
+    federations cached in the session's own folder, never in the user's ~/.cache (a test run starts
+    cold, and Ray's workers inherit the variable)."""
     if "FEDRAY_DATA_DIR" not in os.environ and SHARED_DATASETS.is_dir():
         os.environ["FEDRAY_DATA_DIR"] = str(SHARED_DATASETS)
+    os.environ["FEDRAY_CACHE_DIR"] = str(tmp_path_factory.mktemp("fedray-cache"))
     return os.environ.get("FEDRAY_DATA_DIR")
 
 

@@ -335,6 +335,14 @@ def run_numpy(job: dict, work: Path, timeout: float) -> dict:
     return measure(cmd, work / f"{tag}.out.json", work / f"{tag}.log", env, timeout)
 
 
+def run_ray_floor(job: dict, num_actors: int, work: Path, timeout: float) -> dict:
+    tag = f"{job['name']}-ray-floor"
+    spec_path = work / f"{tag}.spec.json"
+    spec_path.write_text(json.dumps({"num_actors": num_actors}))
+    cmd = [sys.executable, str(HERE / "ray_floor.py"), str(spec_path), str(work / f"{tag}.out.json")]
+    return measure(cmd, work / f"{tag}.out.json", work / f"{tag}.log", child_env(job), timeout)
+
+
 def seed_spread(job: dict, seeds: int = 8, budget: float = 30.0) -> tuple[float, float] | None:
     """(mean, std) of the numpy loop's final loss over other seeds: the noise the comparison allows."""
     from numpy_loop import load_federation, run_loop
@@ -456,7 +464,8 @@ def table(results: list[dict]) -> str:
             )
     lines += ["", "| job | numpy s/round: with per-round evaluation / step only | fedray none ÷ numpy "
                   "| fedray paper ÷ numpy | fedray none ÷ numpy step only | Flower ÷ fedray none "
-                  "| Flower ÷ fedray paper |", "|---|---:|---:|---:|---:|---:|---:|"]
+                  "| Flower ÷ fedray paper | first round: Ray floor (s) | fedray none ÷ Ray floor "
+                  "| fedray paper ÷ Ray floor |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for res in results:
         runners = res["runners"]
 
@@ -468,10 +477,16 @@ def table(results: list[dict]) -> str:
 
         none, paper, num, flower = (steady("fedray, privacy=none"), steady("fedray, paper"),
                                     steady("numpy"), steady("Flower"))
+        def first(prefix):
+            return next((rep["first_round"] for name, rep in runners.items()
+                         if name.startswith(prefix) and "first_round" in rep), None)
+
         step = runners.get("numpy", {}).get("step_time_median")
+        floor = first("Ray floor")
         lines.append(f"| {res['job']['label']} | {_fmt_time(num)} / {_fmt_time(step)} | {_ratio(none, num)} | "
                      f"{_ratio(paper, num)} | {_ratio(none, step)} | {_ratio(flower, none)} | "
-                     f"{_ratio(flower, paper)} |")
+                     f"{_ratio(flower, paper)} | {_fmt_time(floor)} | {_ratio(first('fedray, privacy=none'), floor)} | "
+                     f"{_ratio(first('fedray, paper'), floor)} |")
     return "\n".join(lines)
 
 
@@ -547,6 +562,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for label, overrides in job["fedray_variants"].items():
             print(f"[{job['name']}] {label} ...", flush=True)
             runners[label] = run_fedray(job, label, overrides, work, args.timeout)
+        started_actors = next((rep["num_actors"] for rep in runners.values() if rep.get("num_actors")), None)
+        if started_actors:
+            print(f"[{job['name']}] Ray floor, {started_actors} actors ...", flush=True)
+            runners["Ray floor"] = run_ray_floor(job, started_actors, work, args.timeout)
         print(f"[{job['name']}] numpy ...", flush=True)
         runners["numpy"] = run_numpy(job, work, args.timeout)
         if job.get("flower", True) and not args.quick and not args.no_flower:

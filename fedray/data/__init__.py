@@ -13,39 +13,17 @@ Data folders resolve as explained in ``fedray.data.download`` (``FEDRAY_DATA_DIR
 ``FEDRAY_CACHE_DIR``).
 """
 
-from fedray.data.download import ChecksumError, DownloadError, fetch, resolve_directory
-from fedray.data.federation import Federation, FederationShape, SiloArrays, stack_silos
-from fedray.data.insurance import InsuranceSorted
-from fedray.data.logistic_tasks import LogisticTasks, TaskSamples
-from fedray.data.matrix_game import DenseMatrixGame, GameSamples, PaddedMatrixGame
-from fedray.data.mnist import IdxFormatError, MnistPairs, MnistUsers, read_idx, write_idx
-from fedray.data.obesity import ObesityByClass
-from fedray.data.sphere_regression import SphereRegression
-from fedray.data.synthetic import SyntheticLinear
-from fedray.data.user_means import BinomialUserMeans
+from fedray._lazy import lazy_exports
 
-__all__ = [
-    "BinomialUserMeans",
-    "ChecksumError",
-    "DenseMatrixGame",
-    "DownloadError",
-    "Federation",
-    "GameSamples",
-    "FederationShape",
-    "IdxFormatError",
-    "InsuranceSorted",
-    "LogisticTasks",
-    "MnistPairs",
-    "MnistUsers",
-    "ObesityByClass",
-    "PaddedMatrixGame",
-    "SiloArrays",
-    "SphereRegression",
-    "SyntheticLinear",
-    "TaskSamples",
-    "fetch",
-    "read_idx",
-    "resolve_directory",
-    "stack_silos",
-    "write_idx",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "fedray.data.download": ("ChecksumError", "DownloadError", "fetch", "resolve_directory"),
+    "fedray.data.federation": ("Federation", "FederationShape", "SiloArrays", "stack_silos"),
+    "fedray.data.insurance": ("InsuranceSorted",),
+    "fedray.data.logistic_tasks": ("LogisticTasks", "TaskSamples"),
+    "fedray.data.matrix_game": ("DenseMatrixGame", "GameSamples", "PaddedMatrixGame"),
+    "fedray.data.mnist": ("IdxFormatError", "MnistPairs", "MnistUsers", "read_idx", "write_idx"),
+    "fedray.data.obesity": ("ObesityByClass",),
+    "fedray.data.sphere_regression": ("SphereRegression",),
+    "fedray.data.synthetic": ("SyntheticLinear",),
+    "fedray.data.user_means": ("BinomialUserMeans",),
+})

@@ -50,6 +50,7 @@ from fedray.data.download import (
     resolve_directory,
     verify_md5,
 )
+from fedray.data.cache import cached_federation
 from fedray.data.federation import Federation, FederationShape
 from fedray.errors import ConfigError
 from fedray.rng import data_generator
@@ -253,6 +254,7 @@ class MnistPairs:
     pca_dim: int | None = 50
     shuffle_images: bool = False
     download: bool = True
+    cache: bool = True
 
     @property
     def num_silos(self) -> int:
@@ -272,6 +274,7 @@ class MnistPairs:
         check_real("data.train_fraction", self.train_fraction, 0.0, 1.0, low_open=True, high_open=True)
         check_bool("data.shuffle_images", self.shuffle_images)
         check_bool("data.download", self.download)
+        check_bool("data.cache", self.cache)
         per_silo = 2 * self.images_per_digit
         n_train, n_test = split_sizes(per_silo, self.train_fraction)
         if n_train < 1 or n_test < 1:
@@ -311,7 +314,13 @@ class MnistPairs:
         return fed if silo_ids is None else fed.select(silo_ids)
 
     def _load_all(self, seed: int, trial: int) -> Federation:
-        images, labels = read_mnist(self.prepare())
+        directory = self.prepare()
+        if self.cache:
+            return cached_federation(self, seed, trial, directory, lambda: self._build(directory, seed, trial))
+        return self._build(directory, seed, trial)
+
+    def _build(self, directory: Path, seed: int, trial: int) -> Federation:
+        images, labels = read_mnist(directory)
         train_idx, test_idx = self._draw(labels, data_generator(seed, trial))
         x_train, x_test = images[train_idx], images[test_idx]
         if self.pca_dim is not None:
@@ -404,6 +413,7 @@ class MnistUsers:
     test_images: int = 1000
     pca_dim: int = 20
     download: bool = True
+    cache: bool = True
 
     def source(self) -> str:
         return str(self.data_directory())
@@ -428,6 +438,7 @@ class MnistUsers:
         check_int("data.test_images", self.test_images, 1)
         check_int("data.pca_dim", self.pca_dim, 1, min(NUM_PIXELS, self.public_images))
         check_bool("data.download", self.download)
+        check_bool("data.cache", self.cache)
         directory = self.data_directory()
         if not find_pairs(directory):
             _check_downloadable(directory, self.directory, self.download)
@@ -440,9 +451,15 @@ class MnistUsers:
                                num_outputs=1, task="binary")
 
     def load(self, seed: int, trial: int = 0, silo_ids=None) -> Federation:
+        directory = self.prepare()
+        fed = cached_federation(self, seed, trial, directory, lambda: self._build(directory, seed, trial)) \
+            if self.cache else self._build(directory, seed, trial)
+        return fed if silo_ids is None else fed.select(np.asarray(silo_ids))
+
+    def _build(self, directory: Path, seed: int, trial: int) -> Federation:
         from sklearn.decomposition import PCA
 
-        images, labels = read_mnist(self.prepare())
+        images, labels = read_mnist(directory)
         order = data_generator(seed, trial).permutation(len(labels))
         public, test = order[:self.public_images], order[self.public_images:self.public_images + self.test_images]
         users = order[self.public_images + self.test_images:]
@@ -456,10 +473,9 @@ class MnistUsers:
         n = users.size
         x_test, y_test = np.zeros((n, 1, self.pca_dim)), np.zeros((n, 1))
         x_test[:test.size, 0], y_test[:test.size, 0] = features(test), _even(labels[test])
-        fed = Federation(x_train=features(users)[:, None, :], y_train=_even(labels[users])[:, None],
-                         n_train=np.ones(n, dtype=np.int64), x_test=x_test, y_test=y_test,
-                         n_test=(np.arange(n) < test.size).astype(np.int64), task="binary", num_outputs=1)
-        return fed if silo_ids is None else fed.select(np.asarray(silo_ids))
+        return Federation(x_train=features(users)[:, None, :], y_train=_even(labels[users])[:, None],
+                          n_train=np.ones(n, dtype=np.int64), x_test=x_test, y_test=y_test,
+                          n_test=(np.arange(n) < test.size).astype(np.int64), task="binary", num_outputs=1)
 
 
 def _even(digits: np.ndarray) -> np.ndarray:

@@ -1,6 +1,9 @@
 """Ray runtime: silo-group actors, the shuffler, the driver loop, checkpoints. Names no paper."""
 
-from fedray.runtime.driver import RunResult, run
-from fedray.runtime.silo_group import SiloGroup, SiloGroupActor
+from fedray._lazy import lazy_exports
 
-__all__ = ["RunResult", "SiloGroup", "SiloGroupActor", "run"]
+# an actor process imports silo_group alone, not the driver and its planner
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "fedray.runtime.driver": ("RunResult", "run"),
+    "fedray.runtime.silo_group": ("SiloGroup", "SiloGroupActor"),
+})

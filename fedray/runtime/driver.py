@@ -64,7 +64,9 @@ def connect(runtime: dict) -> None:
         return
     address = runtime.get("address")
     if not address:
-        ray.init(address="local", num_cpus=runtime.get("num_cpus"), include_dashboard=False, log_to_driver=False)
+        # the dashboard costs a second of start-up and a process: opt in with runtime.dashboard
+        ray.init(address="local", num_cpus=runtime.get("num_cpus"), include_dashboard=bool(runtime.get("dashboard")),
+                 log_to_driver=False)
         return
     _reachable(str(address), float(runtime.get("connect_timeout") or 30.0))
     try:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -146,6 +148,39 @@ def test_download_only_when_no_pair_is_present(tmp_path, monkeypatch):
     assert len(list(only_t10k.iterdir())) == 2
 
 
+def test_a_built_federation_is_cached_on_disk_and_read_back_bit_for_bit(tmp_path):
+    _write_pair(tmp_path, "t10k", PER_DIGIT, seed=1)
+    spec = MnistPairs(directory=str(tmp_path), images_per_digit=5, pca_dim=4)
+    entries = Path(os.environ["FEDRAY_CACHE_DIR"]) / "federations"
+
+    built = spec.load(seed=0, trial=1)
+    (entry,) = entries.iterdir()
+    read = spec.load(seed=0, trial=1)
+    uncached = dataclasses.replace(spec, cache=False).load(seed=0, trial=1)
+
+    for name in ("x_train", "y_train", "n_train", "x_test", "y_test", "n_test"):
+        np.testing.assert_array_equal(getattr(read, name), getattr(built, name))
+        np.testing.assert_array_equal(getattr(uncached, name), getattr(built, name))
+    assert (read.task, read.num_outputs, read.summarised_items) == ("binary", 1, None)
+    assert read.shape == spec.describe()
+    # a different trial, a different field or touched data files are other entries
+    spec.load(seed=0, trial=2)
+    dataclasses.replace(spec, heterogeneity=0.5).load(seed=0, trial=1)
+    label_file = tmp_path / "t10k-labels-idx1-ubyte"
+    os.utime(label_file, ns=(label_file.stat().st_atime_ns, label_file.stat().st_mtime_ns + 10**9))
+    spec.load(seed=0, trial=1)
+    assert len(list(entries.iterdir())) == 4
+    # an unreadable entry is rebuilt, not trusted
+    entry.write_bytes(b"not a federation")
+    np.testing.assert_array_equal(spec.load(seed=0, trial=1).x_train, built.x_train)
+
+
+def test_cache_false_writes_nothing(tmp_path):
+    _write_pair(tmp_path, "t10k", PER_DIGIT, seed=1)
+    MnistPairs(directory=str(tmp_path), images_per_digit=5, pca_dim=4, cache=False).load(seed=0)
+    assert not (Path(os.environ["FEDRAY_CACHE_DIR"]) / "federations").exists()
+
+
 def test_corrupt_compressed_file_is_rejected(tmp_path, monkeypatch):
     _write_pair(tmp_path, "t10k", PER_DIGIT, seed=1, gz=True)
     monkeypatch.setattr(mnist, "MD5", {**mnist.MD5, "t10k-images-idx3-ubyte.gz": "0" * 32})
@@ -169,6 +204,7 @@ def test_missing_folder_names_it_and_the_env_var(tmp_path):
         ("train_fraction", 1.0, "data.train_fraction must be a number in (0.0, 1.0); got 1.0"),
         ("pca_dim", 0, "data.pca_dim must be an integer in [1, 784]; got 0"),
         ("download", "yes", "data.download must be true or false; got 'yes'"),
+        ("cache", "no", "data.cache must be true or false; got 'no'"),
     ],
 )
 def test_bad_fields_are_named(tmp_path, field, value, fragment):
@@ -182,11 +218,12 @@ def test_bad_fields_are_named(tmp_path, field, value, fragment):
 
 
 @pytest.fixture(scope="module")
-def paper(shared_data_dir):
+def paper(shared_data_dir, tmp_path_factory):
     """One paper-scale load shared by the module (tests that call the spec again also request
     ``shared_data``, since the FEDRAY_DATA_DIR set here is reset around each test)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FEDRAY_DATA_DIR", str(shared_data_dir))
+        patch.setenv("FEDRAY_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
         spec = MnistPairs()
         spec.validate()
         yield spec, spec.load(seed=3, trial=0)
