@@ -34,15 +34,15 @@ from __future__ import annotations
 import contextlib
 import logging
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import dp_accounting
-from dp_accounting import mechanism_calibration, rdp
-
-from fedray.privacy.replace_one_pld import ReplaceOnePLDAccountant
+# dp-accounting (a second of imports: scipy.signal, scipy.stats) is imported by the functions that
+# use it: silo actors import this module through the protocols' planning code and never call them.
+if TYPE_CHECKING:
+    import dp_accounting
 
 ACCOUNTANTS = ("rdp", "pld")
 _BRACKET_STEPS = 40        # doublings / halvings of a calibration bracket (a factor 1e12) before giving up
-_REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
 
 
 @contextlib.contextmanager
@@ -60,8 +60,12 @@ def make_accountant(kind: str):
     """A fresh accountant of the given kind for replace-one neighbours, reading a Gaussian's z
     against the replace-one distance (RDP of the Gaussian does not depend on the relation; the pld
     accountant is fedray's own, module docstring)."""
+    import dp_accounting
+
+    from fedray.privacy.replace_one_pld import ReplaceOnePLDAccountant
+
     if kind == "rdp":
-        return rdp.RdpAccountant(neighboring_relation=_REPLACE_ONE)
+        return dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
     if kind == "pld":
         return ReplaceOnePLDAccountant()
     raise ValueError(f"accountant must be one of {ACCOUNTANTS}; got {kind!r}")
@@ -69,6 +73,8 @@ def make_accountant(kind: str):
 
 def release_event(noise_multiplier: float, sample_size: int, dataset_size: int) -> dp_accounting.DpEvent:
     """The dp-accounting event of one release (the same for both accountants)."""
+    import dp_accounting
+
     if noise_multiplier <= 0:
         return dp_accounting.NonPrivateDpEvent()
     gaussian = dp_accounting.GaussianDpEvent(float(noise_multiplier))
@@ -81,6 +87,8 @@ def participation_event(
     noise_multiplier: float, sample_size: int, dataset_size: int, releases: int, count: int
 ) -> dp_accounting.DpEvent:
     """``count`` participations of ``releases`` releases each, as one self-composed event."""
+    import dp_accounting
+
     event = release_event(noise_multiplier, sample_size, dataset_size)
     total = int(releases) * int(count)
     return event if total == 1 else dp_accounting.SelfComposedDpEvent(event, total)
@@ -113,8 +121,10 @@ def participation_epsilon(
     if noise_multiplier <= 0:
         return float("inf")
     if accountant == "rdp":
+        from dp_accounting.rdp import rdp_privacy_accountant
+
         orders, curve = _rdp_curve(noise_multiplier, sample_size, dataset_size, releases)
-        eps, _ = rdp.rdp_privacy_accountant.compute_epsilon(orders, count * curve, delta)
+        eps, _ = rdp_privacy_accountant.compute_epsilon(orders, count * curve, delta)
         return float(eps)
     return epsilon_of(participation_event(noise_multiplier, sample_size, dataset_size, releases, count), delta,
                       accountant)
@@ -129,6 +139,7 @@ def calibrate_noise_multiplier(
     dp-accounting's search (fresh accountant, event from a noise value); it returns a value on
     the private side of the target.
     """
+    from dp_accounting import mechanism_calibration
 
     def event_of(z: float) -> dp_accounting.DpEvent:
         return participation_event(z, sample_size, dataset_size, releases, participations)

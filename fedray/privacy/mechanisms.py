@@ -13,12 +13,14 @@ streams and the step stays a pure function.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import dp_accounting
 import numpy as np
 
 from fedray.core.mechanism import Placement
+
+if TYPE_CHECKING:       # mechanisms run in silo actors, which never build events (see privacy.accounting)
+    import dp_accounting
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class GaussianNoise:
         z = np.asarray(self.noise_multiplier, dtype=np.float64)
         z = z.reshape(z.shape + (1,) * (2 - z.ndim))      # left-aligned on (replica, unit), as in apply
         z = float(z[replica if z.shape[0] > 1 else 0, unit if z.shape[1] > 1 else 0])
+        import dp_accounting
+
         return dp_accounting.GaussianDpEvent(z) if z > 0 else dp_accounting.NonPrivateDpEvent()
 
 
@@ -68,6 +72,8 @@ class NoNoise:
         return self
 
     def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
+        import dp_accounting
+
         return dp_accounting.NonPrivateDpEvent()
 
 

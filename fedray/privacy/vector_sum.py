@@ -71,7 +71,6 @@ import numpy as np
 
 from fedray.core.mechanism import Placement
 from fedray.errors import ConfigError
-from fedray.privacy.events import EpsilonDeltaDpEvent
 from fedray.rng import SiloDraws, Stream
 
 __all__ = [
@@ -374,7 +373,9 @@ class VectorSumRandomizer:
     params: VectorSumParameters
     placement: ClassVar[Placement] = Placement.CLIENT
 
-    def event(self, replica: int, unit: int) -> EpsilonDeltaDpEvent:
+    def event(self, replica: int, unit: int):
+        from fedray.privacy.events import EpsilonDeltaDpEvent     # dp-accounting: planning only, not in the actors
+
         return EpsilonDeltaDpEvent(self.params.epsilon, self.params.delta)
 
     def apply(self, x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, dict]:

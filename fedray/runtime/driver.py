@@ -16,6 +16,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import ray
@@ -24,10 +25,12 @@ from fedray.core.evaluation import Metric, split
 from fedray.core.oracle import sum_partials
 from fedray.core.program import CentralProgram
 from fedray.core.protocol import Messages, RoundKeys, Routing
-from fedray.plan import Plan
 from fedray.runtime import checkpoint
 from fedray.runtime.shuffler import Shuffler, ShufflerActor
 from fedray.runtime.silo_group import ActorRestarted, RoundPayload, SiloGroup, SiloGroupActor
+
+if TYPE_CHECKING:      # the planner (and dp-accounting with it) is not imported at start-up: see cli.run_job
+    from fedray.plan import Plan
 
 SHUFFLER_OUTPUT = {Routing.SHUFFLE: "permutation", Routing.SHUFFLE_SUM: "sum"}
 RESTART_TIMEOUT = 300.0      # seconds to wait for a restarted silo actor (a new node may need to start it)
