@@ -1,12 +1,14 @@
 """The benchmark's quick mode (numpy vs fedray, small N, few rounds), so the script cannot rot.
 
-No timing is asserted: the benchmark prints numbers. What is checked: both runners finish, the
-final losses agree within the numpy loop's seed-to-seed spread, and the table prints.
+No timing is asserted: the benchmark prints numbers. What is checked: the runners and Ray's own
+start-up floor finish, the final losses agree within the numpy loop's seed-to-seed spread, and the
+table prints.
 """
 
 import importlib.util
 import sys
 
+import numpy as np
 import pytest
 
 from tests.conftest import REPO
@@ -31,8 +33,12 @@ def test_quick_benchmark_runs_fedray_and_numpy_and_their_losses_agree(tmp_path, 
 
     (result,) = results
     runners = result["runners"]
-    assert set(runners) == {*result["job"]["fedray_variants"], "numpy"}
+    assert set(runners) == {*result["job"]["fedray_variants"], "Ray floor", "numpy"}
     assert all("error" not in rep for rep in runners.values()), runners
+    # Ray's own start-up (ray.init and as many empty actors as fedray started, each called once)
+    floor = runners.pop("Ray floor")
+    assert floor["rounds"] == 1 and floor["num_actors"] == runners[next(iter(result["job"]["fedray_variants"]))]["num_actors"]
+    assert np.isfinite(floor["first_round"]) and floor["first_round"] > 0
     assert runners["numpy"]["final_train_loss"] < runners["numpy"]["train_loss"][0] - 0.005   # it trained
     # Within noise: the numpy loop's final loss over other seeds gives the mean and spread.
     tolerance = max(5.0 * result["seed_std"], 2e-3)
@@ -41,4 +47,5 @@ def test_quick_benchmark_runs_fedray_and_numpy_and_their_losses_agree(tmp_path, 
         assert abs(rep["final_train_loss"] - result["seed_mean"]) <= tolerance, (name, rep, result["seed_mean"])
     printed = capsys.readouterr().out
     assert "| job | runner | rounds | steady s/round (median)" in printed
-    assert (tmp_path / "table.md").read_text().count("synthetic N=10 ") == 4
+    assert (tmp_path / "table.md").read_text().count("synthetic N=10 ") == 5     # 4 runners, 1 ratio row
+    assert "fedray none ÷ Ray floor" in printed
