@@ -246,7 +246,7 @@ def accelerated_schedule(problem: Problem, c_tau: float = 1.0, c_steps: float = 
     return AcceleratedSchedule(lam, exponent, tau, users, lams, steps, printed, capped, noise, condition, cap_ok, m)
 
 
-def restarts(problem: Problem, strong_convexity: float, most: int = 8) -> tuple[Problem, ...]:
+def restarts(problem: Problem, strong_convexity: float, most: int = 8) -> tuple[tuple[Problem, ...], float]:
     """Remark 3.6 (FKT20 Sec. 5.1's reduction) for a mu-strongly convex population risk: k runs of
     Alg. 3, run j on n_j = floor(n / k) fresh users, started at run j-1's output, with R replaced
     by D_j, a public bound on its distance to the minimiser; the runs' problems.
@@ -257,8 +257,11 @@ def restarts(problem: Problem, strong_convexity: float, most: int = 8) -> tuple[
     D' = sqrt(2 Delta / mu) = sqrt(D D*), with fixed point D* = 2 L rho / mu. From D_1 = R, D_j =
     R^(2^(1-j)) D*^(1 - 2^(1-j)): k is the fewest runs with D_k <= 2 D* (log2 log2 (R / D*) + 1),
     so the last run's excess L D_k rho <= mu D*^2 = (4 L^2 / mu) rho^2, Remark 3.6's (L^2 / mu)
-    (1 / (n m) + d / (eps^2 n^2 m)) at n / k users. Everything here is public; privacy does not
-    depend on mu being right (the runs read disjoint users: parallel composition)."""
+    (1 / (n m) + d / (eps^2 n^2 m)) at n / k users. k stops short of that (at ``most`` runs, or
+    where one more run would leave a phase without a user) on too few users: the caller compares
+    D_k with 2 D*. Returns the runs' problems and D* of their n / k users. Everything here is
+    public; privacy does not depend on mu being right (the runs read disjoint users: parallel
+    composition)."""
     n, m, d, eps, lip = problem.users, problem.items, problem.dim, problem.epsilon, problem.lipschitz
     for count in range(1, most + 1):
         users = n // count
@@ -267,9 +270,10 @@ def restarts(problem: Problem, strong_convexity: float, most: int = 8) -> tuple[
         radii = [problem.diameter]
         for _ in range(count - 1):
             radii.append(min(radii[-1], math.sqrt(radii[-1] * fixed_point)))
-        if radii[-1] <= 2 * fixed_point or n // (count + 1) < 2:
+        more = dataclasses.replace(problem, users=n // (count + 1))
+        if radii[-1] <= 2 * fixed_point or more.users < 2 or np.floor(more.phase_users()).min() < 1:
             break
-    return tuple(dataclasses.replace(problem, users=users, diameter=r) for r in radii)
+    return tuple(dataclasses.replace(problem, users=users, diameter=r) for r in radii), fixed_point
 
 
 def smoothed(problem: Problem) -> tuple[Problem, float]:

@@ -103,6 +103,11 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
     mu = alg.get("strong_convexity")
     if mu is not None:
         constants["strong_convexity"] = positive("algorithm.strong_convexity", mu)
+        # a beta-smooth, L-Lipschitz risk on a ball of radius r is at most min(beta, L / r)-strongly convex
+        most = min(float(alg.get("smoothness")), float(alg.get("lipschitz")) / float(alg.get("radius")))
+        if constants["strong_convexity"] > most:
+            raise ConfigError("algorithm.strong_convexity", mu, f"at most min(smoothness, lipschitz / radius) = "
+                              f"{most:g}: no smooth Lipschitz risk on X is more strongly convex")
         if smoothing:
             raise ConfigError("algorithm.strong_convexity", mu, f"null with algorithm.smoothing=true for {name} "
                               "(Remark 3.6's restarts are for a smooth loss)")
@@ -123,7 +128,7 @@ def _runs(problem: Problem, constants: dict) -> list[tuple[Problem, object, Phas
     """Alg. 3's runs: one, or Remark 3.6's restarts (``phased_parameters.restarts``) for a
     strongly convex risk; each run's problem, schedule and layout."""
     mu = constants.get("strong_convexity")
-    problems = restarts(problem, mu) if mu is not None else (problem,)
+    problems = restarts(problem, mu)[0] if mu is not None else (problem,)
     return [(p, *_schedule(p, constants)) for p in problems]
 
 
@@ -229,9 +234,15 @@ class AcceleratedErm:
                          f"{problem.lipschitz * constants['smoothing_radius']:.3g} in risk), beta_r = "
                          f"{problem.smoothness:.4g}, {sum(layout.steps)} steps")
         if "strong_convexity" in constants:
-            notes.append(f"Remark 3.6: {len(runs)} run(s) of Alg. 3 on {runs[0][0].users} fresh users each, distance "
-                         f"bounds D_j = {', '.join(f'{p.diameter:.3g}' for p, _, _ in runs)} (mu = "
-                         f"{constants['strong_convexity']:g})")
+            _, fixed_point = restarts(problem, constants["strong_convexity"])
+            reached = runs[-1][0].diameter <= 2 * fixed_point
+            notes.append(f"Remark 3.6: {len(runs)} run(s) of Alg. 3, each on {runs[0][0].users} users (its phases take "
+                         f"{sum(runs[0][2].users)}), distance bounds D_j = "
+                         f"{', '.join(f'{p.diameter:.3g}' for p, _, _ in runs)} against D* = {fixed_point:.3g} (mu = "
+                         f"{constants['strong_convexity']:g}; Thm 3.2 read with constant 1: where the noise makes a run "
+                         "worse than L D rho, the later D_j understate the distance)"
+                         + ("" if reached else "; D_k > 2 D*: too few users for the reduction's target, so its "
+                            "(L^2 / mu) rho^2 bound does not hold here"))
         resolved = {**constants, "users": problem.users, "items": problem.items, "phases": len(layout.users),
                     "regularization": float(schedule.regularization), "exponent": float(schedule.exponent),
                     "threshold": float(schedule.threshold), "phase_users": list(layout.users),
@@ -241,6 +252,7 @@ class AcceleratedErm:
                     "notes": notes, "privacy_conditions_failed": failed}
         if "strong_convexity" in constants:
             resolved.update(runs=len(runs), run_users=runs[0][0].users, run_radii=[p.diameter for p, _, _ in runs],
+                            restart_target_reached=reached, restart_fixed_point=fixed_point,
                             run_phases=[len(run_layout.users) for _, _, run_layout in runs],
                             phase_thresholds=[float(t) for t in tau])
         cells = (replicas.count, shape.num_silos)
@@ -307,7 +319,11 @@ def _phase_privacy(problem: Problem, layout, unit_phase: np.ndarray, multiplier:
         nominal_epsilon=np.full(cells, eps),
         details={"profile": constants["profile"], "kappa": constants["kappa"],
                  "noise_multiplier": "z_i = sigma_i / Delta_i (c_Delta = 120)" if derived else
-                 "sigma_i / (2 tau), noise over the closeness threshold"},
+                 "sigma_i / (2 tau), noise over the closeness threshold",
+                 **({"restarts": "Remark 3.6: runs of Alg. 3 on disjoint users, each from the previous run's released "
+                                 "output; parallel composition over runs and phases; mu and the distance bounds are "
+                                 "public, fixed before the data (privacy does not rely on mu, utility does)"}
+                    if "strong_convexity" in constants else {})},
         non_private_inputs=tuple(caveats))
 
 

@@ -4,6 +4,7 @@ reduction): the distance bounds by hand, the fewest runs, disjoint users charged
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -27,18 +28,22 @@ def test_the_distance_bounds_follow_the_square_root_recursion_by_hand():
     # D* = 2 L rho / mu = 0.11971; D_2 = sqrt(2 * 0.11971) = 0.48930, D_3 = sqrt(0.48930 * 0.11971)
     # = 0.24202, D_4 = sqrt(0.24202 * 0.11971) = 0.17021 <= 2 D* = 0.23942.
     # With k = 3 (2,666 users): rho = 0.0025692, D* = 0.10277, D_3 = 0.21585 > 0.20554: too few.
-    runs = restarts(Problem(8000, 64, 10, 1.0, 1e-6, lipschitz=2.0, diameter=2.0), 0.1)
+    runs, fixed_point = restarts(Problem(8000, 64, 10, 1.0, 1e-6, lipschitz=2.0, diameter=2.0), 0.1)
+    assert fixed_point == pytest.approx(0.11971, rel=1e-4)
     assert [p.users for p in runs] == [2000] * 4
     assert [p.diameter for p in runs] == pytest.approx([2.0, 0.48930, 0.24202, 0.17021], rel=1e-4)
     assert all((p.epsilon, p.items, p.dim) == (1.0, 64, 10) for p in runs)
 
 
-def test_a_weak_mu_needs_one_run_and_a_strong_one_stops_at_the_cap():
+def test_a_weak_mu_needs_one_run_and_a_strong_one_stops_at_the_cap_or_the_smallest_run():
     problem = Problem(8000, 64, 10, 1.0, 1e-6, lipschitz=2.0, diameter=2.0)
-    assert restarts(problem, 1e-3) == (problem,)              # R <= 2 D* = 4 L rho / mu: Alg. 3 as it is
-    strong = restarts(problem, 1e6, most=3)
-    assert len(strong) == 3 and strong[0].users == 2666
+    assert restarts(problem, 1e-3)[0] == (problem,)           # R <= 2 D* = 4 L rho / mu: Alg. 3 as it is
+    strong, fixed_point = restarts(problem, 1e6, most=3)
+    assert len(strong) == 3 and strong[0].users == 2666 and strong[-1].diameter > 2 * fixed_point
     assert all(b < a for a, b in zip([p.diameter for p in strong], [p.diameter for p in strong][1:]))
+    # 60 users: a fourth run of 15 would leave its last phase empty (0.94 users), so k stops at 3 of 20
+    few, _ = restarts(dataclasses.replace(problem, users=60), 1e6)
+    assert all(np.floor(p.phase_users()).min() >= 1 for p in few) and [p.users for p in few] == [20, 20, 20]
 
 
 def test_restarts_charge_every_user_of_every_run_once_and_count_their_gradients():
@@ -68,8 +73,21 @@ def test_without_noise_the_restarts_beat_one_run_of_alg3_on_p1():
         plain.protocol.resolved["gradients_no_halt"]
 
 
+def test_the_plan_names_the_restarts_and_a_target_out_of_reach():
+    plan = make_plan(compose(*SMALL, *QUIET, STRONG))
+    assert plan.protocol.resolved["restart_target_reached"]
+    assert "restarts" in plan.privacy.details
+    note = plan.protocol.resolved["notes"][-1]
+    assert note.startswith("Remark 3.6") and "D_k > 2 D*" not in note
+    # 30 users: two runs of 15 would leave a phase empty, so one run from D_1 = 2 > 2 D* = 0.37
+    tight = make_plan(compose(*SMALL, *QUIET, "algorithm.strong_convexity=1.0", "data.spec.num_silos=30"))
+    assert not tight.protocol.resolved["restart_target_reached"]
+    assert "D_k > 2 D*" in tight.protocol.resolved["notes"][-1]
+
+
 @pytest.mark.parametrize("override, key", [
     (["algorithm.strong_convexity=-1"], "algorithm.strong_convexity"),
+    (["algorithm.strong_convexity=1.5"], "algorithm.strong_convexity"),   # above smoothness 1 (P1)
     (["algorithm.strong_convexity=abc"], "algorithm.strong_convexity"),
     (["algorithm.strong_convexity=0.2", "algorithm.smoothing=true"], "algorithm.strong_convexity"),
 ])
