@@ -42,7 +42,10 @@ def cache_key(spec, seed: int, trial: int, inputs: Path) -> str:
 
 
 def cached_federation(spec, seed: int, trial: int, inputs: Path, build: Callable[[], Federation]) -> Federation:
-    """``build()``'s federation, read from the cache when it holds this key, else built and stored."""
+    """``build()``'s federation, read from the cache when it holds this key, else built and stored;
+    ``build()`` alone where the spec says ``cache: false``."""
+    if not spec.cache:
+        return build()
     path = cache_root() / "federations" / f"{type(spec).__name__}-{cache_key(spec, seed, trial, inputs)}.npz"
     try:
         with np.load(path, allow_pickle=False) as stored:

@@ -315,9 +315,7 @@ class MnistPairs:
 
     def _load_all(self, seed: int, trial: int) -> Federation:
         directory = self.prepare()
-        if self.cache:
-            return cached_federation(self, seed, trial, directory, lambda: self._build(directory, seed, trial))
-        return self._build(directory, seed, trial)
+        return cached_federation(self, seed, trial, directory, lambda: self._build(directory, seed, trial))
 
     def _build(self, directory: Path, seed: int, trial: int) -> Federation:
         images, labels = read_mnist(directory)
@@ -452,8 +450,7 @@ class MnistUsers:
 
     def load(self, seed: int, trial: int = 0, silo_ids=None) -> Federation:
         directory = self.prepare()
-        fed = cached_federation(self, seed, trial, directory, lambda: self._build(directory, seed, trial)) \
-            if self.cache else self._build(directory, seed, trial)
+        fed = cached_federation(self, seed, trial, directory, lambda: self._build(directory, seed, trial))
         return fed if silo_ids is None else fed.select(np.asarray(silo_ids))
 
     def _build(self, directory: Path, seed: int, trial: int) -> Federation:

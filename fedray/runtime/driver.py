@@ -29,7 +29,7 @@ from fedray.runtime import checkpoint
 from fedray.runtime.shuffler import Shuffler, ShufflerActor
 from fedray.runtime.silo_group import ActorRestarted, RoundPayload, SiloGroup, SiloGroupActor
 
-if TYPE_CHECKING:      # the planner (and dp-accounting with it) is not imported at start-up: see cli.run_job
+if TYPE_CHECKING:      # a silo actor imports this package: it needs neither the planner nor dp-accounting
     from fedray.plan import Plan
 
 SHUFFLER_OUTPUT = {Routing.SHUFFLE: "permutation", Routing.SHUFFLE_SUM: "sum"}

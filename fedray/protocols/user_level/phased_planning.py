@@ -104,7 +104,7 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
     if mu is not None:
         constants["strong_convexity"] = positive("algorithm.strong_convexity", mu)
         # a beta-smooth, L-Lipschitz risk on a ball of radius r is at most min(beta, L / r)-strongly convex
-        most = min(float(alg.get("smoothness")), float(alg.get("lipschitz")) / float(alg.get("radius")))
+        most = min(problem.smoothness, problem.lipschitz / (problem.diameter / 2))
         if constants["strong_convexity"] > most:
             raise ConfigError("algorithm.strong_convexity", mu, f"at most min(smoothness, lipschitz / radius) = "
                               f"{most:g}: no smooth Lipschitz risk on X is more strongly convex")
@@ -124,12 +124,13 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
     return problem, constants
 
 
-def _runs(problem: Problem, constants: dict) -> list[tuple[Problem, object, PhaseLayout]]:
+def _runs(problem: Problem, constants: dict) -> tuple[list[tuple[Problem, object, PhaseLayout]], float | None]:
     """Alg. 3's runs: one, or Remark 3.6's restarts (``phased_parameters.restarts``) for a
-    strongly convex risk; each run's problem, schedule and layout."""
+    strongly convex risk; each run's problem, schedule and layout, and the restarts' D* (None
+    without them)."""
     mu = constants.get("strong_convexity")
-    problems = restarts(problem, mu)[0] if mu is not None else (problem,)
-    return [(p, *_schedule(p, constants)) for p in problems]
+    problems, fixed_point = restarts(problem, mu) if mu is not None else ((problem,), None)
+    return [(p, *_schedule(p, constants)) for p in problems], fixed_point
 
 
 def _joined(layouts) -> PhaseLayout:
@@ -187,7 +188,7 @@ class AcceleratedErm:
         """The phases as ``participation`` and sum T_i as ``num_rounds``."""
         require_phased(config)
         problem, constants = _inputs(config, shape, loss)
-        layout = _joined([layout for _, _, layout in _runs(problem, constants)])
+        layout = _joined([layout for _, _, layout in _runs(problem, constants)[0]])
         participation = {"_target_": PHASED, "phase_units": list(layout.users), "steps": list(layout.steps),
                          "batch_sizes": list(layout.batch)}
         return {**config, "participation": participation, "num_rounds": int(sum(layout.steps))}
@@ -198,7 +199,7 @@ class AcceleratedErm:
         alg, shape, replicas = config["algorithm"], context.shape, context.replicas
         private = curator_privacy(self, config, " (Alg. 2's printed sigma_i; algorithm.profile chooses the constants)")
         problem, constants = _inputs(config, shape, context.loss)
-        runs = _runs(problem, constants)
+        runs, fixed_point = _runs(problem, constants)
         stages = alg.get("stages", "multi")
         if stages not in STAGES:
             raise ConfigError("algorithm.stages", stages, f"one of {STAGES} (GL13's restarts, or one AC-SA run per phase)")
@@ -233,8 +234,7 @@ class AcceleratedErm:
             notes.append(f"randomized smoothing (Thm D.3): r = {constants['smoothing_radius']:.3g} (costs at most L r = "
                          f"{problem.lipschitz * constants['smoothing_radius']:.3g} in risk), beta_r = "
                          f"{problem.smoothness:.4g}, {sum(layout.steps)} steps")
-        if "strong_convexity" in constants:
-            _, fixed_point = restarts(problem, constants["strong_convexity"])
+        if fixed_point is not None:
             reached = runs[-1][0].diameter <= 2 * fixed_point
             notes.append(f"Remark 3.6: {len(runs)} run(s) of Alg. 3, each on {runs[0][0].users} users (its phases take "
                          f"{sum(runs[0][2].users)}), distance bounds D_j = "
@@ -250,7 +250,7 @@ class AcceleratedErm:
                     "noise_std": [float(s) for s in sigma], "stages": [list(x) for x in lengths],
                     "gradients_no_halt": layout.gradients_per_item * problem.items,
                     "notes": notes, "privacy_conditions_failed": failed}
-        if "strong_convexity" in constants:
+        if fixed_point is not None:
             resolved.update(runs=len(runs), run_users=runs[0][0].users, run_radii=[p.diameter for p, _, _ in runs],
                             restart_target_reached=reached, restart_fixed_point=fixed_point,
                             run_phases=[len(run_layout.users) for _, _, run_layout in runs],
