@@ -30,7 +30,7 @@ from fedray.rng import setting_words
 from fedray.smoothing import MoreauEnvelope
 
 RUNTIME_KEYS = ("address", "connect_timeout", "num_actors", "num_cpus", "dashboard", "checkpoint_path", "checkpoint_every",
-                "resume", "faithful", "max_restarts", "fault_injection")
+                "resume", "faithful", "max_restarts", "fault_injection", "rounds_per_call", "single_actor_work")
 MAX_RESTARTS = 100
 TRACKING_KEYS = ("uri", "artifact_location", "experiment_name", "log_every", "replica_curves", "figure")
 # "grids": values presets interpolate from (step-size grids per algorithm); read by nothing else.
@@ -278,8 +278,9 @@ def make_plan(cfg: DictConfig) -> Plan:
     known_keys("privacy", config["privacy"], PRIVACY_KEYS + algorithm_class.recipe.privacy_keys)
     known_keys("runtime", runtime, RUNTIME_KEYS)
     known_keys("tracking", tracking, TRACKING_KEYS)
-    for key in ("num_actors", "num_cpus", "checkpoint_every"):
+    for key in ("num_actors", "num_cpus", "checkpoint_every", "rounds_per_call"):
         positive(f"runtime.{key}", runtime.get(key), int, allow_none=True)
+    positive("runtime.single_actor_work", runtime.get("single_actor_work"), allow_none=True)
     positive("runtime.connect_timeout", runtime.get("connect_timeout"), allow_none=True)
     check_bool("runtime.dashboard", runtime.get("dashboard", False))
     _check_faults(runtime, num_rounds)

@@ -9,7 +9,7 @@ and however many actors there are, the silo's minibatch and noise in a round are
 from __future__ import annotations
 
 from enum import IntEnum
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -95,6 +95,33 @@ def data_generator(seed: int, trial: int = 0) -> np.random.Generator:
 BLOCK = 64
 
 
+# Rounds repeat the same replicas, and often the same silos: what SiloDraws derives from them is
+# found once per process (a round of a small federation would otherwise spend half its time here).
+@lru_cache(maxsize=64)
+def _distinct_rows(rows: bytes, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct stream rows in order of first use, and each replica's row among them."""
+    unique, first, inverse = np.unique(np.frombuffer(rows, dtype=np.int64).reshape(shape), axis=0,
+                                       return_index=True, return_inverse=True)
+    # Distinct rows in order of first use, so replicas with streams of their own map to themselves.
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    found = unique[order], rank[inverse.reshape(-1)]
+    for array in found:
+        array.flags.writeable = False       # shared by every round's draws
+    return found
+
+
+@lru_cache(maxsize=64)
+def _block_members(silo_ids: bytes) -> list:
+    ids = np.frombuffer(silo_ids, dtype=np.int64)
+    block_of = ids // BLOCK
+    order = np.argsort(block_of, kind="stable")
+    blocks, starts = np.unique(block_of[order], return_index=True)
+    rows = ids % BLOCK
+    return [(block, members, int(rows[members].max()) + 1) for block, members in zip(blocks, np.split(order, starts[1:]))]
+
+
 class SiloDraws:
     """The random inputs of one round for some silos, shaped (P replicas, S silos, ...).
 
@@ -120,12 +147,8 @@ class SiloDraws:
 
     @cached_property
     def _replicas(self) -> tuple[np.ndarray, np.ndarray]:
-        unique, first, inverse = np.unique(stream_rows(self._streams), axis=0, return_index=True, return_inverse=True)
-        # Distinct rows in order of first use, so replicas with streams of their own map to themselves.
-        order = np.argsort(first)
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        return unique[order], rank[inverse.reshape(-1)]
+        rows = stream_rows(self._streams)
+        return _distinct_rows(rows.tobytes(), rows.shape)
 
     @property
     def unique_reps(self) -> np.ndarray:
@@ -143,10 +166,7 @@ class SiloDraws:
     def _members(self) -> list:
         """(block, positions in silo_ids, rows to draw) triples, found once: no per-block scan over
         all silos, and no draw beyond the block's last requested row."""
-        block_of = self.silo_ids // BLOCK
-        order = np.argsort(block_of, kind="stable")
-        blocks, starts = np.unique(block_of[order], return_index=True)
-        return [(block, rows, int(self._row[rows].max()) + 1) for block, rows in zip(blocks, np.split(order, starts[1:]))]
+        return _block_members(self.silo_ids.tobytes())
 
     def _rows(self, stream: Stream, round_coord: int, draw, by_repetition: bool = False) -> np.ndarray:
         """(P, S, ...), or (U, S, ...) by repetition, from ``draw(generator, h) -> (h, ...)``.
@@ -190,7 +210,9 @@ class SiloDraws:
         """(U, S, W) uniform sort keys by repetition, +inf beyond each silo's records (random keys)."""
         width = int(self.width if self.width is not None else np.max(sizes))
         keys = self._rows(Stream.MINIBATCH, round_coord, lambda g, h: g.random((h, width)), by_repetition=True)
-        keys[:, np.arange(width)[None, :] >= np.asarray(sizes)[:, None]] = np.inf
+        sizes = np.asarray(sizes)
+        if np.any(sizes < width):
+            keys[:, np.arange(width)[None, :] >= sizes[:, None]] = np.inf
         return keys
 
     def standard_normal(self, shape: tuple[int, ...], by_repetition: bool = False) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 A run gets the flattened resolved config as params, the resolved privacy values (K, noise
 multiplier and std, clip, delta, planned epsilon), tags (algorithm, trust model, dataset),
-per-round metrics written in batches every ``log_every`` rounds, final metrics, and artifacts:
+per-round metrics written in batches every ``log_every`` rounds (at most one write per
+``WRITE_INTERVAL`` seconds), final metrics, and artifacts:
 the resolved config, a summary, every replica's per-round metrics (``rounds.csv``) and a figure
 of training loss and epsilon spent per round.
 
@@ -30,6 +31,7 @@ from filelock import FileLock
 
 MAX_PARAM_LENGTH = 6000
 MAX_BATCH = 900
+WRITE_INTERVAL = 0.5            # seconds between two batched writes of round metrics, at least
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, str]:
@@ -147,6 +149,7 @@ class MlflowTracker:
         # silo actors, so the SQLite writes overlap with their work instead of adding to it.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-writer")
         self._written: list[Future] = []
+        self._flushed_at = 0.0
 
     def _experiment(self, name: str, location: str | None) -> str:
         """The id of experiment ``name``, created if missing (another job may create it first)."""
@@ -262,7 +265,9 @@ class MlflowTracker:
                        for name, reduce in (("min", np.min), ("mean", np.mean), ("max", np.max))}
         items = self._metric_items(metrics, round_index, int(time.time() * 1000))
         self._pending.extend(m for m in items if m.step > self._logged.get(m.key, -1))
-        if (round_index + 1) % self.log_every == 0:
+        # Rounds of a small federation take a millisecond: a write (SQLite, in the writer thread,
+        # which holds the driver's GIL meanwhile) every few of them would slow the run down.
+        if (round_index + 1) % self.log_every == 0 and time.monotonic() - self._flushed_at >= WRITE_INTERVAL:
             self.flush()
 
     def flush(self) -> None:
@@ -270,6 +275,7 @@ class MlflowTracker:
         if self._pending:
             self._written.append(self._writer.submit(self._batch, metrics=self._pending))
             self._pending = []
+            self._flushed_at = time.monotonic()
 
     def wait(self) -> None:
         """Block until every queued write is in the store; re-raise a failed write."""

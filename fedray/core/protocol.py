@@ -57,15 +57,17 @@ class RoundSpec:
     """What ``configure`` decides for a round: who takes part and what every actor receives.
 
     ``operation`` names the client operation: ``client_step`` (one step: every participating unit
-    sends a message) or ``client_block`` (``steps`` sequential steps, from step ``round``, run in
-    the one actor that holds their units; see ``SequentialSteps``).
+    sends a message), ``client_block`` (``steps`` sequential steps, from step ``round``, run in
+    the one actor that holds their units; see ``SequentialSteps``) or ``client_rounds`` (``steps``
+    ordinary rounds run in the one actor that holds every unit; see ``SampledRounds.rounds``).
     """
 
     round: int
-    participation: np.ndarray      # (P, N) bool
+    participation: np.ndarray      # (P, N) bool (a block's: the union over its rounds)
     broadcast: Any                 # arrays the client step starts from (one ray.put per round)
     steps: int = 1
     operation: str = "client_step"
+    schedule: Any = None           # client_rounds: (steps, P, N) bool, the participation of each round, and its keys
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,7 @@ class SampledRounds(_FromParts):
     constants: dict = field(default_factory=dict)
     round_constants: dict = field(default_factory=dict)
 
+    round_blocks: ClassVar[bool] = True        # may run several rounds per actor call (``rounds``)
 
     def configure(self, state: Any, keys: RoundKeys) -> RoundSpec:
         participation = self.sampler.sample(keys.seed, keys.repetitions, keys.round, self.num_units)
@@ -188,7 +191,10 @@ class SampledRounds(_FromParts):
 
 
     def charge(self, state: Any, spec: RoundSpec) -> np.ndarray:
-        """Every unit taking part releases one message."""
+        """Every unit taking part releases one message (a block of rounds: once per round it takes part in)."""
+        if spec.operation == "client_rounds":
+            schedule, _ = spec.schedule
+            return schedule.sum(axis=0)
         return spec.participation
 
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
@@ -196,6 +202,42 @@ class SampledRounds(_FromParts):
         state = self.algorithm.server_step(state, messages.values, messages.mask)
         participants = spec.participation.sum(axis=1).astype(np.float64)
         return Aggregated(state, charge, {"participants": participants})
+
+    # -- several rounds per actor call ---------------------------------------------------------
+    # Round t + 1 starts from the server's state after round t, which needs every unit's message,
+    # so rounds can only run back to back inside the one actor that holds every unit (a small
+    # federation, where a Ray round trip costs more than the round). That actor runs, round by
+    # round, exactly what an ordinary round runs: each unit's client step (its noise added there,
+    # as always) and then the server's ``aggregate`` on the messages the server would receive
+    # (post-processing of what is released), and returns every round's messages and its end
+    # state. The driver re-runs ``aggregate`` on those messages and checks it reaches the same
+    # state: the server's state is still computed by the server, from the released messages alone.
+
+    def rounds(self, state: Any, keys: RoundKeys, steps: int) -> RoundSpec:
+        """A ``client_rounds`` spec: ``steps`` rounds from round ``keys.round``. Participation is
+        public randomness keyed by the round, so every round's is known before the block runs."""
+        schedule = np.stack([self.sampler.sample(keys.seed, keys.repetitions, keys.round + i, self.num_units)
+                             for i in range(steps)])
+        return RoundSpec(keys.round, schedule.any(axis=0), state, steps, "client_rounds", (schedule, keys))
+
+    def round_in(self, block: RoundSpec, i: int, state: Any) -> tuple[RoundSpec, RoundKeys]:
+        """Round ``i`` of a block, as ``configure`` would have given it from ``state``, and its keys."""
+        schedule, keys = block.schedule
+        keys = RoundKeys(keys.seed, keys.repetitions, block.round + i, keys.streams)
+        return RoundSpec(block.round + i, schedule[i], self.algorithm.broadcast(state)), keys
+
+    def client_rounds(self, block: RoundSpec, exchange: Callable, evaluate: Callable) -> tuple[list, list, Any]:
+        """Run a block in the actor holding every unit: ``exchange(spec)`` gives one round's
+        ``Messages`` from this actor's units, ``evaluate(round, state)`` the evaluation parts due
+        at that round (or None). Returns every round's messages and evaluation parts, and the end state."""
+        state, sent, evaluated = block.broadcast, [], []
+        for i in range(block.steps):
+            spec, keys = self.round_in(block, i, state)
+            evaluated.append(evaluate(spec.round, state))
+            messages = exchange(spec)
+            state = self.aggregate(state, spec, messages, keys).state
+            sent.append(messages)
+        return sent, evaluated, state
 
 
 def step_sum(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -369,6 +411,7 @@ class CuratorSampledRounds(SampledRounds):
 
     masked_client: ClassVar[bool] = True
     public_charges: ClassVar[bool] = False     # a halted replica (a test outcome) is charged nothing more
+    round_blocks: ClassVar[bool] = False       # who takes part depends on the state (halting): one round per call
 
     def client_step(self, broadcast: Any, shard: Any, draws: Any, participation: np.ndarray) -> np.ndarray:
         """The messages of the (replica, unit) pairs of ``participation`` (the shard's (P, U) mask):

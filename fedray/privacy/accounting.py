@@ -22,6 +22,7 @@ Two accountants, selected by ``privacy.accountant``:
     dp-accounting's ``PoissonSampledDpEvent`` under add/remove would do, 3-5% optimistic).
 
 Full-batch releases (sample_size = dataset_size) are the plain Gaussian in both accountants.
+Answers (RDP curves, epsilons, calibrated multipliers) are kept on disk (``fedray.privacy.stored``).
 Trust model ISRL-DP: one ledger per silo; a silo is charged only for the rounds it took part in
 (silo sampling gives no credit, seed-004 §3.1). With ``parallel_composition`` (one-pass
 algorithms, where each record enters exactly one release) a silo's spend is that of a single
@@ -35,6 +36,8 @@ import contextlib
 import logging
 from functools import lru_cache
 from typing import TYPE_CHECKING
+
+from fedray.privacy.stored import stored
 
 # dp-accounting (a second of imports: scipy.signal, scipy.stats) is imported by the functions that
 # use it: silo actors import this module through the protocols' planning code and never call them.
@@ -104,6 +107,7 @@ def epsilon_of(event: dp_accounting.DpEvent, delta: float, accountant: str) -> f
 
 
 @lru_cache(maxsize=4096)
+@stored
 def _rdp_curve(noise_multiplier: float, sample_size: int, dataset_size: int, releases: int) -> tuple:
     """RDP orders and values of one participation; c participations multiply the values by c."""
     acc = make_accountant("rdp")
@@ -112,6 +116,7 @@ def _rdp_curve(noise_multiplier: float, sample_size: int, dataset_size: int, rel
 
 
 @lru_cache(maxsize=65536)
+@stored
 def participation_epsilon(
     noise_multiplier: float, sample_size: int, dataset_size: int, releases: int, count: int, delta: float, accountant: str
 ) -> float:
@@ -130,6 +135,7 @@ def participation_epsilon(
                       accountant)
 
 
+@stored
 def calibrate_noise_multiplier(
     target_epsilon: float, delta: float, sample_size: int, dataset_size: int, releases: int,
     participations: int, accountant: str,

@@ -27,7 +27,7 @@ from fedray.core.program import CentralProgram
 from fedray.core.protocol import Messages, RoundKeys, Routing
 from fedray.runtime import checkpoint
 from fedray.runtime.shuffler import Shuffler, ShufflerActor
-from fedray.runtime.silo_group import ActorRestarted, RoundPayload, SiloGroup, SiloGroupActor
+from fedray.runtime.silo_group import ActorRestarted, RoundPayload, RoundsReply, SiloGroup, SiloGroupActor
 
 if TYPE_CHECKING:      # a silo actor imports this package: it needs neither the planner nor dp-accounting
     from fedray.plan import Plan
@@ -96,10 +96,22 @@ def _reachable(address: str, timeout: float) -> None:
                               f"({err.__class__.__name__}: {err})") from None
 
 
-def _num_actors(runtime: dict, num_silos: int) -> int:
+SINGLE_ACTOR_WORK = 2e7     # records x dim x replicas of a federation small enough for one actor
+ROUNDS_PER_CALL = 64        # the most rounds one actor call runs (``SampledRounds.rounds``)
+CALL_SECONDS = 0.1          # what a call of several rounds aims to take: its overhead (~5 ms) stays small
+
+
+def _num_actors(plan: Plan) -> int:
+    """``runtime.num_actors``, or by default one actor per available CPU, except that a small
+    federation (one pass over its records, ``runtime.single_actor_work``) gets one actor: a Ray
+    round trip then costs more than the round, and one actor holding every unit can run several
+    rounds per call. Results do not depend on the actor count."""
+    runtime, num_silos = plan.runtime, plan.shape.num_silos
     requested = runtime.get("num_actors")
     if requested is None:
-        requested = max(1, int(ray.available_resources().get("CPU", 1)))
+        work = float(sum(plan.shape.n_train)) * plan.shape.dim * plan.num_replicas
+        small = work <= float(runtime.get("single_actor_work") or SINGLE_ACTOR_WORK)
+        requested = 1 if small else max(1, int(ray.available_resources().get("CPU", 1)))
     return max(1, min(int(requested), num_silos))
 
 
@@ -110,7 +122,11 @@ class _Pending:
     result: object
 
 
-def _block_result(reply, evaluations: list) -> tuple[Messages, list, object]:
+def _block_result(reply, evaluations: list) -> tuple:
+    """(messages, evaluation parts, claimed end state) of a block; a block of rounds gives its
+    ``RoundsReply`` as the messages (each round's are unpacked when it settles)."""
+    if isinstance(reply, RoundsReply):
+        return reply, None, reply.claim
     return Messages(reply.messages, reply.mask, reply.claim), evaluations, reply.claim
 
 
@@ -309,7 +325,7 @@ class RayGroups(GroupOracle):
     def submit_block(self, payload: RoundPayload, owner: int):
         """Start a block of sequential steps in the one actor holding their units (``SequentialSteps``);
         ``result()`` of the returned handle gives (messages, evaluation parts, claimed end state)."""
-        bare = ray.put(replace(payload, evaluate=None))
+        bare = replace(payload, evaluate=None)      # one actor receives it: no ray.put (a millisecond a call)
 
         def submit():
             evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors if payload.evaluate is not None]
@@ -408,7 +424,7 @@ def start(plan: Plan, pool: ActorPool | None = None) -> RayGroups:
     waiting for new actors to load, so the caller can set up tracking meanwhile."""
     started = time.perf_counter()
     connect(plan.runtime)
-    num_actors = _num_actors(plan.runtime, plan.shape.num_silos)
+    num_actors = _num_actors(plan)
     layout = _layout_key(plan, num_actors)
     # take() drops idle actors of another layout: they hold CPU shares the new ones need.
     groups = RayGroups(plan, num_actors, pool.take(layout) if pool is not None else None)
@@ -502,13 +518,27 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
         return state
 
     def confirm(state, pending):
-        """Re-run a block's server steps on its released sums; the actor must have reached the same state."""
-        *round_args, claim = pending
-        state = settle(state, *round_args)
+        """Re-run a block's server steps on what it released; the actor must have reached the same state."""
+        r, spec, keys, messages, evaluation, evaluate, claim = pending
+        if spec.operation == "client_rounds":       # every round settles as its own round
+            for i, (sent, parts) in enumerate(messages.rounds(spec.round)):
+                round_spec, round_keys = protocol.round_in(spec, i, state)
+                state = settle(state, r + i, round_spec, round_keys, sent, [parts], parts is not None)
+        else:
+            state = settle(state, r, spec, keys, messages, evaluation, evaluate)
         if not _same_state(state, claim):
-            raise RuntimeError(f"round {round_args[0]}: the server steps re-run on the released sums do not "
+            raise RuntimeError(f"round {r}: the server steps re-run on the released messages do not "
                                "reach the state the block's actor reported")
         return state
+
+    # Several rounds per call where one actor holds every unit and the driver may see what the
+    # block returns (not behind a shuffler; a faithful run evaluates nothing while it runs). The
+    # first call runs one round, so the first round reports at once; later calls as many as take
+    # about CALL_SECONDS at the pace measured so far. Results do not depend on block sizes.
+    rounds_per_call = int(plan.runtime.get("rounds_per_call") or ROUNDS_PER_CALL)
+    whole = len(groups.ranges) == 1 and getattr(protocol, "round_blocks", False) and rounds_per_call > 1 \
+        and protocol.routing is Routing.DIRECT and not plan.privacy.faithful
+    block = 1
 
     faithful = plan.privacy.faithful              # units and shuffler draw from entropy the driver never sees
     deferred = []                                   # faithful runs: (round, last step, model) to evaluate after
@@ -516,15 +546,23 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     r, pending, ahead = start_round, None, state     # ahead: what the next round is configured from
     while not np.all(protocol.done(ahead)):
         keys = RoundKeys(plan.seed, plan.repetitions, r, plan.replicas.streams)
-        spec, owner = protocol.configure(ahead, keys), None
+        if whole:
+            spec, owner = protocol.rounds(ahead, keys, min(block, protocol.num_rounds - r)), 0
+        else:
+            spec, owner = protocol.configure(ahead, keys), None
         if spec.operation == "client_block":
             spec, owner = _fit_block(protocol, spec, groups.ranges)
         if budget is not None:
             charge = protocol.charge(ahead, spec)
-            if owner is not None and budget.refusal(charge, spec.round) is not None:
+            refused = budget.refusal(charge, spec.round)
+            if refused is not None and spec.operation == "client_rounds" and spec.steps > 1:
+                block = spec.steps // 2       # near the end of the budget: fewer rounds per call
+                continue
+            if refused is not None and spec.operation == "client_block":
                 spec, owner = protocol.one_step(spec), None      # the budget's last steps, one at a time
                 charge = protocol.charge(ahead, spec)
-            result.stopped = budget.refusal(charge, spec.round)
+                refused = budget.refusal(charge, spec.round)
+            result.stopped = refused
             if result.stopped is not None:
                 break
             budget.commit(charge)
@@ -536,18 +574,24 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             deferred.append((r, spec.round + spec.steps - 1, model))     # round r settles into history[r]
             model, evaluate = None, False
         payload = RoundPayload(spec, model)
+        if spec.operation == "client_rounds":
+            payload = RoundPayload(spec, None, tuple(t for t in range(r, r + spec.steps)
+                                                     if t % plan.evaluate_every == 0 or t + 1 == plan.num_rounds))
         if owner is None:
             if pending is not None:
                 state, pending = confirm(state, pending), None
             messages, evaluation = groups.exchange(payload)
             state = ahead = settle(state, r, spec, keys, messages, evaluation, evaluate)
         else:
+            sent_at = time.perf_counter()
             started_block = groups.submit_block(payload, owner)
             if pending is not None:       # the previous block's server steps, while this one runs
                 state = confirm(state, pending)
             messages, evaluation, claim = started_block.result()
             pending, ahead = (r, spec, keys, messages, evaluation, evaluate, claim), claim
-        r += 1
+            pace = (time.perf_counter() - sent_at) / spec.steps
+            block = max(1, min(rounds_per_call, int(CALL_SECONDS / max(pace, 1e-6))))
+        r += spec.steps if spec.operation == "client_rounds" else 1
     if pending is not None:
         state = confirm(state, pending)
 

@@ -25,7 +25,7 @@ import numpy as np
 import ray
 
 from fedray.core.oracle import block_partials
-from fedray.core.protocol import RoundProtocol, RoundSpec
+from fedray.core.protocol import Messages, RoundProtocol, RoundSpec
 from fedray.rng import SiloDraws
 
 
@@ -35,6 +35,7 @@ class RoundPayload:
 
     spec: RoundSpec
     evaluate: np.ndarray | None      # (P, ...) model to evaluate this round, or None
+    evaluate_rounds: tuple = ()      # client_rounds: the rounds whose starting model is evaluated
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,36 @@ class RoundReply:
     mask: np.ndarray                 # (P, U)
     evaluation: dict | None          # per-unit evaluation parts (diagnostic), see the protocol's evaluate
     claim: object = None             # a block's end state, as the actor's server steps reach it
+
+
+@dataclass(frozen=True)
+class RoundsReply:
+    """A block of ordinary rounds from the group holding every unit (``SampledRounds.rounds``),
+    packed in a few arrays: Ray moves a few arrays much faster than many small objects."""
+
+    messages: np.ndarray             # (P, S_1 + ... + S_T, ...) each round's messages, in order along the unit axis
+    mask: np.ndarray                 # (P, S_1 + ... + S_T)
+    sizes: np.ndarray                # (T,) S_t
+    evaluation: dict                 # name -> (E, ...) the parts of the E rounds evaluated, in order
+    evaluated: tuple                 # those rounds
+    claim: object                    # the end state, as the group's server steps reach it
+
+    @classmethod
+    def pack(cls, sent: list[Messages], parts: list, first: int, claim) -> RoundsReply:
+        evaluated = tuple(first + i for i, part in enumerate(parts) if part is not None)
+        parts = [part for part in parts if part is not None]
+        stacked = {name: np.stack([part[name] for part in parts]) for name in parts[0]} if parts else {}
+        return cls(np.concatenate([m.values for m in sent], axis=1), np.concatenate([m.mask for m in sent], axis=1),
+                   np.array([m.mask.shape[1] for m in sent]), stacked, evaluated, claim)
+
+    def rounds(self, first: int) -> list[tuple[Messages, dict | None]]:
+        """Each round's messages and evaluation parts (None where not evaluated), from round ``first``."""
+        bounds = np.cumsum(self.sizes)[:-1]
+        values, masks = np.split(self.messages, bounds, axis=1), np.split(self.mask, bounds, axis=1)
+        index = {round_index: i for i, round_index in enumerate(self.evaluated)}
+        return [(Messages(v, m), None if first + t not in index else
+                 {name: part[index[first + t]] for name, part in self.evaluation.items()})
+                for t, (v, m) in enumerate(zip(values, masks))]
 
 
 class ActorRestarted(RuntimeError):
@@ -139,17 +170,23 @@ class SiloGroup:
         return self.protocol.evaluate(params, self._fed)
 
     @_loaded
-    def round(self, payload: RoundPayload) -> RoundReply:
+    def round(self, payload: RoundPayload) -> RoundReply | RoundsReply:
         spec = payload.spec
         if spec.operation == "client_block":
             return self._block(payload)
+        if spec.operation == "client_rounds":
+            return self._rounds(payload)
+        evaluation = None if payload.evaluate is None else self.evaluate(payload.evaluate)
+        return RoundReply(*self._messages(spec), evaluation)
+
+    def _messages(self, spec: RoundSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This group's part of one round: the units that take part for some replica, their
+        (privatized) messages and the (P, U) mask of which replica took which."""
         mask = spec.participation[:, self.silo_ids]
         active = np.flatnonzero(mask.any(axis=0))
-        evaluation = None if payload.evaluate is None else self.evaluate(payload.evaluate)
         if active.size == 0 and not getattr(self.protocol, "per_actor_sums", False):
             shape = np.shape(spec.broadcast)
-            empty = np.zeros((mask.shape[0], 0) + shape[1:])
-            return RoundReply(self.silo_ids[:0], empty, mask[:, :0], evaluation)
+            return self.silo_ids[:0], np.zeros((mask.shape[0], 0) + shape[1:]), mask[:, :0]
         units = self.silo_ids[active]
         draws = SiloDraws(self._draw_seed, self.streams, spec.round, units, width=self._width)
         sub_mask = mask[:, active]
@@ -159,14 +196,30 @@ class SiloGroup:
             # A curator's step: one row per replica, the sum over the units of this group it takes
             # (a zero row, masked, where it takes none here).
             messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws, sub_mask)
-            return RoundReply(units, messages, sub_mask.any(axis=1, keepdims=True), evaluation)
+            return units, messages, sub_mask.any(axis=1, keepdims=True)
         if getattr(self.protocol, "masked_client", False):     # computes only the pairs of the mask
             messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws, sub_mask)
         else:
             messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws)
         # A replica that did not sample this unit receives nothing from it.
         messages = messages * sub_mask.reshape(sub_mask.shape + (1,) * (messages.ndim - 2))
-        return RoundReply(units, messages, sub_mask, evaluation)
+        return units, messages, sub_mask
+
+    def _rounds(self, payload: RoundPayload) -> RoundReply:
+        """Several ordinary rounds in the group holding every unit (``SampledRounds.rounds``): each
+        round's messages are what an ordinary round sends; with them leave the evaluation parts due
+        and the end state the server's steps on those messages reach."""
+        due = set(payload.evaluate_rounds)
+
+        def exchange(spec: RoundSpec) -> Messages:
+            _, messages, mask = self._messages(spec)
+            return Messages(messages, mask)
+
+        def evaluate(round_index: int, state):
+            return self.evaluate(next(iter(self.protocol.output(state).values()))) if round_index in due else None
+
+        sent, evaluated, end = self.protocol.client_rounds(payload.spec, exchange, evaluate)
+        return RoundsReply.pack(sent, evaluated, payload.spec.round, end)
 
     def _block(self, payload: RoundPayload) -> RoundReply:
         """A block of sequential steps whose units all live here: only what the block returns leaves

@@ -61,9 +61,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from dp_accounting.pld import privacy_loss_distribution
-from dp_accounting.pld.common import DifferentialPrivacyParameters
-
 from fedray.errors import ConfigError
 from fedray.privacy.amplification import shuffled_epsilon_delta
 
@@ -230,6 +227,9 @@ def compose(
         if slack <= 0:
             return math.inf
         return math.sqrt(2.0 * r * math.log(1.0 / slack)) * e + r * e * math.expm1(e)
+    from dp_accounting.pld import privacy_loss_distribution     # a second of imports: only when used
+    from dp_accounting.pld.common import DifferentialPrivacyParameters
+
     interval = e if value_discretization_interval is None else float(value_discretization_interval)
     pld = privacy_loss_distribution.from_privacy_parameters(
         DifferentialPrivacyParameters(e, d), value_discretization_interval=interval

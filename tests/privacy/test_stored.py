@@ -1,0 +1,126 @@
+"""Accountant answers kept on disk (fedray.privacy.stored): exact, keyed by the code, never in the way."""
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedray.privacy import stored
+from fedray.privacy.accounting import _rdp_curve, calibrate_noise_multiplier, participation_epsilon
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A fresh store folder and empty in-memory caches, so every answer below comes from the
+    computation or from the disk."""
+    monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path))
+    participation_epsilon.cache_clear()
+    _rdp_curve.cache_clear()
+    yield tmp_path / "accounting.sqlite"
+    participation_epsilon.cache_clear()
+    _rdp_curve.cache_clear()
+
+
+def test_stored_answers_equal_computed_ones_bit_for_bit(store):
+    args = (1.3, 100, 2400, 1, 35, 1.7e-7, "rdp")
+    computed = participation_epsilon.__wrapped__.uncached(*args)
+    first = participation_epsilon(*args)           # computed and stored
+    participation_epsilon.cache_clear()
+    second = participation_epsilon(*args)          # read back from the disk
+    assert first == second == computed
+    orders, curve = _rdp_curve.__wrapped__.uncached(1.3, 100, 2400, 1)
+    _rdp_curve(1.3, 100, 2400, 1)
+    _rdp_curve.cache_clear()
+    stored_orders, stored_curve = _rdp_curve(1.3, 100, 2400, 1)
+    assert np.array_equal(orders, stored_orders) and np.array_equal(curve, stored_curve)
+    z = calibrate_noise_multiplier(2.0, 1e-5, 1000, 1000, 1, 20, "rdp")      # full batch: a quick search
+    assert z == calibrate_noise_multiplier.uncached(2.0, 1e-5, 1000, 1000, 1, 20, "rdp")
+    assert store.exists()
+
+
+def test_a_second_call_reads_the_store_and_a_new_accountant_version_misses_it(store, monkeypatch):
+    calls = []
+    original = calibrate_noise_multiplier.uncached
+
+    @functools.wraps(original)
+    def counted(*args):
+        calls.append(args)
+        return original(*args)
+
+    wrapped = stored.stored(counted)
+    args = (1.5, 1e-5, 800, 800, 1, 10, "rdp")
+    assert wrapped(*args) == wrapped(*args) == original(*args)
+    assert len(calls) == 1
+    # keyword and positional calls are one key
+    assert wrapped(1.5, 1e-5, 800, 800, 1, 10, accountant="rdp") == original(*args) and len(calls) == 1
+    monkeypatch.setattr(stored, "_version", lambda: "dp-accounting 999; fedray accounting changed")
+    wrapped(*args)
+    assert len(calls) == 2
+
+
+def test_a_float_argument_keys_by_its_exact_value(store):
+    calls = []
+
+    @stored.stored
+    def half(x: float) -> float:
+        calls.append(x)
+        return x / 2
+
+    assert half(0.1) == half(np.float64(0.1)) == 0.05           # one value, one key
+    assert half(np.nextafter(0.1, 1.0)) == np.nextafter(0.1, 1.0) / 2      # the next float is another
+    assert len(calls) == 2
+
+
+def test_an_unusable_store_is_skipped_and_a_corrupt_entry_recomputed(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("FEDRAY_CACHE_DIR", str(blocker))
+
+    @stored.stored
+    def double(x: float) -> float:
+        return 2 * x
+
+    assert double(1.25) == 2.5            # no store could be opened: computed all the same
+
+    monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path / "cache"))
+    assert double(1.25) == 2.5
+    connection = stored._connection()
+    connection.execute("UPDATE answers SET value = 'not json'")
+    assert double(1.25) == 2.5
+    assert json.loads(connection.execute("SELECT value FROM answers").fetchone()[0]) == {"float": 2.5}
+
+
+def test_arguments_other_than_numbers_and_strings_are_refused():
+    @stored.stored
+    def size(values) -> float:
+        return float(len(values))
+
+    with pytest.raises(TypeError, match="numbers and strings"):
+        size([1, 2])
+
+
+def test_planning_the_main_job_again_imports_no_dp_accounting(tmp_path):
+    """The start-up claim: with the answers stored, planning needs neither dp-accounting nor scipy.stats."""
+    script = (
+        "import sys\n"
+        "from tests.conftest import compose\n"
+        "from fedray.plan import make_plan\n"
+        "plan = make_plan(compose('data=synthetic', 'participation.silos_per_round=5', 'privacy=paper', 'privacy.epsilon=2.0', 'num_rounds=30'))\n"
+        "print(plan.privacy.planned_epsilon.max())\n"
+        "print(sorted({m.split('.')[0] + '.' + m.split('.')[1] if m.startswith('scipy.') else m.split('.')[0]\n"
+        "              for m in sys.modules if m.startswith(('dp_accounting', 'scipy.stats'))}))\n"
+    )
+    env = {**os.environ, "FEDRAY_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+            for _ in range(2)]
+    first, second = (run.stdout.splitlines() for run in runs)
+    assert first[0] == second[0]                          # the same planned epsilon, from the store
+    assert "dp_accounting" in first[1]                    # computed the first time
+    assert second[1] == "[]"
