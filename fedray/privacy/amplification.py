@@ -52,7 +52,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import special
 
 from fedray.errors import ConfigError
 
@@ -220,7 +219,7 @@ def clones_hockey_stick_delta(
     if eps >= eps0:
         return 0.0
 
-    from scipy import stats        # a second of imports, for the shuffle protocols' planning only
+    from scipy import special, stats     # a second of imports, for the shuffle protocols' planning only
 
     trials = int(n) - 1
     if truncation_mass > 0 and trials > 0:
