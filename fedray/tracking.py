@@ -149,7 +149,7 @@ class MlflowTracker:
         # silo actors, so the SQLite writes overlap with their work instead of adding to it.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-writer")
         self._written: list[Future] = []
-        self._flushed_at = 0.0
+        self._flushed_at = time.monotonic()     # the first write waits too: the first rounds warm up
 
     def _experiment(self, name: str, location: str | None) -> str:
         """The id of experiment ``name``, created if missing (another job may create it first)."""

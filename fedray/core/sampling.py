@@ -72,6 +72,9 @@ class UniformParticipation:
         return None
 
     def sample(self, seed: int, repetitions: np.ndarray, round_index: int, num_units: int) -> np.ndarray:
+        if self.silos_per_round == num_units:      # everyone: nothing to draw (no later draw reads this stream)
+            return np.ones((len(repetitions), num_units), dtype=bool)
+
         def draw(g: np.random.Generator) -> np.ndarray:
             mask = np.zeros(num_units, dtype=bool)
             mask[g.choice(num_units, size=self.silos_per_round, replace=False)] = True

@@ -590,7 +590,8 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             messages, evaluation, claim = started_block.result()
             pending, ahead = (r, spec, keys, messages, evaluation, evaluate, claim), claim
             pace = (time.perf_counter() - sent_at) / spec.steps
-            block = max(1, min(rounds_per_call, int(CALL_SECONDS / max(pace, 1e-6))))
+            # the first call's pace includes one-time costs (the actor's first imports): it sets no size
+            block = 2 if spec.round == start_round else max(1, min(rounds_per_call, int(CALL_SECONDS / max(pace, 1e-6))))
         r += spec.steps if spec.operation == "client_rounds" else 1
     if pending is not None:
         state = confirm(state, pending)
