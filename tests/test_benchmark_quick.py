@@ -46,6 +46,6 @@ def test_quick_benchmark_runs_fedray_and_numpy_and_their_losses_agree(tmp_path, 
         assert rep["rounds"] == result["job"]["num_rounds"]
         assert abs(rep["final_train_loss"] - result["seed_mean"]) <= tolerance, (name, rep, result["seed_mean"])
     printed = capsys.readouterr().out
-    assert "| job | runner | rounds | steady s/round (median)" in printed
+    assert "| job | runner | rounds | s/round after the first (mean)" in printed
     assert (tmp_path / "table.md").read_text().count("synthetic N=10 ") == 5     # 4 runners, 1 ratio row
     assert "fedray none ÷ Ray floor" in printed

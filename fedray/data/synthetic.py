@@ -98,8 +98,18 @@ class SyntheticLinear:
         """The federation of (seed, trial), or only the silos ``silo_ids`` in that order."""
         ids = np.arange(self.num_silos) if silo_ids is None else np.asarray(silo_ids, dtype=np.int64)
         w0 = data_generator(seed, trial).standard_normal(self.dim)
-        blocks = {b: self._block(seed, trial, b, w0) for b in np.unique(ids // BLOCK)}
-        parts = [np.stack([blocks[i // BLOCK][k][i % BLOCK] for i in ids]) for k in range(4)]
+        # One block generated at a time and copied into place: a million silos are a few GB, and a
+        # second copy (or a Python loop over the silos) would cost as much again.
+        block_of = ids // BLOCK
+        order = np.argsort(block_of, kind="stable")
+        blocks, starts = np.unique(block_of[order], return_index=True)
+        parts = None
+        for block, members in zip(blocks, np.split(order, starts[1:])):
+            arrays = self._block(seed, trial, int(block), w0)
+            if parts is None:
+                parts = [np.empty((len(ids),) + a.shape[1:], dtype=a.dtype) for a in arrays]
+            for part, array in zip(parts, arrays):
+                part[members] = array[ids[members] % BLOCK]
         x_train, y_train, x_test, y_test = parts
         return Federation(
             x_train=x_train,

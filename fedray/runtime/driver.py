@@ -535,6 +535,10 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     # block returns (not behind a shuffler; a faithful run evaluates nothing while it runs). The
     # first call runs one round, so the first round reports at once; later calls as many as take
     # about CALL_SECONDS at the pace measured so far. Results do not depend on block sizes.
+    def due(index: int, last_step: int) -> bool:
+        """Whether history entry ``index``, whose last step is ``last_step``, is evaluated."""
+        return index % plan.evaluate_every == 0 or last_step + 1 == plan.num_rounds
+
     rounds_per_call = int(plan.runtime.get("rounds_per_call") or ROUNDS_PER_CALL)
     whole = len(groups.ranges) == 1 and getattr(protocol, "round_blocks", False) and rounds_per_call > 1 \
         and protocol.routing is Routing.DIRECT and not plan.privacy.faithful
@@ -566,17 +570,18 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             if result.stopped is not None:
                 break
             budget.commit(charge)
-        evaluate = r % plan.evaluate_every == 0 or spec.round + spec.steps == plan.num_rounds
-        model = next(iter(protocol.output(ahead).values())) if evaluate else None
-        if faithful and model is not None:
-            # The driver sees no per-unit statistic while the protocol runs: the model is evaluated
-            # after the run, and what comes back is reported as diagnostic.
-            deferred.append((r, spec.round + spec.steps - 1, model))     # round r settles into history[r]
-            model, evaluate = None, False
-        payload = RoundPayload(spec, model)
-        if spec.operation == "client_rounds":
-            payload = RoundPayload(spec, None, tuple(t for t in range(r, r + spec.steps)
-                                                     if t % plan.evaluate_every == 0 or t + 1 == plan.num_rounds))
+        if spec.operation == "client_rounds":       # the actor evaluates the rounds due, each at its start
+            evaluate = False
+            payload = RoundPayload(spec, None, tuple(t for t in range(r, r + spec.steps) if due(t, t)))
+        else:
+            evaluate = due(r, spec.round + spec.steps - 1)
+            model = next(iter(protocol.output(ahead).values())) if evaluate else None
+            if faithful and model is not None:
+                # The driver sees no per-unit statistic while the protocol runs: the model is evaluated
+                # after the run, and what comes back is reported as diagnostic.
+                deferred.append((r, spec.round + spec.steps - 1, model))     # round r settles into history[r]
+                model, evaluate = None, False
+            payload = RoundPayload(spec, model)
         if owner is None:
             if pending is not None:
                 state, pending = confirm(state, pending), None
