@@ -46,7 +46,7 @@ Flower
 Jobs: synthetic logistic silos (d = 50, n = 500, K = 100, noise_std = 0.1, step 0.5, R = 50,
 every silo every round) for N in 10, 100, 1,000, 10,000; the scale job N = 100,000 (n = 50,
 K = 10, a few rounds, no Flower); E1's MNIST job (`experiment=isrl_dp_convex`); and the silo
-scale jobs ``silos-N10000`` to ``silos-N1000000`` (n = 10, d = 50, K = 5, R = 5), whose table
+scale jobs ``silos-N10000`` to ``silos-N1000000`` (n = 10, d = 50, K = 5, R = 10), whose table
 gives the round time per 10^6 silos (linear in N if it stays flat).
 """
 
@@ -157,12 +157,12 @@ SILO_SCALE = (10_000, 100_000, 1_000_000)
 
 
 def silo_scale_jobs() -> list[dict]:
-    """Round time against the silo count at a fixed silo size (n = 10, d = 50, K = 5, R = 5): is it
+    """Round time against the silo count at a fixed silo size (n = 10, d = 50, K = 5, R = 10): is it
     linear from 10^4 to 10^6, and does 10^6 fit in memory? Run anyway past the budget (timing only:
     the paper's noise at n = 10 is charged far above its nominal epsilon)."""
     jobs = []
     for n in SILO_SCALE:
-        job = synthetic_job(n, samples=10, test_samples=2, batch_size=5, rounds=5, name=f"silos-N{n}",
+        job = synthetic_job(n, samples=10, test_samples=2, batch_size=5, rounds=10, name=f"silos-N{n}",
                             paper_extra=("++privacy.enforce_budget=false",))
         job["flower"], job["scale"] = False, True
         jobs.append(job)

@@ -96,7 +96,7 @@ def _reachable(address: str, timeout: float) -> None:
                               f"({err.__class__.__name__}: {err})") from None
 
 
-SINGLE_ACTOR_WORK = 2e7     # records x dim x replicas of a federation small enough for one actor
+SINGLE_ACTOR_WORK = 4e6     # records x dim x replicas of a federation whose round takes a few ms on one core
 ROUNDS_PER_CALL = 64        # the most rounds one actor call runs (``SampledRounds.rounds``)
 CALL_SECONDS = 0.1          # what a call of several rounds aims to take: its overhead (~5 ms) stays small
 
