@@ -24,6 +24,7 @@ from fedray.checks import check_bool, known_keys, natural, positive
 from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
+from fedray.privacy.accounting import use_store
 from fedray.privacy.ledger import check_budget
 from fedray.privacy.statement import PrivacyPlan
 from fedray.rng import setting_words
@@ -236,6 +237,8 @@ def make_plan(cfg: DictConfig) -> Plan:
     """Validate ``cfg`` and resolve it into a ``Plan``; raises ``ConfigError`` on the first bad value
     and ``BudgetError`` if the participations would overspend a unit's budget."""
     config = OmegaConf.to_container(cfg, resolve=True)      # plain data from here on
+    # A faithful run trusts no accountant answer it did not compute itself (fedray.privacy.stored).
+    use_store(not bool((config.get("runtime") or {}).get("faithful", False)))
     natural("seed", config.get("seed"))
     natural("trial", config.get("trial"))
     _check_epsilon_magnitude(config["privacy"])

@@ -112,7 +112,7 @@ def _distinct_rows(rows: bytes, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
     return found
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=4)     # sampled silos change every round: keep few (a million ids are 8 MB)
 def _block_members(silo_ids: bytes) -> list:
     ids = np.frombuffer(silo_ids, dtype=np.int64)
     block_of = ids // BLOCK

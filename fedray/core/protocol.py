@@ -183,7 +183,9 @@ class SampledRounds(_FromParts):
     constants: dict = field(default_factory=dict)
     round_constants: dict = field(default_factory=dict)
 
-    round_blocks: ClassVar[bool] = True        # may run several rounds per actor call (``rounds``)
+    # May run several rounds per actor call (``rounds``): who takes part, and so every round's
+    # charge, does not depend on the state.
+    round_blocks: ClassVar[bool] = True
 
     def configure(self, state: Any, keys: RoundKeys) -> RoundSpec:
         participation = self.sampler.sample(keys.seed, keys.repetitions, keys.round, self.num_units)
@@ -208,10 +210,15 @@ class SampledRounds(_FromParts):
     # so rounds can only run back to back inside the one actor that holds every unit (a small
     # federation, where a Ray round trip costs more than the round). That actor runs, round by
     # round, exactly what an ordinary round runs: each unit's client step (its noise added there,
-    # as always) and then the server's ``aggregate`` on the messages the server would receive
-    # (post-processing of what is released), and returns every round's messages and its end
-    # state. The driver re-runs ``aggregate`` on those messages and checks it reaches the same
-    # state: the server's state is still computed by the server, from the released messages alone.
+    # as always) and then the server's ``aggregate`` on the messages the server would receive, and
+    # returns every round's messages and its end state. The driver re-runs ``aggregate`` on those
+    # messages and checks it reaches the same state: the server's state is still computed by the
+    # server, from the messages alone. Where the server adds noise of its own (a central curator's
+    # Gaussian, drawn from streams keyed by (replica, round)), the actor draws the same noise in
+    # its copy of the step: nothing reaches the driver that an ordinary round would not send it,
+    # and the actor already holds every unit's records. Not used behind a shuffler (the driver
+    # would see un-shuffled messages) or in faithful runs (the driver sees no evaluation while the
+    # protocol runs).
 
     def rounds(self, state: Any, keys: RoundKeys, steps: int) -> RoundSpec:
         """A ``client_rounds`` spec: ``steps`` rounds from round ``keys.round``. Participation is

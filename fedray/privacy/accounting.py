@@ -37,6 +37,7 @@ import logging
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from fedray.privacy import stored as _store
 from fedray.privacy.stored import stored
 
 # dp-accounting (a second of imports: scipy.signal, scipy.stats) is imported by the functions that
@@ -104,6 +105,16 @@ def epsilon_of(event: dp_accounting.DpEvent, delta: float, accountant: str) -> f
         raise ValueError(f"the {accountant} accountant does not support the event {event}")
     acc.compose(event)
     return float(acc.get_epsilon(delta))
+
+
+def use_store(enabled: bool) -> None:
+    """Keep the answers below on disk (``fedray.privacy.stored``), or compute each in this process
+    (a faithful run): then the answers in memory are dropped too, since they may have been read
+    from the store."""
+    _store.use_store(enabled)
+    if not enabled:
+        _rdp_curve.cache_clear()
+        participation_epsilon.cache_clear()
 
 
 @lru_cache(maxsize=4096)

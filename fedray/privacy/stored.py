@@ -4,18 +4,22 @@ Planning a run asks the accountant for a few numbers (the RDP curve of one sampl
 epsilon after c participations, a calibrated noise multiplier) that take a second or more to
 compute, and a second more to import dp-accounting (scipy.signal, scipy.stats) for them. They
 are deterministic functions of their arguments and of the accounting code, so ``stored`` keeps
-each answer in ``$FEDRAY_CACHE_DIR/accounting.sqlite`` (default ``~/.cache/fedray``).
+each answer in ``$FEDRAY_CACHE_DIR/accounting-<host>.sqlite`` (default ``~/.cache/fedray``; one
+file per host, so a cache folder shared by a cluster's nodes never has two hosts in one SQLite
+file, and SQLite's rollback journal, which network file systems support).
 
-The key of an answer is the function's qualified name, its arguments (floats written with
-``repr``, which round-trips exactly), the installed dp-accounting version and a hash of the
-source of fedray's accounting modules (``SOURCES``): a new dp-accounting or a change to that code
-misses every old entry. Values are stored as JSON (floats exactly, arrays as lists of floats).
-A store that cannot be opened or written (read-only home, a locked file) is skipped: the value
-is computed as without it, so the cache can make planning faster and never makes it fail.
+The key of an answer is the function's qualified name, its arguments after defaults are applied
+(floats written with ``repr``, which round-trips exactly), the installed versions of
+dp-accounting, scipy and numpy, and a hash of the source of fedray's accounting modules
+(``SOURCES``, read when this module is imported): a new library or a change to that code misses
+every old entry. A stored value carries a hash of its key, checked on every read. A store that
+cannot be opened, read or written is skipped: the answer is computed as without it.
 
-Trust: the store holds epsilons and noise multipliers the planner then believes; whoever can
-write to the cache folder could make a run under-report its spend. That is the same trust as in
-the installed code and the data folder, which the same user owns; ``FEDRAY_CACHE_DIR`` moves it.
+Trust: the store holds the epsilons and noise multipliers the planner and the ledger then
+believe; whoever can write to it could make a run under-report its spend. A store file or folder
+that another user owns, or that its group or others may write, is not used. Faithful runs
+(``runtime.faithful``) use no store at all: every answer is computed in the process
+(``use_store``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ import functools
 import hashlib
 import inspect
 import json
+import os
+import socket
 import sqlite3
+import stat
 import threading
 from importlib import metadata
 from pathlib import Path
@@ -33,25 +40,39 @@ from typing import Callable
 import numpy as np
 
 SOURCES = ("accounting.py", "replace_one_pld.py", "stored.py")     # in fedray/privacy: what the answers depend on
+LIBRARIES = ("dp-accounting", "scipy", "numpy")
 TIMEOUT = 30.0          # seconds a write waits for another process's write
+_HERE = Path(__file__).resolve().parent
+_SOURCE_HASH = hashlib.sha256(b"".join((_HERE / name).read_bytes() for name in SOURCES)).hexdigest()[:16]
+
+_open: dict[Path, sqlite3.Connection] = {}
+_lock = threading.Lock()
+_enabled = True
+
+
+def use_store(enabled: bool) -> None:
+    """Read and write the store (True), or compute every answer in this process (False)."""
+    global _enabled
+    _enabled = bool(enabled)
 
 
 @functools.cache
 def _version() -> str:
-    """dp-accounting's version and the hash of the accounting sources, read once per process."""
-    here = Path(__file__).resolve().parent
-    code = hashlib.sha256(b"".join((here / name).read_bytes() for name in SOURCES)).hexdigest()[:16]
-    return f"dp-accounting {metadata.version('dp-accounting')}; fedray accounting {code}"
+    """The libraries' versions and the hash of the accounting sources, read once per process."""
+    return "; ".join([f"{name} {metadata.version(name)}" for name in LIBRARIES] + [f"fedray accounting {_SOURCE_HASH}"])
 
 
 def store_path() -> Path:
     from fedray.data.download import cache_root
 
-    return cache_root() / "accounting.sqlite"
+    return cache_root() / f"accounting-{socket.gethostname()}.sqlite"
 
 
-_open: dict[Path, sqlite3.Connection] = {}
-_lock = threading.Lock()
+def _private(path: Path) -> None:
+    """Refuse (OSError) a file or folder another user owns or others may write."""
+    info = path.stat()
+    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise PermissionError(f"{path} is not private to this user: its accountant answers are not used")
 
 
 def _connection() -> sqlite3.Connection:
@@ -59,23 +80,28 @@ def _connection() -> sqlite3.Connection:
     path = store_path()
     if path not in _open:
         path.parent.mkdir(parents=True, exist_ok=True)
+        _private(path.parent)
         connection = sqlite3.connect(path, timeout=TIMEOUT, check_same_thread=False, isolation_level=None)
-        # WAL: readers never wait for a writer, and a commit needs no fsync (a lost entry is recomputed).
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=NORMAL")
+        _private(path)
         connection.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         _open[path] = connection
     return _open[path]
 
 
-def _encode(value) -> str:
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _encode(key: str, value) -> str:
     if isinstance(value, tuple):
-        return json.dumps({"tuple": [np.asarray(v, dtype=np.float64).tolist() for v in value]})
-    return json.dumps({"float": float(value)})
+        return json.dumps({"key": _digest(key), "tuple": [np.asarray(v, dtype=np.float64).tolist() for v in value]})
+    return json.dumps({"key": _digest(key), "float": float(value)})
 
 
-def _decode(text: str):
+def _decode(key: str, text: str):
     stored = json.loads(text)
+    if stored["key"] != _digest(key):
+        raise ValueError("a stored answer under another key")
     if "tuple" in stored:
         return tuple(np.asarray(v, dtype=np.float64) for v in stored["tuple"])
     return float(stored["float"])
@@ -84,28 +110,31 @@ def _decode(text: str):
 def stored(fn: Callable) -> Callable:
     """``fn`` (of numbers and strings, returning a float or a tuple of float arrays) with its
     answers kept on disk (module docstring). ``fn.uncached`` computes without the store."""
-
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        args = tuple(bound.arguments.values())
-        key = json.dumps([fn.__module__, fn.__qualname__, _version(), [_argument(a) for a in args]])
+        arguments = [_argument(a) for a in bound.arguments.values()]
+        if not _enabled:
+            return fn(*bound.args, **bound.kwargs)
+        key = None
         try:
+            key = json.dumps([fn.__module__, fn.__qualname__, _version(), arguments])
             with _lock:
                 row = _connection().execute("SELECT value FROM answers WHERE key = ?", (key,)).fetchone()
             if row is not None:
-                return _decode(row[0])
-        except (sqlite3.Error, OSError, ValueError, KeyError, TypeError):
-            pass            # an unreadable store or entry: compute the answer
-        value = fn(*args)
-        try:
-            with _lock:
-                _connection().execute("INSERT OR REPLACE INTO answers VALUES (?, ?)", (key, _encode(value)))
-        except (sqlite3.Error, OSError):
-            pass
+                return _decode(key, row[0])
+        except (sqlite3.Error, OSError, ValueError, KeyError, TypeError, metadata.PackageNotFoundError):
+            pass            # no usable store or entry: compute the answer
+        value = fn(*bound.args, **bound.kwargs)
+        if key is not None:
+            try:
+                with _lock:
+                    _connection().execute("INSERT OR REPLACE INTO answers VALUES (?, ?)", (key, _encode(key, value)))
+            except (sqlite3.Error, OSError):
+                pass
         return value
 
     wrapper.uncached = fn

@@ -541,7 +541,7 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
 
     rounds_per_call = int(plan.runtime.get("rounds_per_call") or ROUNDS_PER_CALL)
     whole = len(groups.ranges) == 1 and getattr(protocol, "round_blocks", False) and rounds_per_call > 1 \
-        and protocol.routing is Routing.DIRECT and not plan.privacy.faithful
+        and groups.shuffler is None and not plan.privacy.faithful
     block = 1
 
     faithful = plan.privacy.faithful              # units and shuffler draw from entropy the driver never sees
@@ -556,12 +556,17 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             spec, owner = protocol.configure(ahead, keys), None
         if spec.operation == "client_block":
             spec, owner = _fit_block(protocol, spec, groups.ranges)
-        if budget is not None:
+        if budget is not None and spec.operation == "client_rounds":
+            # round by round, as one round per call would: the block ends before the first refused round
+            charges = [protocol.charge(ahead, protocol.round_in(spec, i, ahead)[0]) for i in range(spec.steps)]
+            fits, result.stopped = budget.affordable(charges, spec.round)
+            if fits == 0:
+                break
+            if fits < spec.steps:
+                spec = protocol.rounds(ahead, keys, fits)
+        elif budget is not None:
             charge = protocol.charge(ahead, spec)
             refused = budget.refusal(charge, spec.round)
-            if refused is not None and spec.operation == "client_rounds" and spec.steps > 1:
-                block = spec.steps // 2       # near the end of the budget: fewer rounds per call
-                continue
             if refused is not None and spec.operation == "client_block":
                 spec, owner = protocol.one_step(spec), None      # the budget's last steps, one at a time
                 charge = protocol.charge(ahead, spec)
@@ -636,6 +641,16 @@ class _Budget:
 
     def commit(self, charge) -> None:
         self.committed = self.ledger.after(charge, self.committed)
+
+    def affordable(self, charges: list, first_round: int) -> tuple[int, str | None]:
+        """How many of consecutive rounds' ``charges`` the budget pays for, each checked after the
+        ones before it (committed), and why the next is refused (None if every one is paid for)."""
+        for i, charge in enumerate(charges):
+            refused = self.refusal(charge, first_round + i)
+            if refused is not None:
+                return i, refused
+            self.commit(charge)
+        return len(charges), None
 
 
 def _finish(plan: Plan, protocol, groups, outputs: dict, result: RunResult, ledger, started: float) -> RunResult:

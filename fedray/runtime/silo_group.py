@@ -205,7 +205,7 @@ class SiloGroup:
         messages = messages * sub_mask.reshape(sub_mask.shape + (1,) * (messages.ndim - 2))
         return units, messages, sub_mask
 
-    def _rounds(self, payload: RoundPayload) -> RoundReply:
+    def _rounds(self, payload: RoundPayload) -> RoundsReply:
         """Several ordinary rounds in the group holding every unit (``SampledRounds.rounds``): each
         round's messages are what an ordinary round sends; with them leave the evaluation parts due
         and the end state the server's steps on those messages reach."""

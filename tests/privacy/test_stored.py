@@ -23,7 +23,7 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path))
     participation_epsilon.cache_clear()
     _rdp_curve.cache_clear()
-    yield tmp_path / "accounting.sqlite"
+    yield stored.store_path()
     participation_epsilon.cache_clear()
     _rdp_curve.cache_clear()
 
@@ -94,7 +94,56 @@ def test_an_unusable_store_is_skipped_and_a_corrupt_entry_recomputed(tmp_path, m
     connection = stored._connection()
     connection.execute("UPDATE answers SET value = 'not json'")
     assert double(1.25) == 2.5
-    assert json.loads(connection.execute("SELECT value FROM answers").fetchone()[0]) == {"float": 2.5}
+    assert json.loads(connection.execute("SELECT value FROM answers").fetchone()[0])["float"] == 2.5
+    # a row moved under another key is not believed
+    connection.execute("UPDATE answers SET value = ?", (stored._encode("another key", 99.0),))
+    assert double(1.25) == 2.5
+
+
+def test_a_store_others_may_write_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    @stored.stored
+    def triple(x: float) -> float:
+        calls.append(x)
+        return 3 * x
+
+    triple(2.0)
+    stored.store_path().chmod(0o666)
+    stored._open.clear()
+    assert triple(2.0) == 6.0 and len(calls) == 2          # computed again: the file is not private
+
+
+def test_a_faithful_plan_uses_no_store(tmp_path, monkeypatch):
+    from fedray.plan import make_plan
+    from tests.conftest import compose
+
+    monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path))
+    job = ["data=synthetic", "participation.silos_per_round=5", "privacy.epsilon=2.0", "privacy.l2_clip=1.0",
+           "num_rounds=4"]
+    try:
+        make_plan(compose(*job, "runtime.faithful=true"))
+        assert not stored.store_path().exists()
+        make_plan(compose(*job, "privacy.epsilon=3.0"))        # answers not in memory yet
+        assert stored.store_path().exists()
+    finally:
+        stored.use_store(True)
+
+
+def test_the_key_covers_every_fedray_module_the_stored_functions_read():
+    """SOURCES lists the modules whose code the answers depend on: the accounting modules import no
+    other fedray module (one that did would have to join SOURCES)."""
+    import ast
+
+    here = REPO / "fedray" / "privacy"
+    for name in stored.SOURCES:
+        tree = ast.parse((here / name).read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        fedray_modules = {m for m in imported if m.startswith("fedray")}
+        allowed = {"fedray.privacy", "fedray.privacy.stored", "fedray.privacy.replace_one_pld", "fedray.data.download"}
+        assert fedray_modules <= allowed, (name, fedray_modules - allowed)
 
 
 def test_arguments_other_than_numbers_and_strings_are_refused():

@@ -96,3 +96,20 @@ def test_a_small_federation_gets_one_actor_and_an_explicit_count_is_kept():
 def test_a_large_federation_gets_an_actor_per_cpu(ray_local):
     plan = make_plan(compose(*JOB, *POISSON, "runtime.single_actor_work=100"))
     assert driver._num_actors(plan) == 2               # the shared local Ray has 2 CPUs
+
+
+def test_a_block_is_paid_for_round_by_round_even_where_charges_do_not_add_up():
+    """A federation-wide accountant charges every unit once per round anybody took part in: the
+    sum of three rounds' participation is not three rounds' charge. The budget must price a block
+    as its rounds one after another."""
+    from types import SimpleNamespace
+
+    from fedray.privacy.ledger import Ledger, RoundsAccountant
+
+    ledger = Ledger(RoundsAccountant(lambda rounds: float(rounds), "rounds", 1e-6, per_unit=False), (1, 3))
+    budget = driver._Budget(SimpleNamespace(privacy=SimpleNamespace(target_epsilon=2.0)), ledger)
+    rounds = [np.array([[True, False, False]]), np.array([[False, True, False]]), np.array([[False, False, True]])]
+    fits, refused = budget.affordable(rounds, 7)
+    assert fits == 2 and refused.startswith("privacy budget: round 9 would take silo 0 of replica 0 to epsilon 3")
+    assert np.array_equal(budget.committed, [[2, 2, 2]])
+    assert np.array_equal(ledger.after(sum(rounds)), [[1, 1, 1]])        # what a summed charge would have priced
