@@ -12,8 +12,8 @@ The key of an answer is the function's qualified name, its arguments after defau
 (floats written with ``repr``, which round-trips exactly), the installed versions of
 dp-accounting, scipy and numpy, and a hash of the source of fedray's accounting modules
 (``SOURCES``, read when this module is imported): a new library or a change to that code misses
-every old entry. A stored value carries a hash of its key, checked on every read. A store that
-cannot be opened, read or written is skipped: the answer is computed as without it.
+every old entry. A stored value carries a hash of its key and itself, checked on every read. A
+store that cannot be opened, read or written is skipped: the answer is computed as without it.
 
 Trust: the store holds the epsilons and noise multipliers the planner and the ledger then
 believe; whoever can write to it could make a run under-report its spend. A store file or folder
@@ -83,6 +83,9 @@ def _connection() -> sqlite3.Connection:
         _private(path.parent)
         connection = sqlite3.connect(path, timeout=TIMEOUT, check_same_thread=False, isolation_level=None)
         _private(path)
+        # No fsync per answer (1 ms each, per round of a new run's ledger): a crash may lose or
+        # damage entries, and a damaged one fails its check and is computed again.
+        connection.execute("PRAGMA synchronous=OFF")
         connection.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         _open[path] = connection
     return _open[path]
@@ -94,17 +97,20 @@ def _digest(key: str) -> str:
 
 def _encode(key: str, value) -> str:
     if isinstance(value, tuple):
-        return json.dumps({"key": _digest(key), "tuple": [np.asarray(v, dtype=np.float64).tolist() for v in value]})
-    return json.dumps({"key": _digest(key), "float": float(value)})
+        payload = json.dumps({"tuple": [np.asarray(v, dtype=np.float64).tolist() for v in value]})
+    else:
+        payload = json.dumps({"float": float(value)})
+    return json.dumps({"check": _digest(key + payload), "payload": payload})
 
 
 def _decode(key: str, text: str):
     stored = json.loads(text)
-    if stored["key"] != _digest(key):
-        raise ValueError("a stored answer under another key")
-    if "tuple" in stored:
-        return tuple(np.asarray(v, dtype=np.float64) for v in stored["tuple"])
-    return float(stored["float"])
+    if stored["check"] != _digest(key + stored["payload"]):
+        raise ValueError("a stored answer that is damaged or under another key")
+    answer = json.loads(stored["payload"])
+    if "tuple" in answer:
+        return tuple(np.asarray(v, dtype=np.float64) for v in answer["tuple"])
+    return float(answer["float"])
 
 
 def stored(fn: Callable) -> Callable:

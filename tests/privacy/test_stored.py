@@ -94,9 +94,13 @@ def test_an_unusable_store_is_skipped_and_a_corrupt_entry_recomputed(tmp_path, m
     connection = stored._connection()
     connection.execute("UPDATE answers SET value = 'not json'")
     assert double(1.25) == 2.5
-    assert json.loads(connection.execute("SELECT value FROM answers").fetchone()[0])["float"] == 2.5
-    # a row moved under another key is not believed
+    assert json.loads(json.loads(connection.execute("SELECT value FROM answers").fetchone()[0])["payload"]) == \
+        {"float": 2.5}
+    # a row moved under another key, or damaged, is not believed
     connection.execute("UPDATE answers SET value = ?", (stored._encode("another key", 99.0),))
+    assert double(1.25) == 2.5
+    damaged = connection.execute("SELECT value FROM answers").fetchone()[0].replace("2.5", "2.6")
+    connection.execute("UPDATE answers SET value = ?", (damaged,))
     assert double(1.25) == 2.5
 
 
