@@ -193,10 +193,8 @@ class SampledRounds(_FromParts):
 
 
     def charge(self, state: Any, spec: RoundSpec) -> np.ndarray:
-        """Every unit taking part releases one message (a block of rounds: once per round it takes part in)."""
-        if spec.operation == "client_rounds":
-            schedule, _ = spec.schedule
-            return schedule.sum(axis=0)
+        """Every unit taking part releases one message (a block of rounds is charged round by round,
+        each as ``round_in`` gives it)."""
         return spec.participation
 
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
