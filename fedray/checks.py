@@ -24,8 +24,8 @@ def check_bool(key: str, value: object) -> None:
         raise ConfigError(key, value, "true or false")
 
 
-def positive(key: str, value, kind=float, allow_none: bool = False):
-    """``value`` as a positive ``kind`` (int or float); None passes with ``allow_none``."""
+def positive(key: str, value, kind=float, allow_none: bool = False, largest: float = MAX_SETTING):
+    """``value`` as a positive ``kind`` (int or float) at most ``largest``; None passes with ``allow_none``."""
     if value is None and allow_none:
         return None
     try:
@@ -34,8 +34,8 @@ def positive(key: str, value, kind=float, allow_none: bool = False):
         ok = False
     if not ok:
         raise ConfigError(key, value, f"a positive {'integer' if kind is int else 'number'}")
-    if value > MAX_SETTING:
-        raise ConfigError(key, value, f"a positive {'integer' if kind is int else 'number'} at most {MAX_SETTING:g}")
+    if value > largest:
+        raise ConfigError(key, value, f"a positive {'integer' if kind is int else 'number'} at most {largest:g}")
     return kind(value)
 
 

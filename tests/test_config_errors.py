@@ -121,3 +121,20 @@ def test_a_federation_too_large_to_hold_names_its_largest_factor():
     with pytest.raises(ConfigError) as err:
         make_plan(compose("experiment=user_level_sphere", "data.loss=abc"))
     assert err.value.key == "data.loss"
+
+
+def test_e2_scripts_clip_grid_is_planned_and_one_past_it_refused(data_dir):
+    """experiments/e2_insurance/run.sh sweeps the authors' clip grid, whose last value 1e32 means
+    "no clipping": every value must plan, private and not, and what lies past it is refused."""
+    line = next(s for s in (REPO / "experiments" / "e2_insurance" / "run.sh").read_text().splitlines()
+                if s.startswith("CLIPS="))
+    clips = [float(v) for v in line.split("=", 1)[1].split(",")]
+    assert max(clips) == 1e32
+    for clip in clips:
+        for privacy in ("paper", "none"):
+            plan = make_plan(compose("experiment=e2_insurance", f"privacy={privacy}",
+                                     "algorithm=isrl_dp_mb_sgd" if privacy == "paper" else "algorithm=mb_sgd",
+                                     f"privacy.l2_clip={clip!r}"))
+            assert plan.protocol.l2_clip == clip
+    with pytest.raises(ConfigError, match=r"privacy.l2_clip must be a positive number at most 1e\+32; got 1e\+33"):
+        make_plan(compose("experiment=e2_insurance", "privacy.l2_clip=1e33"))

@@ -279,8 +279,9 @@ def fedray_tree() -> Path:
     return Path(fedray.__file__).resolve().parents[1]
 
 
-def measure(cmd: list[str], out_path: Path, log_path: Path, env: dict, timeout: float) -> dict:
-    """Run ``cmd`` (which writes ``out_path``), sampling memory; returns its report plus timings."""
+def _launch(cmd: list[str], log_path: Path, env: dict, timeout: float) -> tuple:
+    """Run ``cmd`` in its own session from fedray's tree, sampling its process tree; returns
+    (exit code or "timeout", launch time, exit time, the sampler)."""
     with open(log_path, "w") as log:
         launched = time.time()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(fedray_tree()),
@@ -295,10 +296,29 @@ def measure(cmd: list[str], out_path: Path, log_path: Path, env: dict, timeout: 
             code = "timeout"
         finished = time.time()
         sampler.stop()
+    return code, launched, finished, sampler
+
+
+def _failure(code, log_path: Path, sampler) -> dict:
+    tail = log_path.read_text(errors="replace").strip().splitlines()[-15:]
+    return {"error": f"exit {code}; last lines of {log_path}:\n    " + "\n    ".join(tail), "peak_rss": sampler.peak}
+
+
+def timed(cmd: list[str], log_path: Path, env: dict, timeout: float) -> dict:
+    """Wall time of ``cmd`` from launch to exit, its tree's peak memory and the load beside it."""
+    code, launched, finished, sampler = _launch(cmd, log_path, env, timeout)
+    if code != 0:
+        return _failure(code, log_path, sampler)
+    seconds = finished - launched
+    return {"seconds": seconds, "peak_rss": sampler.peak,
+            "background_cores": sampler.background_ticks / TICK / max(seconds, 1e-9)}
+
+
+def measure(cmd: list[str], out_path: Path, log_path: Path, env: dict, timeout: float) -> dict:
+    """Run ``cmd`` (which writes ``out_path``), sampling memory; returns its report plus timings."""
+    code, launched, finished, sampler = _launch(cmd, log_path, env, timeout)
     if code != 0 or not out_path.exists():
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-15:]
-        return {"error": f"exit {code}; last lines of {log_path}:\n    " + "\n    ".join(tail),
-                "peak_rss": sampler.peak}
+        return _failure(code, log_path, sampler)
     report = json.loads(out_path.read_text())
     ends = np.asarray(report["round_ends"])
     gaps = np.diff(ends)
@@ -549,13 +569,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--workdir", type=Path, help="where logs, MLflow store and reports go (default: temp)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per subprocess")
+    parser.add_argument("--protocols", nargs="*", choices=("e1", "e2"),
+                        help="whole tuning protocols against their numpy limit (default: both, unless "
+                             "--quick or --jobs is given)")
+    parser.add_argument("--protocol-trials", type=int, default=20,
+                        help="trials of each protocol (default 20, the papers' count)")
+    parser.add_argument("--protocol-timeout", type=float, default=4 * 3600.0, help="seconds per sweep")
     args = parser.parse_args(argv)
+    if args.protocol_trials < 1:
+        parser.error(f"--protocol-trials must be at least 1; got {args.protocol_trials}")
+    protocols = args.protocols if args.protocols is not None else ([] if args.quick or args.jobs else ["e1", "e2"])
 
     sys.path.insert(0, str(HERE))
     if "FEDRAY_DATA_DIR" not in os.environ and SHARED_DATASETS.is_dir():
         os.environ["FEDRAY_DATA_DIR"] = str(SHARED_DATASETS)   # offline copies, as tests/conftest.py
     jobs = all_jobs(args.quick)
-    if args.jobs:
+    if args.jobs is not None and not args.jobs and args.protocols:
+        jobs = []                                      # --jobs with no names: the protocols alone
+    elif args.jobs:
         unknown = set(args.jobs) - {j["name"] for j in jobs}
         if unknown:
             parser.error(f"unknown jobs {sorted(unknown)}; choose from {[j['name'] for j in jobs]}")
@@ -573,7 +604,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     mlflow_create = time.perf_counter() - started
 
     flower, flower_version = None, None
-    if not args.quick and not args.no_flower:
+    if jobs and not args.quick and not args.no_flower:
         flower, flower_version = flower_python()
         if flower is None:
             print(f"Flower skipped: {flower_version}", flush=True)
@@ -617,14 +648,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
                       f"peak {rep['peak_rss'] / GIB:.2f} GiB, loss {rep.get('final_train_loss')}, "
                       f"other load {rep['background_cores']:.2f} cores", flush=True)
 
-    text = table(results)
+    from tuning_protocol import run_protocol, table as protocol_table
+
+    protocol_results = [run_protocol(name, args.protocol_trials, work, child_env({}), args.protocol_timeout)
+                        for name in protocols]
+    text = "\n\n".join(filter(None, [table(results) if results else "",
+                                      protocol_table(protocol_results) if protocol_results else ""]))
     print()
     print(header)
     print()
     print(text)
     (work / "table.md").write_text(header + "\n\n" + text + "\n")
     if args.json:
-        args.json.write_text(json.dumps({"header": header, "results": results}, default=str, indent=1))
+        args.json.write_text(json.dumps({"header": header, "results": results, "protocols": protocol_results},
+                                        default=str, indent=1))
     return results
 
 

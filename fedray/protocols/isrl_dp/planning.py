@@ -46,6 +46,7 @@ RESOLVED_KEYS = ("_target_", "name", "step_size", "batch_size", "trust_model")
 # Constructor fields the planner fills from other config groups.
 BUILT_FIELDS = ("loss", "l2_clip", "noise")
 RECORD = "record of one silo"
+NO_CLIP = 1e32                 # the largest privacy.l2_clip: the authors' E2 grid's "no clipping"
 FEDERATION_RECORD = "record anywhere in the federation"
 
 
@@ -334,7 +335,8 @@ def plan(algorithm_class: type, config: dict, context: PlanContext) -> IsrlDpPla
         raise ConfigError("num_rounds", context.num_rounds,
                           f"at most floor(n / K) = {n_min // batch_size} for {name}, which uses each record once")
     fields = _fields(algorithm_class, alg, context.replicas.step_sizes, batch_size)
-    l2_clip = positive("privacy.l2_clip", priv.get("l2_clip"), allow_none=True)
+    # Squared, or times K R, 1e32 stays far inside float64 (seed-004 §6 item 14d).
+    l2_clip = positive("privacy.l2_clip", priv.get("l2_clip"), allow_none=True, largest=NO_CLIP)
     if private:
         privacy = recipe.privacy(priv, name, context, batch_size)
         recipe.check_fields(fields, config)
