@@ -14,6 +14,7 @@ from tests.conftest import REPO
 @pytest.fixture(scope="module")
 def limit():
     path = REPO / "experiments" / "benchmark" / "tuning_numpy.py"
+    sys.path.insert(0, str(path.parent))          # it imports the per-round loop's loss functions
     spec = importlib.util.spec_from_file_location("tuning_numpy", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["tuning_numpy"] = module

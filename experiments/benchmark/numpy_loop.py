@@ -28,13 +28,13 @@ from pathlib import Path
 import numpy as np
 
 
-def _expit(z: np.ndarray) -> np.ndarray:
+def expit(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
 def logistic_loss(z: np.ndarray, y: np.ndarray, margin_clip: float) -> np.ndarray:
     """Binary cross-entropy at margins z (fedray.losses.Logistic.value, same constants)."""
-    p = _expit(np.clip(z, -margin_clip, margin_clip))
+    p = expit(np.clip(z, -margin_clip, margin_clip))
     return -(y * np.log(1e-12 + p) + (1.0 - y) * np.log(1e-12 + 1.0 - p))
 
 
@@ -42,7 +42,7 @@ def clipped_minibatch_gradients(w, x, y, norms, idx, l2_clip, margin_clip):
     """Mean over k of clip(grad) for records idx (S, K) of silos x (S, n, d): returns (S, d)."""
     rows = np.arange(x.shape[0])[:, None]
     xb, yb, nb = x[rows, idx], y[rows, idx], norms[rows, idx]          # (S, K, d), (S, K), (S, K)
-    residual = _expit(np.clip(xb @ w, -margin_clip, margin_clip)) - yb  # (S, K)
+    residual = expit(np.clip(xb @ w, -margin_clip, margin_clip)) - yb  # (S, K)
     with np.errstate(divide="ignore"):
         factor = np.minimum(1.0, l2_clip / (np.abs(residual) * nb))
     return np.einsum("sk,skd->sd", residual * factor, xb) / idx.shape[1]

@@ -1,9 +1,10 @@
 """Benchmark: the same job run by fedray, by one numpy process and by Flower's simulation engine.
 
-    python experiments/benchmark/run.py                 # the full benchmark (about 22 minutes, 10 of
-                                                        # them Flower at N = 10,000)
+    python experiments/benchmark/run.py                 # the full benchmark: the jobs (about an hour,
+                                                        # much of it Flower) and both protocols (hours)
     python experiments/benchmark/run.py --quick         # small N, few rounds, numpy vs fedray only
     python experiments/benchmark/run.py --jobs synthetic-N1000 mnist --no-flower
+    python experiments/benchmark/run.py --jobs --protocols e1 e2 --protocol-trials 2   # protocols only
 
 Every (job, runner) pair runs as its own subprocess, one after another, and is measured from
 outside: a thread sums the resident memory (RSS) of the subprocess and all its descendants
@@ -48,6 +49,11 @@ every silo every round) for N in 10, 100, 1,000, 10,000; the scale job N = 100,0
 K = 10, a few rounds, no Flower); E1's MNIST job (`experiment=isrl_dp_convex`); and the silo
 scale jobs ``silos-N10000`` to ``silos-N1000000`` (n = 10, d = 50, K = 5, R = 10), whose table
 gives the round time per 10^6 silos (linear in N if it stays flat).
+
+Protocols (``tuning_protocol.py``): E1's and E2's whole tuning protocols, each sweep as its
+experiment's script runs it, timed from launch to exit, against ``tuning_numpy.py``, which runs
+the same Hydra jobs' replicas vectorised in one process on one core. By default both run with 20
+trials (hours); ``--protocol-trials`` runs that many trials of each.
 """
 
 from __future__ import annotations

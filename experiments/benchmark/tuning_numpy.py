@@ -35,9 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def _expit(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
+from numpy_loop import expit, logistic_loss
 
 
 class Loss:
@@ -51,13 +49,12 @@ class Loss:
     def value(self, z, y):
         if self.kind == "squared":
             return 0.5 * (z - y) ** 2
-        p = _expit(np.clip(z, -self.margin_clip, self.margin_clip))
-        return -(y * np.log(1e-12 + p) + (1.0 - y) * np.log(1e-12 + 1.0 - p))
+        return logistic_loss(z, y, self.margin_clip)
 
     def residual(self, z, y):
         if self.kind == "squared":
             return z - y
-        return _expit(np.clip(z, -self.margin_clip, self.margin_clip)) - y
+        return expit(np.clip(z, -self.margin_clip, self.margin_clip)) - y
 
     def error(self, z, y):
         if self.kind == "squared":

@@ -602,9 +602,6 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             pace = (time.perf_counter() - sent_at) / spec.steps
             # the first call's pace includes one-time costs (the actor's first imports): it sets no size
             block = 2 if spec.round == start_round else max(1, min(rounds_per_call, int(CALL_SECONDS / max(pace, 1e-6))))
-            # At most half of what then remains: the driver settles a block while the actor runs the
-            # next, and only the last block's settling waits after the actor is done, so it is kept short.
-            block = min(block, max(1, -(-(protocol.num_rounds - r - spec.steps) // 2)))
         r += spec.steps if spec.operation == "client_rounds" else 1
     if pending is not None:
         state = confirm(state, pending)

@@ -55,13 +55,6 @@ def test_blocks_of_rounds_report_exactly_what_one_round_per_call_does():
     assert len({h["participants"][0] for h in blocked.history}) > 1        # widths differ between rounds
 
 
-def test_each_block_runs_at_most_half_of_the_rounds_left_and_the_last_one_round():
-    _, blocks = _run()
-    left = 23 - np.cumsum([0] + blocks[:-1])             # rounds not yet run when each block is sent
-    assert all(b <= max(1, -(-int(n) // 2)) for b, n in zip(blocks[2:], left[2:]))
-    assert blocks[:2] == [1, 2] and blocks[-1] == 1 and sum(blocks) == 23
-
-
 def test_a_cap_of_two_rounds_per_call_is_honoured():
     result, blocks = _run("runtime.rounds_per_call=2")
     assert set(blocks) == {1, 2} and sum(blocks) == 23
