@@ -24,8 +24,17 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-E2_CLIPS = (100.0, 1e4, 1e6, 1e8, 1e32)
-E2_SETTINGS = ((10, 5), (3, 3), (5, 5), (15, 15))    # (N, M), as experiments/e2_insurance/all.sh
+E2_SCRIPTS = HERE.parents[1] / "experiments" / "e2_insurance"
+
+
+def e2_grids() -> tuple[tuple[float, ...], tuple[tuple[int, int], ...]]:
+    """The clip grid of ``run.sh`` and the (N, M) settings of ``all.sh``, read from the scripts
+    themselves, so the benchmark runs what they run."""
+    clips = next(line for line in (E2_SCRIPTS / "run.sh").read_text().splitlines() if line.startswith("CLIPS="))
+    loop = next(line for line in (E2_SCRIPTS / "all.sh").read_text().splitlines()
+                if line.startswith("for setting in"))
+    settings = tuple(tuple(int(v) for v in pair.split()) for pair in loop.split('"')[1::2])
+    return tuple(float(v) for v in clips.split("=", 1)[1].split(",")), settings
 
 
 def sweeps(protocol: str, trials: int) -> list[dict]:
@@ -37,10 +46,11 @@ def sweeps(protocol: str, trials: int) -> list[dict]:
                  "axes": [trial_axis, ("participation.silos_per_round", (25, 12)), ("algorithm", algorithms)]}
                 for algorithms, extra in ((private, []), (baseline, ["privacy=none"]))]
     if protocol == "e2":
+        clips, settings = e2_grids()
         return [{"fixed": ["experiment=e2_insurance", f"data.spec.num_silos={n}", f"participation.silos_per_round={m}"]
                  + extra,
-                 "axes": [trial_axis, ("algorithm", algorithms), ("privacy.l2_clip", E2_CLIPS)]}
-                for n, m in E2_SETTINGS for algorithms, extra in ((private, []), (baseline, ["privacy=none"]))]
+                 "axes": [trial_axis, ("algorithm", algorithms), ("privacy.l2_clip", clips)]}
+                for n, m in settings for algorithms, extra in ((private, []), (baseline, ["privacy=none"]))]
     raise ValueError(f"protocol must be e1 or e2; got {protocol!r}")
 
 
@@ -112,10 +122,10 @@ def run_protocol(protocol: str, trials: int, work: Path, env: dict, timeout: flo
 
     jobs = numpy_jobs(protocol, trials)
     experiment = "e1_mnist" if protocol == "e1" else "e2_insurance"
-    fedray_parts = []
-    for i, sweep in enumerate(sweeps(protocol, trials)):
+    fedray_parts, planned = [], sweeps(protocol, trials)
+    for i, sweep in enumerate(planned):
         name = f"{protocol}-sweep{i}"
-        print(f"[protocol-{protocol}] fedray sweep {i + 1} of {len(sweeps(protocol, trials))} ...", flush=True)
+        print(f"[protocol-{protocol}] fedray sweep {i + 1} of {len(planned)} ...", flush=True)
         part = timed(command(sweep, work, name), work / f"{name}.log", env, timeout)
         part["median_loss"] = fedray_median_loss(work, name, experiment) if "error" not in part else float("nan")
         fedray_parts.append(part)
@@ -137,6 +147,8 @@ def run_protocol(protocol: str, trials: int, work: Path, env: dict, timeout: flo
 
 
 def table(results: list[dict]) -> str:
+    from run import GIB
+
     lines = ["| protocol | trials | Hydra jobs | runs | fedray s (sweeps) | numpy limit s | fedray ÷ numpy "
              "| peak RSS fedray / numpy (GiB) | median final train loss per sweep, fedray / numpy "
              "| other CPU load (cores) |",
@@ -155,6 +167,6 @@ def table(results: list[dict]) -> str:
         lines.append(
             f"| {res['protocol'].upper()} | {res['trials']} | {res['jobs']} | {res['runs']:,} | {total:.0f} "
             f"({parts_s}) | {limit['seconds']:.0f} | "
-            f"{total / limit['seconds']:.2f}x | {max(p['peak_rss'] for p in parts) / 1024 ** 3:.2f} / "
-            f"{limit['peak_rss'] / 1024 ** 3:.2f} | {losses} | {load:.2f} |")
+            f"{total / limit['seconds']:.2f}x | {max(p['peak_rss'] for p in parts) / GIB:.2f} / "
+            f"{limit['peak_rss'] / GIB:.2f} | {losses} | {load:.2f} |")
     return "\n".join(lines)
