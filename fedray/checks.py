@@ -13,6 +13,9 @@ from fedray.errors import ConfigError
 
 
 MAX_SETTING = 1e12      # no count or constant of a run is larger; beyond it formulas overflow
+# The largest clip: the authors' "no clipping" in seed-004's E2 grid. Squared, or times K R, it
+# stays far inside float64.
+MAX_CLIP = 1e32
 
 
 def _real(value) -> bool:

@@ -38,14 +38,19 @@ def headline_metrics(result: RunResult) -> list[str]:
 
 
 def shown_replicas(plan: Plan, result: RunResult) -> tuple[np.ndarray, str]:
-    """Every replica, or past ``SHOWN_REPLICAS`` the one of lowest final headline metric per budget."""
+    """Every replica, or past ``SHOWN_REPLICAS`` the one of lowest final headline metric per budget
+    (and clip, for a clip grid)."""
     if plan.num_replicas <= SHOWN_REPLICAS:
         return np.arange(plan.num_replicas), ""
     first = headline_metrics(result)[0]
-    levels = plan.epsilon_levels if plan.epsilon_levels is not None else np.zeros(plan.num_replicas)
+    zeros = np.zeros(plan.num_replicas)
+    levels = np.stack([plan.epsilon_levels if plan.epsilon_levels is not None else zeros,
+                       plan.l2_clips if plan.l2_clips is not None else zeros], axis=1)
     loss = np.nan_to_num(result.final[first], nan=np.inf)
-    best = [int(np.flatnonzero(levels == v)[np.argmin(loss[levels == v])]) for v in np.unique(levels)]
-    note = f" (lowest {first.replace('_', ' ')} of {plan.num_replicas} replicas per budget; all in MLflow)"
+    groups = [np.flatnonzero((levels == row).all(axis=1)) for row in np.unique(levels, axis=0)]
+    best = [int(group[np.argmin(loss[group])]) for group in groups]
+    per = "budget and clip" if plan.l2_clips is not None else "budget"
+    note = f" (lowest {first.replace('_', ' ')} of {plan.num_replicas} replicas per {per}; all in MLflow)"
     return np.array(best), note
 
 
@@ -61,12 +66,15 @@ def summary_table(plan: Plan, result: RunResult) -> Table:
     spent = f"eps spent: {priv.accountant} accountant, per unit, largest; " if priv.private else ""
     table = Table(title=f"fedray: {plan.algorithm_name} on {plan.dataset_name} ({priv.trust_model}){note}",
                   caption=f"{spent}wall time {result.wall_time:.1f} s", box=box.SIMPLE_HEAD, padding=(0, 1))
-    for column in ("step", "eps", "eps paper", "eps spent", *(name.replace("_", " ") for name in headline + extra)):
+    clips = plan.l2_clips
+    for column in ("step", *(("clip",) if clips is not None else ()), "eps", "eps paper", "eps spent",
+                   *(name.replace("_", " ") for name in headline + extra)):
         table.add_column(column, justify="right")
     for p in rows:
         private = priv.private
         table.add_row(
             f"{plan.step_sizes[p]:.4g}" if stepped else "-",
+            *((f"{clips[p]:.3g}",) if clips is not None else ()),
             _span(priv.target_epsilon[p]) if private else "-",
             _span(priv.nominal_epsilon[p]) if private and priv.nominal_epsilon is not None else "-",
             f"{float(result.epsilon_spent[p].max()):.3f}" if private else "inf",

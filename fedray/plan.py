@@ -20,7 +20,7 @@ import numpy as np
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fedray.checks import check_bool, known_keys, natural, positive
+from fedray.checks import MAX_CLIP, check_bool, known_keys, natural, positive
 from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
@@ -81,6 +81,10 @@ class Plan:
     def epsilon_levels(self) -> np.ndarray | None:
         return self.replicas.epsilon_levels
 
+    @property
+    def l2_clips(self) -> np.ndarray | None:
+        return self.replicas.l2_clips
+
 
 def _list(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
@@ -109,6 +113,28 @@ def epsilon_grid(priv: dict) -> np.ndarray | None:
     if not values or len(set(values)) != len(values):
         raise ConfigError("privacy.epsilon_grid", grid, allowed)
     return np.asarray(values, dtype=np.float64)
+
+
+def clip_grid(priv: dict) -> np.ndarray | None:
+    """``privacy.l2_clip`` given as a list: clips carried as replicas of one run (like a list of
+    step sizes), or None for one clip."""
+    grid = priv.get("l2_clip")
+    if not isinstance(grid, (list, tuple)):
+        return None
+    allowed = f"a positive number, or a non-empty list of distinct ones at most {MAX_CLIP:g} (a clip grid)"
+    if not grid or len(set(grid)) != len(grid):
+        raise ConfigError("privacy.l2_clip", grid, allowed)
+    for v in grid:
+        positive("privacy.l2_clip", v, largest=MAX_CLIP)
+    return np.asarray(grid, dtype=np.float64)
+
+
+def _check_clip_grid(config: dict, recipe) -> None:
+    """A clip grid only for protocols whose recipe says it carries per-replica clips."""
+    grid = config["privacy"].get("l2_clip")
+    if isinstance(grid, (list, tuple)) and not getattr(recipe, "clip_grid", False):
+        raise ConfigError("privacy.l2_clip", grid, f"one number for algorithm={config['algorithm'].get('name')} "
+                          "(a list, a clip grid carried as replicas, is for the ISRL-DP silo algorithms)")
 
 
 MAX_REPLICAS = 10**6        # the driver holds (replicas, units) arrays: beyond this no run fits in memory
@@ -144,7 +170,7 @@ def _check_faults(runtime: dict, num_rounds: int) -> None:
 
 
 def _replicas(config: dict) -> Replicas:
-    """Replica order: budget level (slowest), repetition, step size (fastest)."""
+    """Replica order: budget level (slowest), clip, repetition, step size (fastest)."""
     repetitions = positive("repetitions", config.get("repetitions"), int)
     if repetitions > MAX_REPLICAS:
         raise ConfigError("repetitions", repetitions, f"at most {MAX_REPLICAS:,} (the driver holds per-replica, "
@@ -154,10 +180,13 @@ def _replicas(config: dict) -> Replicas:
     base_steps = _step_sizes(alg["step_size"]) if "step_size" in alg else np.zeros(1)
     private = config["privacy"].get("trust_model") != "none"
     grid = epsilon_grid(config["privacy"]) if private else None   # budgets mean nothing without privacy
-    blocks = 1 if grid is None else len(grid)
+    clips = clip_grid(config["privacy"])
+    blocks = (1 if grid is None else len(grid)) * (1 if clips is None else len(clips))
+    block = repetitions * len(base_steps)
     step_sizes = np.tile(base_steps, repetitions * blocks)
     reps = np.tile(np.repeat(np.arange(repetitions), len(base_steps)), blocks)
-    levels = None if grid is None else np.repeat(grid, repetitions * len(base_steps))
+    levels = None if grid is None else np.repeat(grid, block * (1 if clips is None else len(clips)))
+    l2_clips = None if clips is None else np.tile(np.repeat(clips, block), blocks // len(clips))
     options = config.get("replicas") or {}
     known_keys("replicas", options, REPLICAS_KEYS)
     common = options.get("common_random_numbers", False)
@@ -166,9 +195,10 @@ def _replicas(config: dict) -> Replicas:
         streams = reps[:, None]
     else:
         budgets = levels if levels is not None else [_budget_key(config["privacy"].get("epsilon"))] * len(reps)
-        streams = np.array([[rep, *setting_words(step), *setting_words(budget)]
-                            for rep, step, budget in zip(reps, step_sizes, budgets)], dtype=np.int64)
-    return Replicas(step_sizes, reps, levels, streams, common)
+        clip_words = [()] * len(reps) if l2_clips is None else [setting_words(c) for c in l2_clips]
+        streams = np.array([[rep, *setting_words(step), *setting_words(budget), *clip]
+                            for rep, step, budget, clip in zip(reps, step_sizes, budgets, clip_words)], dtype=np.int64)
+    return Replicas(step_sizes, reps, levels, streams, common, l2_clips)
 
 
 def _budget_key(epsilon) -> float:
@@ -251,6 +281,7 @@ def make_plan(cfg: DictConfig) -> Plan:
     if not getattr(algorithm_class.recipe, "sets_participation", False):   # else resolve writes it (then checked)
         sampler.validate(shape.num_silos)
     known_keys("", config, TOP_LEVEL_KEYS + algorithm_class.recipe.config_keys)
+    _check_clip_grid(config, algorithm_class.recipe)
     if loss is None and getattr(algorithm_class.recipe, "needs_loss", True):
         raise ConfigError("data.loss", None, f"a loss for {config['algorithm'].get('name')} (data={config['data'].get('name')} "
                           "defines none)")

@@ -116,16 +116,21 @@ class ParentRun(Callback):
             self._client.log_artifacts(self._run_id, str(folder))
 
 
-# The final metrics the comparison shows, and how a many-replica job's replicas (``/replica_p``)
-# are summarised: its best error and loss, its largest spend.
+# The final metrics the comparison shows, and how a many-replica job's replicas (``/replica_p``,
+# or past tracking.replica_curves their ``/min`` and ``/max``) are summarised: its best error and
+# loss, its largest spend.
 COMPARED = {"final_test_error": min, "final_train_loss": min, "epsilon_spent_max": max, "wall_time_s": max}
 
 
 def _summary(metrics: dict, key: str) -> float:
     if key in metrics:
         return metrics[key]
+    reduce = COMPARED[key]
+    reduced = f"{key}/{reduce.__name__}"
+    if reduced in metrics:
+        return metrics[reduced]
     replicas = [value for name, value in metrics.items() if name.startswith(f"{key}/replica_")]
-    return COMPARED[key](replicas) if replicas else float("nan")
+    return reduce(replicas) if replicas else float("nan")
 
 
 def comparison(children: list):

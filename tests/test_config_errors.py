@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from fedray.errors import ConfigError
@@ -123,18 +124,13 @@ def test_a_federation_too_large_to_hold_names_its_largest_factor():
     assert err.value.key == "data.loss"
 
 
-def test_e2_scripts_clip_grid_is_planned_and_one_past_it_refused(data_dir):
-    """experiments/e2_insurance/run.sh sweeps the authors' clip grid, whose last value 1e32 means
-    "no clipping": every value must plan, private and not, and what lies past it is refused."""
-    line = next(s for s in (REPO / "experiments" / "e2_insurance" / "run.sh").read_text().splitlines()
-                if s.startswith("CLIPS="))
-    clips = [float(v) for v in line.split("=", 1)[1].split(",")]
-    assert max(clips) == 1e32
-    for clip in clips:
-        for privacy in ("paper", "none"):
-            plan = make_plan(compose("experiment=e2_insurance", f"privacy={privacy}",
-                                     "algorithm=isrl_dp_mb_sgd" if privacy == "paper" else "algorithm=mb_sgd",
-                                     f"privacy.l2_clip={clip!r}"))
-            assert plan.protocol.l2_clip == clip
+def test_e2s_clip_grid_is_planned_and_one_past_it_refused(data_dir):
+    """E2 carries the authors' clip grid as replicas; its last value 1e32 means "no clipping": the
+    grid must plan, private and not, and what lies past it is refused."""
+    for privacy, algorithm in (("paper", "isrl_dp_mb_sgd"), ("none", "local_sgd")):
+        plan = make_plan(compose("experiment=e2_insurance", f"privacy={privacy}", f"algorithm={algorithm}"))
+        clips = np.unique(plan.l2_clips)
+        np.testing.assert_array_equal(clips, [1e2, 1e4, 1e6, 1e8, 1e32])
+        np.testing.assert_array_equal(plan.protocol.l2_clip, plan.l2_clips)
     with pytest.raises(ConfigError, match=r"privacy.l2_clip must be a positive number at most 1e\+32; got 1e\+33"):
         make_plan(compose("experiment=e2_insurance", "privacy.l2_clip=1e33"))

@@ -4,7 +4,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedray.rng import BLOCK, SiloDraws, Stream, generator
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedray.rng import BLOCK, SiloDraws, Stream, generator, generators
 
 SIZES = np.array([30, 12, 30, 25] * 50)  # 200 silos, unbalanced
 
@@ -79,3 +82,24 @@ def test_by_repetition_draws_are_the_replica_draws_once_per_repetition():
     for once, per_replica in pairs:
         assert once.shape[0] == 3 and per_replica.shape[0] == 5
         assert np.array_equal(draws.per_replica(once), per_replica)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**63 - 1), stream=st.sampled_from(list(Stream)),
+       rows=st.lists(st.lists(st.integers(0, 2**32 - 1), min_size=3, max_size=3), min_size=1, max_size=6),
+       suffix=st.lists(st.integers(0, 2**40), max_size=3))
+def test_generators_draw_exactly_what_one_generator_per_key_draws(seed, stream, rows, suffix):
+    """The vectorised seeding replays numpy's SeedSequence and PCG64 seeding, word for word, for
+    any key length (shorter and longer than SeedSequence's pool) and multi-word seeds."""
+    for width in (0, 1, 3):
+        keys = np.array(rows, dtype=np.int64)[:, :width]
+        for row, rng in zip(keys.tolist(), generators(seed, stream, keys, *suffix)):
+            expected = generator(seed, stream, *row, *suffix)
+            np.testing.assert_array_equal(rng.random(3), expected.random(3))
+            np.testing.assert_array_equal(rng.standard_normal(2), expected.standard_normal(2))
+
+
+def test_generators_fall_back_to_one_generator_per_key_past_32_bit_coordinates():
+    keys = np.array([[2**32, 1], [5, 2**40]])
+    for row, rng in zip(keys.tolist(), generators(7, Stream.NOISE, keys, 3)):
+        np.testing.assert_array_equal(rng.random(4), generator(7, Stream.NOISE, *row, 3).random(4))

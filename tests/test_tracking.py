@@ -1,6 +1,7 @@
 """MLflow tracking of a many-replica run: summary curves, per-replica finals, rounds.csv."""
 
 import csv
+import json
 
 import numpy as np
 from mlflow.tracking import MlflowClient
@@ -25,7 +26,7 @@ def _tracked_run(tmp_path, replica_curves):
     return plan, result, MlflowClient(tracking_uri=tracker.uri), tracker.run_id
 
 
-def test_past_the_cap_rounds_are_logged_as_min_mean_max_and_finals_per_replica(tmp_path):
+def test_past_the_cap_rounds_and_finals_are_logged_as_min_mean_max_and_every_replica_in_artifacts(tmp_path):
     plan, result, client, run_id = _tracked_run(tmp_path, replica_curves=3)
     metrics = client.get_run(run_id).data.metrics
     assert not any(k.startswith("train_loss/replica_") for k in metrics)
@@ -33,7 +34,13 @@ def test_past_the_cap_rounds_are_logged_as_min_mean_max_and_finals_per_replica(t
     for name, reduce in (("min", np.min), ("mean", np.mean), ("max", np.max)):
         history = client.get_metric_history(run_id, f"train_loss/{name}")
         np.testing.assert_allclose([m.value for m in history], reduce(losses, axis=1))
-    assert [metrics[f"final_train_loss/replica_{p}"] for p in range(4)] == list(result.final["train_loss"])
+    assert not any("/replica_" in k for k in metrics)
+    finals = result.final["train_loss"]
+    assert [metrics[f"final_train_loss/{name}"] for name in ("min", "mean", "max")] == \
+        [finals.min(), finals.mean(), finals.max()]
+    assert metrics["wall_time_s"] == result.wall_time
+    summary = json.load(open(client.download_artifacts(run_id, "summary.json", str(tmp_path))))
+    assert summary["final_train_loss"] == list(finals)
 
     rows = list(csv.DictReader(open(client.download_artifacts(run_id, "rounds.csv", str(tmp_path)))))
     assert len(rows) == plan.num_rounds * plan.num_replicas

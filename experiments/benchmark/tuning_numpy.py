@@ -1,7 +1,7 @@
 """The numpy limit of a tuning protocol: every Hydra job's replicas vectorised in one process.
 
 One job of E1 / E2 (``experiments/e1_mnist``, ``experiments/e2_insurance``) is one (algorithm,
-M, trial[, clip]) carrying P replicas (eps grid x step grid x repetitions). This loop does the
+M, trial) carrying P replicas (eps grid x clip grid x step grid x repetitions). This loop does the
 work fedray does for it, and nothing else: load the trial's silos, then per round
 
 1. at evaluation rounds (every ``evaluate_every`` and the last) the last iterate's training loss
@@ -63,9 +63,11 @@ class Loss:
 
 
 def clip_scale(residual, norms, l2_clip):
-    """min(1, l2_clip / |r| ||x||) (1 for a zero gradient)."""
-    if np.isinf(l2_clip):
+    """min(1, l2_clip / |r| ||x||) (1 for a zero gradient); ``l2_clip`` is one number, or one per
+    replica (P,) for residuals (P, ...)."""
+    if np.ndim(l2_clip) == 0 and np.isinf(l2_clip):
         return np.ones_like(residual)
+    l2_clip = np.reshape(l2_clip, np.shape(l2_clip) + (1,) * (residual.ndim - np.ndim(l2_clip)))
     size = np.abs(residual) * norms
     return np.minimum(1.0, np.divide(l2_clip, size, out=np.full(size.shape, np.inf), where=size > 0))
 
@@ -149,7 +151,8 @@ def run_job(job: dict, rng: np.random.Generator) -> dict:
     num_replicas, num_silos, dim = steps.size, x.shape[0], x.shape[2]
     noise_std = np.zeros((num_replicas, num_silos))
     if job["private"]:                        # multiplier x replace-one sensitivity 2 l2_clip / records
-        noise_std += np.asarray(job["noise_multiplier"], dtype=float) * 2.0 * l2_clip / job["sample_size"]
+        clip = np.reshape(l2_clip, np.shape(l2_clip) + (1,))              # one per replica, or one for all
+        noise_std += np.asarray(job["noise_multiplier"], dtype=float) * 2.0 * clip / job["sample_size"]
     w = np.zeros((num_replicas, dim))
     tail = [w]
     for r in range(job["num_rounds"]):

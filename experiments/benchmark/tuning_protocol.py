@@ -27,14 +27,12 @@ HERE = Path(__file__).resolve().parent
 E2_SCRIPTS = HERE.parents[1] / "experiments" / "e2_insurance"
 
 
-def e2_grids() -> tuple[tuple[float, ...], tuple[tuple[int, int], ...]]:
-    """The clip grid of ``run.sh`` and the (N, M) settings of ``all.sh``, read from the scripts
-    themselves, so the benchmark runs what they run."""
-    clips = next(line for line in (E2_SCRIPTS / "run.sh").read_text().splitlines() if line.startswith("CLIPS="))
+def e2_settings() -> tuple[tuple[int, int], ...]:
+    """The (N, M) settings of ``all.sh``, read from the script itself, so the benchmark runs what
+    it runs (the clip grid is in the experiment's config, as ``run.sh`` runs it)."""
     loop = next(line for line in (E2_SCRIPTS / "all.sh").read_text().splitlines()
                 if line.startswith("for setting in"))
-    settings = tuple(tuple(int(v) for v in pair.split()) for pair in loop.split('"')[1::2])
-    return tuple(float(v) for v in clips.split("=", 1)[1].split(",")), settings
+    return tuple(tuple(int(v) for v in pair.split()) for pair in loop.split('"')[1::2])
 
 
 def sweeps(protocol: str, trials: int) -> list[dict]:
@@ -46,11 +44,10 @@ def sweeps(protocol: str, trials: int) -> list[dict]:
                  "axes": [trial_axis, ("participation.silos_per_round", (25, 12)), ("algorithm", algorithms)]}
                 for algorithms, extra in ((private, []), (baseline, ["privacy=none"]))]
     if protocol == "e2":
-        clips, settings = e2_grids()
         return [{"fixed": ["experiment=e2_insurance", f"data.spec.num_silos={n}", f"participation.silos_per_round={m}"]
                  + extra,
-                 "axes": [trial_axis, ("algorithm", algorithms), ("privacy.l2_clip", clips)]}
-                for n, m in settings for algorithms, extra in ((private, []), (baseline, ["privacy=none"]))]
+                 "axes": [trial_axis, ("algorithm", algorithms)]}
+                for n, m in e2_settings() for algorithms, extra in ((private, []), (baseline, ["privacy=none"]))]
     raise ValueError(f"protocol must be e1 or e2; got {protocol!r}")
 
 

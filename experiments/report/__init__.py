@@ -7,9 +7,9 @@ from experiments.report.report import (
     evaluation_metric,
     figure,
     select,
-    split_by_budget,
+    split_by_setting,
     summarise,
 )
 
 __all__ = ["claims_obesity", "claims_table", "complete_trials", "evaluation_metric", "figure", "select",
-           "split_by_budget", "summarise"]
+           "split_by_setting", "summarise"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -49,10 +50,15 @@ def _value(text: str):
     return None if text == "None" else yaml.safe_load(text)
 
 
-def _replicas(metrics: dict, key: str, count: int) -> np.ndarray:
-    if count == 1:
-        return np.array([metrics.get(key, np.nan)])
-    return np.array([metrics.get(f"{key}/replica_{p}", np.nan) for p in range(count)])
+def _replicas(summary: dict, key: str, count: int) -> np.ndarray:
+    """A final metric of every replica, from the run's summary.json (NaN where it is missing)."""
+    return np.broadcast_to(np.asarray(summary.get(key, np.nan), dtype=np.float64), (count,)).copy()
+
+
+def _summary(client: MlflowClient, run_id: str, tmp: str) -> dict:
+    """Every replica's final metrics: the run's summary.json (the store keeps only their min, mean
+    and max as metrics once a run carries more than tracking.replica_curves replicas)."""
+    return json.loads(Path(client.download_artifacts(run_id, "summary.json", tmp)).read_text())
 
 
 def read_runs(uri: str, experiment_name: str) -> list[dict]:
@@ -64,11 +70,13 @@ def read_runs(uri: str, experiment_name: str) -> list[dict]:
     runs = client.search_runs([experiment.experiment_id], filter_string="attributes.status = 'FINISHED'",
                               max_results=50000, order_by=["attributes.start_time ASC"])
     jobs: dict[tuple, dict] = {}
+    tmp = tempfile.TemporaryDirectory()
     for run in runs:
-        tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
+        tags, params = run.data.tags, run.data.params
         if "algorithm" not in tags or "resolved.step_sizes" not in params:
             continue  # a parent run, or a run logged before step sizes were recorded
         count = int(params["resolved.num_replicas"])
+        summary = _summary(client, run.info.run_id, tmp.name)
         spec = {k[len("data.spec."):]: _value(v) for k, v in params.items() if k.startswith("data.spec.")}
         loss = {k[len("data.loss."):]: _value(v) for k, v in params.items() if k.startswith("data.loss.")}
         private = tags["trust_model"] != "none"
@@ -78,7 +86,10 @@ def read_runs(uri: str, experiment_name: str) -> list[dict]:
             "private": private,
             "epsilon": float(params["privacy.epsilon"]) if private and "resolved.replica_epsilons" not in params
             else math.nan,
-            "l2_clip": _value(params.get("privacy.l2_clip", "None")),
+            "l2_clip": np.broadcast_to(np.asarray(json.loads(params["resolved.replica_clips"]) if
+                                                  "resolved.replica_clips" in params else
+                                                  _value(params.get("privacy.l2_clip", "None")), dtype=object),
+                                       (count,)),
             "num_silos": int(params["resolved.num_silos"]),
             "silos_per_round": int(params["participation.silos_per_round"]),
             "seed": int(params["seed"]),
@@ -87,33 +98,33 @@ def read_runs(uri: str, experiment_name: str) -> list[dict]:
             "loss": loss,
             "step_sizes": np.array(json.loads(params["resolved.step_sizes"])),
             "repetitions": np.array(json.loads(params["resolved.repetitions"])),
-            "train_loss": _replicas(metrics, "final_train_loss_avg", count),
-            "test_error": _replicas(metrics, "final_test_error_avg", count),
+            "train_loss": _replicas(summary, "final_train_loss_avg", count),
+            "test_error": _replicas(summary, "final_test_error_avg", count),
             # the accountant's epsilon for what ran (max over silos and replicas), next to the target
-            "epsilon_spent": _replicas(metrics, "epsilon_spent_max", count) if private else np.full(count, np.nan),
+            "epsilon_spent": _replicas(summary, "epsilon_spent_max", count) if private else np.full(count, np.nan),
             "accountant": tags.get("accountant", ""),
         }
-        for part in split_by_budget(job, params):
+        for part in split_by_setting(job, params):
             key = (part["algorithm"], part["epsilon"] if private else None, part["l2_clip"], part["num_silos"],
                    part["silos_per_round"], part["trial"], part["seed"])
             jobs[key] = part
     return list(jobs.values())
 
 
-REPLICA_ARRAYS = ("step_sizes", "repetitions", "train_loss", "test_error", "epsilon_spent")
+REPLICA_ARRAYS = ("step_sizes", "repetitions", "train_loss", "test_error", "epsilon_spent", "l2_clip")
 
 
-def split_by_budget(job: dict, params: dict) -> list[dict]:
-    """A run carrying a budget grid as replicas (privacy.epsilon_grid) is one job per budget."""
-    if "resolved.replica_epsilons" not in params:
-        spent = job["epsilon_spent"]
-        return [dict(job, epsilon_accountant=float(np.nanmax(spent)) if job["private"] else math.nan)]
-    levels = np.array(json.loads(params["resolved.replica_epsilons"]))
+def split_by_setting(job: dict, params: dict) -> list[dict]:
+    """A run carrying a budget grid or a clip grid as replicas is one job per (budget, clip)."""
+    count = len(job["step_sizes"])
+    levels = np.array(json.loads(params["resolved.replica_epsilons"])) if "resolved.replica_epsilons" in params \
+        else np.full(count, job["epsilon"])
     parts = []
-    for eps in np.unique(levels):
-        rows = levels == eps
-        part = dict(job, epsilon=float(eps), **{k: job[k][rows] for k in REPLICA_ARRAYS})
-        part["epsilon_accountant"] = float(np.nanmax(job["epsilon_spent"][rows]))
+    for eps, clip in dict.fromkeys(zip(levels.tolist(), job["l2_clip"].tolist())):
+        rows = (np.isnan(levels) if math.isnan(eps) else levels == eps) & (job["l2_clip"] == clip)
+        part = dict(job, **{k: job[k][rows] for k in REPLICA_ARRAYS})
+        part.update(epsilon=float(eps), l2_clip=clip,
+                    epsilon_accountant=float(np.nanmax(part["epsilon_spent"])) if job["private"] else math.nan)
         parts.append(part)
     return parts
 

@@ -21,12 +21,13 @@ from fedray.core.protocol import RoundProtocol, Routing
 
 @dataclass(frozen=True)
 class Replicas:
-    """The runs one job carries, in order budget level (slowest), repetition, step size (fastest).
+    """The runs one job carries, in order budget level (slowest), clip, repetition, step size (fastest).
 
     Each replica is a simulated deployment of its own: its private draws (noise, minibatches,
     shuffles, server-side randomness) come from streams keyed by its row of ``streams``, which is
-    its repetition followed by its settings (step size, budget), so replicas never share noise and
-    a replica draws exactly what a plain run with its settings and seed draws. With common random
+    its repetition followed by its settings (step size, budget, and the clip in a job carrying a
+    clip grid), so replicas never share noise and a replica draws exactly what a plain run with its
+    settings and seed draws (for a clip-grid replica: a run whose grid is its clip alone). With common random
     numbers the row is the repetition alone: replicas of one repetition then share their draws
     (paired comparisons across settings), and their joint release is not private: messages at two
     settings cancel each other's noise. Participation is public and keyed by the repetition.
@@ -37,6 +38,7 @@ class Replicas:
     epsilon_levels: np.ndarray | None      # (P,) privacy.epsilon_grid value of each replica, or None
     streams: np.ndarray                    # (P, k) keys the private draws (class docstring)
     common_random_numbers: bool = False
+    l2_clips: np.ndarray | None = None     # (P,) the clip of each replica where privacy.l2_clip is a list
 
     @property
     def count(self) -> int:

@@ -82,7 +82,7 @@ class AcSaFields:
     loss: object
     step_size: np.ndarray         # (P,) 1/nu
     batch_size: int               # K
-    l2_clip: float
+    l2_clip: float | np.ndarray      # or one per replica (a clip grid)
     noise: object                 # GaussianNoise(noise_std (P, N)) or NoNoise()
     strong_convexity: float = 0.0  # mu >= 0 of the loss
     regularization: float = 0.0    # lambda >= 0: the run minimises f + lambda/2 ||w - w_0||^2

@@ -26,7 +26,7 @@ import numpy as np
 from fedray.data.federation import SiloArrays
 from fedray.protocols.isrl_dp.base import PlainIterate, ServerState, advance, masked_mean
 from fedray.protocols.isrl_dp.planning import SiloGaussian
-from fedray.losses import clip_factors, loss_residual
+from fedray.losses import clip_factors, loss_residual, replica_clips
 from fedray.protocols.isrl_dp import calibration
 from fedray.rng import SiloDraws
 
@@ -41,7 +41,7 @@ class LocalSGD(PlainIterate):
     loss: object
     step_size: np.ndarray
     batch_size: int  # K local steps, one record each (the paper matches MB-SGD's K)
-    l2_clip: float
+    l2_clip: float | np.ndarray      # or one per replica (a clip grid)
     noise: object
     average_last: int = 8
 
@@ -67,6 +67,7 @@ class LocalSGD(PlainIterate):
         normals = draws.standard_normal((steps,) + params.shape[1:], by_repetition=True)  # (U, S, K, d, C)
         noise = self.noise.select(silos.silo_ids)
         eta = self.step_size[:, None, None, None]
+        clip = replica_clips(self.l2_clip, slice(None), 2)                         # a number, or (P, 1)
         local = np.broadcast_to(params[:, None], shape).copy()
         x_t, normal_t, grad = np.empty(shape[:3]), np.empty(shape), np.empty(shape)
         # Replicas with streams of their own (the default) draw for themselves: no copy per step.
@@ -82,7 +83,7 @@ class LocalSGD(PlainIterate):
                     np.take(x_steps[t - first], rep, axis=0, out=x_t, mode="clip")   # (P, S, d)
                 z = np.einsum("psd,psdc->psc", x_t, local)
                 r = loss_residual(self.loss, z, y_steps[t], norm_steps[t])           # (P, S, C)
-                r = r * clip_factors(norm_steps[t], r, self.l2_clip)[..., None]
+                r = r * clip_factors(norm_steps[t], r, clip)[..., None]
                 np.multiply(x_t[..., None], r[:, :, None, :], out=grad)              # (P, S, d, C)
                 if own:
                     normal_t = normals[:, :, t]

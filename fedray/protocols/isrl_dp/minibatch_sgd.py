@@ -40,7 +40,7 @@ class MinibatchSGD(PlainIterate):
     loss: object
     step_size: np.ndarray
     batch_size: int
-    l2_clip: float
+    l2_clip: float | np.ndarray      # or one per replica (a clip grid)
     noise: object                 # GaussianNoise(noise_std (P, N)) or NoNoise()
     radius: float | None = None   # W = l2 ball of this radius; None = R^d (the experiments)
     average_last: int = 8
@@ -63,7 +63,7 @@ class MinibatchSGD(PlainIterate):
 
 
 def noisy_minibatch_mean(
-    loss, params: np.ndarray, silos: SiloArrays, idx: np.ndarray, l2_clip: float, noise, draws: SiloDraws,
+    loss, params: np.ndarray, silos: SiloArrays, idx: np.ndarray, l2_clip, noise, draws: SiloDraws,
     batch_of: np.ndarray | None = None,
 ) -> np.ndarray:
     """The silo half of Alg. 2 lines 6-7 for given minibatches; shared by the MB-SGD family.

@@ -26,7 +26,7 @@ from typing import Callable, ClassVar, Mapping
 
 import numpy as np
 
-from fedray.checks import known_keys, positive
+from fedray.checks import MAX_CLIP, known_keys, positive
 from fedray.core.planning import PlanContext, Replicas
 from fedray.core.protocol import Routing, SampledRounds
 from fedray.data.federation import SiloArrays
@@ -46,7 +46,6 @@ RESOLVED_KEYS = ("_target_", "name", "step_size", "batch_size", "trust_model")
 # Constructor fields the planner fills from other config groups.
 BUILT_FIELDS = ("loss", "l2_clip", "noise")
 RECORD = "record of one silo"
-NO_CLIP = 1e32                 # the largest privacy.l2_clip: the authors' E2 grid's "no clipping"
 FEDERATION_RECORD = "record anywhere in the federation"
 
 
@@ -64,7 +63,7 @@ class IsrlDpPlan:
     algorithm_class: type
     algorithm_fields: dict          # resolved constructor values except loss, l2_clip and noise
     batch_size: int
-    l2_clip: float | None           # None: estimated from the data (non-private, as the paper)
+    l2_clip: float | np.ndarray | None   # (P,) for a clip grid; None: estimated from the data (as the paper)
     loss: object
     sampler: object
     num_rounds: int
@@ -74,14 +73,17 @@ class IsrlDpPlan:
     routing: Routing
     resolved: dict = field(default_factory=dict)
 
-    def build_algorithm(self, l2_clip: float):
-        """The algorithm with the clip known; noise std = multiplier * replace-one sensitivity."""
+    def build_algorithm(self, l2_clip):
+        """The algorithm with the clip known (a number, or one per replica); noise std = multiplier *
+        replace-one sensitivity, so each replica's noise follows its own clip."""
+        l2_clip = float(l2_clip) if np.ndim(l2_clip) == 0 else np.asarray(l2_clip, dtype=np.float64)
         if self.privacy.private:
             sensitivity = PerExampleClip(l2_clip).sensitivity(self.privacy_sample_size, "replace_one")
-            noise = GaussianNoise(self.privacy.noise_multiplier, sensitivity)
+            noise = GaussianNoise(self.privacy.noise_multiplier, np.reshape(sensitivity, np.shape(sensitivity) + (1,))
+                                  if np.ndim(sensitivity) else sensitivity)
         else:
             noise = NoNoise()
-        return self.algorithm_class(loss=self.loss, l2_clip=float(l2_clip), noise=noise, **self.algorithm_fields)
+        return self.algorithm_class(loss=self.loss, l2_clip=l2_clip, noise=noise, **self.algorithm_fields)
 
     @property
     def privacy_sample_size(self) -> int:
@@ -95,7 +97,7 @@ class IsrlDpPlan:
         algorithm = self.build_algorithm(l2_clip)
         # The smallest and largest noise std some silo adds (per-silo budgets differ): a mean over
         # silos would be a value no silo used.
-        constants = {"l2_clip": float(l2_clip), "final_noise_std_min": 0.0, "final_noise_std_max": 0.0}
+        constants = {"l2_clip": algorithm.l2_clip, "final_noise_std_min": 0.0, "final_noise_std_max": 0.0}
         per_round = {}
         if self.privacy.private:
             noise_std = np.asarray(algorithm.noise.noise_std)                   # (P, N)
@@ -135,6 +137,7 @@ class SiloGaussian:
     one_pass: bool = False
     trust_models: tuple[str, ...] = ("isrl_dp", "none")
     routing: Routing = Routing.DIRECT
+    clip_grid: bool = True          # privacy.l2_clip may be a list: one clip per block of replicas
     privacy_keys: tuple[str, ...] = ("silo_level",)     # the hybrid recipe's target (§3.10)
     config_keys: tuple[str, ...] = ("theory",)          # the theorem presets' inputs (theory.py)
 
@@ -206,6 +209,7 @@ class ShuffledGaussian(SiloGaussian):
     calibrations: Mapping[str, Callable] = field(default_factory=dict)
     trust_models: tuple[str, ...] = ("sdp", "none")
     routing: Routing = Routing.SHUFFLE
+    clip_grid: bool = False         # the shuffler's calibration takes one L
 
     def releases(self, batch_size: int) -> tuple[int, int]:
         if isinstance(batch_size, bool) or batch_size != 1:
@@ -261,6 +265,7 @@ class ShuffledVectorSum(SiloGaussian):
     one_pass: bool = True
     trust_models: tuple[str, ...] = ("sdp", "none")
     routing: Routing = Routing.SHUFFLE_SUM
+    clip_grid: bool = False         # P_vec's silos calibrate for one L
 
     def privacy(self, priv: dict, name: str, context: PlanContext, batch_size: int) -> PrivacyPlan:
         _single_budget(priv, context)
@@ -335,8 +340,10 @@ def plan(algorithm_class: type, config: dict, context: PlanContext) -> IsrlDpPla
         raise ConfigError("num_rounds", context.num_rounds,
                           f"at most floor(n / K) = {n_min // batch_size} for {name}, which uses each record once")
     fields = _fields(algorithm_class, alg, context.replicas.step_sizes, batch_size)
-    # Squared, or times K R, 1e32 stays far inside float64 (seed-004 §6 item 14d).
-    l2_clip = positive("privacy.l2_clip", priv.get("l2_clip"), allow_none=True, largest=NO_CLIP)
+    # 1e32 is the authors' "no clipping" (seed-004 §6 item 14d); a list is a clip grid (the replicas').
+    l2_clip = context.replicas.l2_clips
+    if l2_clip is None:
+        l2_clip = positive("privacy.l2_clip", priv.get("l2_clip"), allow_none=True, largest=MAX_CLIP)
     if private:
         privacy = recipe.privacy(priv, name, context, batch_size)
         recipe.check_fields(fields, config)

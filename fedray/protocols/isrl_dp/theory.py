@@ -323,6 +323,8 @@ def _problem(cfg: dict, node: dict, shape, spec, loss, silos_per_round, shuffled
     if priv.get("epsilon_grid") is not None:
         raise ConfigError("privacy.epsilon_grid", priv["epsilon_grid"],
                           "null under a theory preset (R, K, eta depend on eps)")
+    if isinstance(priv.get("l2_clip"), (list, tuple)):
+        raise ConfigError("privacy.l2_clip", priv["l2_clip"], "one number under a theory preset (R, K, eta depend on L)")
     if len(set(shape.n_train)) != 1:
         raise ConfigError("data", f"silo sizes {min(shape.n_train)}..{max(shape.n_train)}",
                           "balanced silos under a theory preset (the theorems' n)")
