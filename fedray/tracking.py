@@ -226,13 +226,9 @@ class MlflowTracker:
             "resolved.dim": plan.shape.dim,
             "resolved.num_replicas": plan.num_replicas,
             "resolved.delta_min": float(np.min(plan.privacy.delta)),
-            "resolved.step_sizes": json.dumps([float(v) for v in plan.step_sizes]),      # replica p's step
-            "resolved.repetitions": json.dumps([int(v) for v in plan.repetitions]),      # replica p's repetition
         })
-        if plan.epsilon_levels is not None:                                              # replica p's budget
-            resolved["resolved.replica_epsilons"] = json.dumps([float(v) for v in plan.epsilon_levels])
-        if plan.l2_clips is not None:                                                    # replica p's clip
-            resolved["resolved.replica_clips"] = json.dumps([float(v) for v in plan.l2_clips])
+        for key, values in replica_settings(plan).items():      # replica p's step, repetition, budget, clip
+            resolved[f"resolved.{key}"] = _param_list(values, key)
         if plan.privacy.planned_epsilon is not None:
             resolved["resolved.planned_epsilon_max"] = float(np.max(plan.privacy.planned_epsilon))
             resolved["resolved.target_epsilon_min"] = float(np.min(plan.privacy.target_epsilon))
@@ -313,6 +309,7 @@ class MlflowTracker:
             tmp = Path(tmp)
             (tmp / "config.json").write_text(json.dumps(plan.config, indent=2, default=str))
             summary = {k: np.asarray(v).tolist() for k, v in final.items()}
+            summary.update({f"replicas.{k}": v for k, v in replica_settings(plan).items()})
             (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
             statement = plan.privacy.statement(result.epsilon_spent, result.diagnostics, result.stopped)
             (tmp / "privacy_statement.json").write_text(json.dumps(statement, indent=2))
@@ -329,6 +326,24 @@ class MlflowTracker:
         finally:
             self._writer.shutdown()
             self.client.set_terminated(self.run_id, "FAILED")
+
+
+def replica_settings(plan) -> dict[str, list]:
+    """Each replica's settings, in replica order: step size, repetition, and where the run carries
+    a grid of them, budget and clip (``summary.json`` holds them as ``replicas.<key>``)."""
+    settings = {"step_sizes": [float(v) for v in plan.step_sizes], "repetitions": [int(v) for v in plan.repetitions]}
+    if plan.epsilon_levels is not None:
+        settings["replica_epsilons"] = [float(v) for v in plan.epsilon_levels]
+    if plan.l2_clips is not None:
+        settings["replica_clips"] = [float(v) for v in plan.l2_clips]
+    return settings
+
+
+def _param_list(values: list, key: str) -> str:
+    """A list as a JSON param, or past MLflow's param length a note of where the whole list is (a
+    truncated list would read as a shorter one, or as no JSON at all)."""
+    text = json.dumps(values)
+    return text if len(text) <= MAX_PARAM_LENGTH else f"{len(values)} values: replicas.{key} in summary.json"
 
 
 def _round_table(history: list[dict], num_replicas: int, path: Path) -> None:

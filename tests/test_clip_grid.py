@@ -80,7 +80,7 @@ def test_the_report_reads_one_job_per_budget_and_clip():
            "train_loss": np.arange(8.0), "test_error": np.arange(8.0) / 10,
            "epsilon_spent": np.array([0.4, 0.5, 0.3, 0.2, 3.0, 3.5, 2.0, 2.5]),
            "l2_clip": np.array([1.0, 1.0, 1e32, 1e32] * 2, dtype=object)}
-    parts = split_by_setting(job, {"resolved.replica_epsilons": "[0.5, 0.5, 0.5, 0.5, 4.0, 4.0, 4.0, 4.0]"})
+    parts = split_by_setting(job, [0.5] * 4 + [4.0] * 4)
     assert [(p["epsilon"], p["l2_clip"]) for p in parts] == [(0.5, 1.0), (0.5, 1e32), (4.0, 1.0), (4.0, 1e32)]
     np.testing.assert_array_equal(parts[3]["train_loss"], [6.0, 7.0])
     assert [p["epsilon_accountant"] for p in parts] == [0.5, 0.3, 3.5, 2.5]

@@ -79,7 +79,7 @@ def test_the_report_reads_one_job_per_budget_of_a_grid_run():
            "step_sizes": np.array([0.1, 1.0, 0.1, 1.0]), "repetitions": np.array([0, 0, 0, 0]),
            "train_loss": np.array([1.0, 2.0, 3.0, 4.0]), "test_error": np.array([0.1, 0.2, 0.3, 0.4]),
            "epsilon_spent": np.array([0.4, 0.5, 3.0, 3.5]), "l2_clip": np.full(4, 1.0, dtype=object)}
-    parts = split_by_setting(job, {"resolved.replica_epsilons": "[0.5, 0.5, 4.0, 4.0]"})
+    parts = split_by_setting(job, [0.5, 0.5, 4.0, 4.0])
     assert [p["epsilon"] for p in parts] == [0.5, 4.0]
     np.testing.assert_array_equal(parts[1]["train_loss"], [3.0, 4.0])
     assert [p["epsilon_accountant"] for p in parts] == [0.5, 3.5]

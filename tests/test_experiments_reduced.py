@@ -18,14 +18,15 @@ pytestmark = pytest.mark.slow
 
 TINY = ["num_rounds=3", "repetitions=2", "runtime.num_cpus=2", "algorithm.step_size=[0.01,0.1]"]
 SWEEPS = {
-    # E1 carries two budgets as replicas (the experiments' grid path); E2 and E3 one budget per job.
+    # E1 carries two budgets as replicas (the experiments' grid path), E2 two clips; E3 one budget per job.
     "e1_mnist": ["algorithm=isrl_dp_mb_sgd,isrl_dp_local_sgd", "privacy.epsilon_grid=[1,3]", "trial=0",
                  "data.spec.images_per_digit=60", "algorithm.batch_size=10"],
     "e2_insurance": ["algorithm=isrl_dp_mb_sgd", "privacy.epsilon_grid=null", "privacy.epsilon=1",
-                     "privacy.l2_clip=100,10000", "trial=0"],
+                     "privacy.l2_clip=[100,10000]", "trial=0,1"],
     "e3_obesity": ["algorithm=isrl_dp_mb_sgd", "privacy.epsilon_grid=null", "privacy.epsilon=1", "trial=0,1"],
 }
-STEPS = {"e1_mnist": "[0.01, 0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 0.1]"}
+STEPS = {"e1_mnist": "[0.01, 0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 0.1]",
+         "e2_insurance": "[0.01, 0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 0.1]"}
 
 
 def _env(data_dir):
@@ -73,7 +74,7 @@ def test_reduced_sweeps_and_reports(tmp_path, data_dir):
         assert (open(out / "claims.md").read().splitlines()[0]
                 == "| claim | our numbers | holds / does not hold |")
     e2 = pd.read_csv(tmp_path / "e2_insurance-report" / "selection.csv")
-    assert e2["clips_tried"].tolist() == [2]   # one run per clip threshold, selected jointly
+    assert e2["clips_tried"].tolist() == [2, 2]   # two clips carried as replicas, selected jointly
     e1 = pd.read_csv(tmp_path / "e1_mnist-report" / "results.csv")
     assert sorted(e1["epsilon"].unique()) == [1.0, 3.0]   # one result per budget of the grid
     e3 = pd.read_csv(tmp_path / "e3_obesity-report" / "results.csv")

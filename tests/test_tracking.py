@@ -41,10 +41,22 @@ def test_past_the_cap_rounds_and_finals_are_logged_as_min_mean_max_and_every_rep
     assert metrics["wall_time_s"] == result.wall_time
     summary = json.load(open(client.download_artifacts(run_id, "summary.json", str(tmp_path))))
     assert summary["final_train_loss"] == list(finals)
+    assert summary["replicas.step_sizes"] == list(plan.step_sizes)
+    assert summary["replicas.replica_epsilons"] == list(plan.epsilon_levels)
 
     rows = list(csv.DictReader(open(client.download_artifacts(run_id, "rounds.csv", str(tmp_path)))))
     assert len(rows) == plan.num_rounds * plan.num_replicas
     np.testing.assert_array_equal([float(r["train_loss"]) for r in rows], losses.reshape(-1))
+
+
+def test_a_replica_list_too_long_for_a_param_is_named_not_truncated():
+    from fedray.tracking import MAX_PARAM_LENGTH, _param_list
+
+    short = [0.5, 1.0]
+    assert json.loads(_param_list(short, "step_sizes")) == short
+    long = [1e-3 * p for p in range(2000)]
+    text = _param_list(long, "step_sizes")
+    assert len(text) <= MAX_PARAM_LENGTH and text == "2000 values: replicas.step_sizes in summary.json"
 
 
 def test_under_the_cap_every_replica_has_its_curve(tmp_path):

@@ -19,6 +19,7 @@ import itertools
 import json
 import pickle
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -108,8 +109,13 @@ def fedray_median_loss(work: Path, name: str, experiment: str) -> float:
     client = MlflowClient(tracking_uri=f"sqlite:///{work / (name + '.db')}")
     found = client.get_experiment_by_name(experiment)
     values = []
-    for run in client.search_runs([found.experiment_id], max_results=50000):
-        values += [v for k, v in run.data.metrics.items() if k.startswith("final_train_loss_avg")]
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in client.search_runs([found.experiment_id], filter_string="attributes.status = 'FINISHED'",
+                                      max_results=50000):
+            if "algorithm" not in run.data.tags:        # the sweep's parent run
+                continue
+            summary = json.loads(Path(client.download_artifacts(run.info.run_id, "summary.json", tmp)).read_text())
+            values += list(np.atleast_1d(summary["final_train_loss_avg"]))
     return float(np.median(values)) if values else float("nan")
 
 

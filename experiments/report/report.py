@@ -80,14 +80,17 @@ def read_runs(uri: str, experiment_name: str) -> list[dict]:
         spec = {k[len("data.spec."):]: _value(v) for k, v in params.items() if k.startswith("data.spec.")}
         loss = {k[len("data.loss."):]: _value(v) for k, v in params.items() if k.startswith("data.loss.")}
         private = tags["trust_model"] != "none"
+        settings = {key: np.array(summary[f"replicas.{key}"]) if f"replicas.{key}" in summary
+                    else np.array(json.loads(params[f"resolved.{key}"]))       # a run logged before summaries held them
+                    for key in ("step_sizes", "repetitions", "replica_epsilons", "replica_clips")
+                    if f"replicas.{key}" in summary or f"resolved.{key}" in params}
         job = {
             "run_id": run.info.run_id,
             "algorithm": tags["algorithm"],
             "private": private,
-            "epsilon": float(params["privacy.epsilon"]) if private and "resolved.replica_epsilons" not in params
+            "epsilon": float(params["privacy.epsilon"]) if private and "replica_epsilons" not in settings
             else math.nan,
-            "l2_clip": np.broadcast_to(np.asarray(json.loads(params["resolved.replica_clips"]) if
-                                                  "resolved.replica_clips" in params else
+            "l2_clip": np.broadcast_to(np.asarray(settings["replica_clips"] if "replica_clips" in settings else
                                                   _value(params.get("privacy.l2_clip", "None")), dtype=object),
                                        (count,)),
             "num_silos": int(params["resolved.num_silos"]),
@@ -96,15 +99,15 @@ def read_runs(uri: str, experiment_name: str) -> list[dict]:
             "trial": int(params["trial"]),
             "spec": spec,
             "loss": loss,
-            "step_sizes": np.array(json.loads(params["resolved.step_sizes"])),
-            "repetitions": np.array(json.loads(params["resolved.repetitions"])),
+            "step_sizes": settings["step_sizes"],
+            "repetitions": settings["repetitions"],
             "train_loss": _replicas(summary, "final_train_loss_avg", count),
             "test_error": _replicas(summary, "final_test_error_avg", count),
             # the accountant's epsilon for what ran (max over silos and replicas), next to the target
             "epsilon_spent": _replicas(summary, "epsilon_spent_max", count) if private else np.full(count, np.nan),
             "accountant": tags.get("accountant", ""),
         }
-        for part in split_by_setting(job, params):
+        for part in split_by_setting(job, settings.get("replica_epsilons")):
             key = (part["algorithm"], part["epsilon"] if private else None, part["l2_clip"], part["num_silos"],
                    part["silos_per_round"], part["trial"], part["seed"])
             jobs[key] = part
@@ -114,10 +117,11 @@ def read_runs(uri: str, experiment_name: str) -> list[dict]:
 REPLICA_ARRAYS = ("step_sizes", "repetitions", "train_loss", "test_error", "epsilon_spent", "l2_clip")
 
 
-def split_by_setting(job: dict, params: dict) -> list[dict]:
-    """A run carrying a budget grid or a clip grid as replicas is one job per (budget, clip)."""
+def split_by_setting(job: dict, replica_epsilons) -> list[dict]:
+    """A run carrying a budget grid (``replica_epsilons``, one per replica) or a clip grid as
+    replicas is one job per (budget, clip)."""
     count = len(job["step_sizes"])
-    levels = np.array(json.loads(params["resolved.replica_epsilons"])) if "resolved.replica_epsilons" in params \
+    levels = np.asarray(replica_epsilons, dtype=np.float64) if replica_epsilons is not None \
         else np.full(count, job["epsilon"])
     parts = []
     for eps, clip in dict.fromkeys(zip(levels.tolist(), job["l2_clip"].tolist())):
