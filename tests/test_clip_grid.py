@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import math
+
 import numpy as np
 import pytest
 
-from experiments.report import split_by_setting
+from experiments.report import select, split_by_setting
 from fedray.errors import ConfigError
 from fedray.plan import make_plan
 from fedray.runtime.driver import run
@@ -84,3 +87,21 @@ def test_the_report_reads_one_job_per_budget_and_clip():
     assert [(p["epsilon"], p["l2_clip"]) for p in parts] == [(0.5, 1.0), (0.5, 1e32), (4.0, 1.0), (4.0, 1e32)]
     np.testing.assert_array_equal(parts[3]["train_loss"], [6.0, 7.0])
     assert [p["epsilon_accountant"] for p in parts] == [0.5, 0.3, 3.5, 2.5]
+
+
+def test_a_non_private_run_with_a_clip_grid_is_selected_jointly_over_its_clips():
+    """The baselines' cells have no budget (NaN): the clips of one trial still form one cell."""
+    job = {"algorithm": "mb_sgd", "private": False, "epsilon": float("nan"), "num_silos": 7, "silos_per_round": 3,
+           "seed": 0, "trial": 0, "step_sizes": np.array([0.1, 1.0] * 2), "repetitions": np.zeros(4, dtype=int),
+           "train_loss": np.array([0.9, 0.8, 0.7, 0.95]), "test_error": np.array([0.3, 0.2, 0.1, 0.4]),
+           "epsilon_spent": np.full(4, np.nan), "l2_clip": np.array([1.0, 1.0, 1e32, 1e32], dtype=object),
+           "accountant": "rdp", "spec": {"_target_": "x"}, "loss": {"_target_": "y"}}
+    parts = split_by_setting(job, None)
+    assert [p["l2_clip"] for p in parts] == [1.0, 1e32]
+    key = json.dumps({"spec": job["spec"], "loss": job["loss"], "seed": 0, "trial": 0}, sort_keys=True)
+    cache = {key: {"f_star": 0.5, "upsilon2": 0.1, "task": "multiclass"}}
+    selection = select(parts, cache)
+    assert len(selection) == 1
+    row = selection.iloc[0]
+    assert row["clips_tried"] == 2 and row["l2_clip"] == 1e32 and row["step_size"] == 0.1
+    assert math.isnan(row["epsilon"])

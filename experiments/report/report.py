@@ -170,9 +170,12 @@ def select(jobs: list[dict], cache: dict) -> pd.DataFrame:
     """One row per (N, M, algorithm, eps, trial): the selected (step, clip) and its test metric."""
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for job in jobs:
-        cells[(job["num_silos"], job["silos_per_round"], job["algorithm"], job["epsilon"], job["trial"])].append(job)
+        # NaN (no budget) keyed as None: two NaN floats are two dict keys, which would split a cell.
+        eps = None if math.isnan(job["epsilon"]) else job["epsilon"]
+        cells[(job["num_silos"], job["silos_per_round"], job["algorithm"], eps, job["trial"])].append(job)
     rows = []
     for (num_silos, m, algorithm, eps, trial), group in cells.items():
+        eps = math.nan if eps is None else eps
         info = trial_analysis(group[0], cache)
         best = None
         for job in group:
