@@ -124,8 +124,11 @@ def split_by_setting(job: dict, replica_epsilons) -> list[dict]:
     levels = np.asarray(replica_epsilons, dtype=np.float64) if replica_epsilons is not None \
         else np.full(count, job["epsilon"])
     parts = []
-    for eps, clip in dict.fromkeys(zip(levels.tolist(), job["l2_clip"].tolist())):
-        rows = (np.isnan(levels) if math.isnan(eps) else levels == eps) & (job["l2_clip"] == clip)
+    # NaN (no budget) as None: every NaN float is a key of its own.
+    budgets = [None if math.isnan(eps) else eps for eps in levels.tolist()]
+    for eps, clip in dict.fromkeys(zip(budgets, job["l2_clip"].tolist())):
+        rows = (np.isnan(levels) if eps is None else levels == eps) & (job["l2_clip"] == clip)
+        eps = math.nan if eps is None else eps
         part = dict(job, **{k: job[k][rows] for k in REPLICA_ARRAYS})
         part.update(epsilon=float(eps), l2_clip=clip,
                     epsilon_accountant=float(np.nanmax(part["epsilon_spent"])) if job["private"] else math.nan)
