@@ -253,18 +253,21 @@ class SiloDraws:
 
         ``draw`` must return the first h rows of what it would return for h = BLOCK.
         """
-        out, reps = None, self.unique_reps.tolist()
-        for block, rows, height in self._members:
-            keys = np.array([[*key, round_coord, block] for key in reps], dtype=np.int64)
-            drawn = None
-            for u, rng in enumerate(generators(self.run_seed, stream, keys)):
+        out, members = None, self._members
+        keys = np.array([[*key, round_coord, block] for key in self.unique_reps.tolist() for block, _, _ in members],
+                        dtype=np.int64)
+        rngs = generators(self.run_seed, stream, keys)
+        # A block's rows in draw order, as all of them: the draw goes in without a gathered copy
+        # (Local SGD's noise is U S K d values a round).
+        whole = [np.array_equal(self._row[rows], np.arange(height)) for _, rows, height in members]
+        for u in range(len(self.unique_reps)):
+            for (block, rows, height), rng, as_drawn in zip(members, rngs, whole):
                 values = draw(rng, height)
-                if drawn is None:
-                    drawn = np.empty((len(reps),) + values.shape, dtype=values.dtype)
-                drawn[u] = values
-            if out is None:
-                out = np.empty((len(reps), self.silo_ids.size) + drawn.shape[2:], dtype=drawn.dtype)
-            out[:, rows] = drawn[:, self._row[rows]]
+                if not as_drawn:
+                    values = values[self._row[rows]]
+                if out is None:
+                    out = np.empty((len(self.unique_reps), self.silo_ids.size) + values.shape[1:], dtype=values.dtype)
+                out[u, rows] = values
         return out if by_repetition else self.per_replica(out)
 
     def blockwise(self, stream: Stream, values: np.ndarray, step) -> np.ndarray:
