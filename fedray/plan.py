@@ -122,10 +122,10 @@ def clip_grid(priv: dict) -> np.ndarray | None:
     if not isinstance(grid, (list, tuple)):
         return None
     allowed = f"a positive number, or a non-empty list of distinct ones at most {MAX_CLIP:g} (a clip grid)"
+    for v in grid:          # numbers first: a nested list is not hashable for the distinctness check
+        positive("privacy.l2_clip", v, largest=MAX_CLIP)
     if not grid or len(set(grid)) != len(grid):
         raise ConfigError("privacy.l2_clip", grid, allowed)
-    for v in grid:
-        positive("privacy.l2_clip", v, largest=MAX_CLIP)
     return np.asarray(grid, dtype=np.float64)
 
 

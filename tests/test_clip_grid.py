@@ -68,6 +68,7 @@ def test_a_grid_of_one_clip_clips_and_adds_noise_like_the_number():
 
 @pytest.mark.parametrize("value, base", [
     ("[]", SMALL), ("[1,1]", SMALL), ("[0,2]", SMALL), ("[1,1e33]", SMALL), ("[1,true]", SMALL),
+    ("[[1],[2]]", SMALL), ("[1,{a:2}]", SMALL),
     ("[1,2]", (*SMALL, "algorithm=sdp_mb_sgd", "privacy=shuffle", "algorithm.batch_size=1")),
     ("[1,2]", ("experiment=theory_mb_sgd_convex",)),
     ("[1,2]", ("experiment=p_sgd_synthetic",)),
