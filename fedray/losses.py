@@ -263,7 +263,8 @@ def clipped_minibatch_means(
     flat_x = x.reshape(num_silos * width, dim)
     offsets = (np.arange(num_silos) * width)[:, None]
     out = np.empty((num_replicas, num_silos, dim, outputs))
-    if np.unique(batch_of).size == num_replicas:
+    batches = np.unique(batch_of)
+    if batches.size == num_replicas:
         # Every replica has a minibatch of its own (its own streams): gather a chunk of replicas'
         # minibatches at once instead of one call per replica; the per-pair products are the same.
         for start in range(0, num_replicas, chunk):
@@ -276,7 +277,7 @@ def clipped_minibatch_means(
             coef = r * (clip_factors(nb, r, replica_clips(l2_clip, replicas, 3)) / k)[..., None]
             out[replicas] = np.matmul(xb.transpose(0, 1, 3, 2), coef)         # (c, S, d, C)
         return out
-    for batch in np.unique(batch_of):
+    for batch in batches:
         rows = idx[batch] + offsets                                        # (S, K) rows of the flat arrays
         xb = np.take(flat_x, rows, axis=0)[None]                           # (1, S, K, d)
         yb, nb = np.take(y, rows)[None], np.take(x_norms, rows)[None]      # (1, S, K)

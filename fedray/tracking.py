@@ -262,10 +262,14 @@ class MlflowTracker:
         """Past ``replica_curves`` replicas, each per-replica metric as its min, mean and max."""
         if self._replicas <= self.replica_curves:
             return metrics
-        return {f"{key}/{name}" if np.size(values) > 1 else key: reduce(np.asarray(values))
-                for key, values in metrics.items()
-                for name, reduce in ((("min", np.min), ("mean", np.mean), ("max", np.max))
-                                     if np.size(values) > 1 else (("", np.asarray),))}
+        reduced = {}
+        for key, values in metrics.items():
+            if np.size(values) == 1:        # one value for the whole run (a constant, the wall time)
+                reduced[key] = values
+                continue
+            for name, reduce in (("min", np.min), ("mean", np.mean), ("max", np.max)):
+                reduced[f"{key}/{name}"] = reduce(np.asarray(values))
+        return reduced
 
     def log_round(self, round_index: int, metrics: dict) -> None:
         items = self._metric_items(self._reduced(metrics), round_index, int(time.time() * 1000))

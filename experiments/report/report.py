@@ -114,6 +114,12 @@ def read_runs(uri: str, experiment_name: str) -> list[dict]:
     return list(jobs.values())
 
 
+def _budget_key(epsilon: float) -> float | None:
+    """A budget as a dict key: None for NaN (no budget), since two NaN floats are two keys and
+    would split one cell."""
+    return None if math.isnan(epsilon) else epsilon
+
+
 REPLICA_ARRAYS = ("step_sizes", "repetitions", "train_loss", "test_error", "epsilon_spent", "l2_clip")
 
 
@@ -124,13 +130,11 @@ def split_by_setting(job: dict, replica_epsilons) -> list[dict]:
     levels = np.asarray(replica_epsilons, dtype=np.float64) if replica_epsilons is not None \
         else np.full(count, job["epsilon"])
     parts = []
-    # NaN (no budget) as None: every NaN float is a key of its own.
-    budgets = [None if math.isnan(eps) else eps for eps in levels.tolist()]
+    budgets = [_budget_key(eps) for eps in levels.tolist()]
     for eps, clip in dict.fromkeys(zip(budgets, job["l2_clip"].tolist())):
         rows = (np.isnan(levels) if eps is None else levels == eps) & (job["l2_clip"] == clip)
-        eps = math.nan if eps is None else eps
         part = dict(job, **{k: job[k][rows] for k in REPLICA_ARRAYS})
-        part.update(epsilon=float(eps), l2_clip=clip,
+        part.update(epsilon=math.nan if eps is None else float(eps), l2_clip=clip,
                     epsilon_accountant=float(np.nanmax(part["epsilon_spent"])) if job["private"] else math.nan)
         parts.append(part)
     return parts
@@ -173,9 +177,8 @@ def select(jobs: list[dict], cache: dict) -> pd.DataFrame:
     """One row per (N, M, algorithm, eps, trial): the selected (step, clip) and its test metric."""
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for job in jobs:
-        # NaN (no budget) keyed as None: two NaN floats are two dict keys, which would split a cell.
-        eps = None if math.isnan(job["epsilon"]) else job["epsilon"]
-        cells[(job["num_silos"], job["silos_per_round"], job["algorithm"], eps, job["trial"])].append(job)
+        cells[(job["num_silos"], job["silos_per_round"], job["algorithm"], _budget_key(job["epsilon"]),
+               job["trial"])].append(job)
     rows = []
     for (num_silos, m, algorithm, eps, trial), group in cells.items():
         eps = math.nan if eps is None else eps

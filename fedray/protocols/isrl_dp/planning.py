@@ -79,8 +79,9 @@ class IsrlDpPlan:
         l2_clip = float(l2_clip) if np.ndim(l2_clip) == 0 else np.asarray(l2_clip, dtype=np.float64)
         if self.privacy.private:
             sensitivity = PerExampleClip(l2_clip).sensitivity(self.privacy_sample_size, "replace_one")
-            noise = GaussianNoise(self.privacy.noise_multiplier, np.reshape(sensitivity, np.shape(sensitivity) + (1,))
-                                  if np.ndim(sensitivity) else sensitivity)
+            if np.ndim(sensitivity):                # one per replica: (P, 1) against the (P, N) multipliers
+                sensitivity = sensitivity[:, None]
+            noise = GaussianNoise(self.privacy.noise_multiplier, sensitivity)
         else:
             noise = NoNoise()
         return self.algorithm_class(loss=self.loss, l2_clip=l2_clip, noise=noise, **self.algorithm_fields)
