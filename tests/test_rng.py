@@ -1,5 +1,7 @@
 """Seeded streams: a silo's draws depend on (seed, stream, repetition, round, silo) only."""
 
+import itertools
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -7,7 +9,7 @@ from scipy import stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedray.rng import BLOCK, SiloDraws, Stream, generator, generators
+from fedray.rng import BLOCK, VECTORISED_FROM, SiloDraws, Stream, generator, generators
 
 SIZES = np.array([30, 12, 30, 25] * 50)  # 200 silos, unbalanced
 
@@ -90,9 +92,10 @@ def test_by_repetition_draws_are_the_replica_draws_once_per_repetition():
        suffix=st.lists(st.integers(0, 2**40), max_size=3))
 def test_generators_draw_exactly_what_one_generator_per_key_draws(seed, stream, rows, suffix):
     """The vectorised seeding replays numpy's SeedSequence and PCG64 seeding, word for word, for
-    any key length (shorter and longer than SeedSequence's pool) and multi-word seeds."""
-    for width in (0, 1, 3):
-        keys = np.array(rows, dtype=np.int64)[:, :width]
+    any key length (shorter and longer than SeedSequence's pool) and multi-word seeds; few keys
+    take one generator each."""
+    for width, copies in itertools.product((0, 1, 3), (1, VECTORISED_FROM)):
+        keys = np.tile(np.array(rows, dtype=np.int64)[:, :width], (copies, 1))
         for row, rng in zip(keys.tolist(), generators(seed, stream, keys, *suffix)):
             expected = generator(seed, stream, *row, *suffix)
             np.testing.assert_array_equal(rng.random(3), expected.random(3))
@@ -100,6 +103,6 @@ def test_generators_draw_exactly_what_one_generator_per_key_draws(seed, stream, 
 
 
 def test_generators_fall_back_to_one_generator_per_key_past_32_bit_coordinates():
-    keys = np.array([[2**32, 1], [5, 2**40]])
+    keys = np.tile([[2**32, 1], [5, 2**40]], (VECTORISED_FROM, 1))
     for row, rng in zip(keys.tolist(), generators(7, Stream.NOISE, keys, 3)):
         np.testing.assert_array_equal(rng.random(4), generator(7, Stream.NOISE, *row, 3).random(4))
