@@ -37,6 +37,8 @@ import logging
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from fedray.privacy import stored as _store
 from fedray.privacy.stored import stored
 
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     import dp_accounting
 
 ACCOUNTANTS = ("rdp", "pld")
+RDP_HORIZON = 64           # participations whose RDP epsilons are found (and stored) together
 _BRACKET_STEPS = 40        # doublings / halvings of a calibration bracket (a factor 1e12) before giving up
 
 
@@ -114,6 +117,7 @@ def use_store(enabled: bool) -> None:
     _store.use_store(enabled)
     if not enabled:
         _rdp_curve.cache_clear()
+        _rdp_epsilons.cache_clear()
         participation_epsilon.cache_clear()
 
 
@@ -126,24 +130,46 @@ def _rdp_curve(noise_multiplier: float, sample_size: int, dataset_size: int, rel
     return acc.orders, acc.rdp
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=4096)
 @stored
+def _rdp_epsilons(noise_multiplier: float, sample_size: int, dataset_size: int, releases: int, horizon: int,
+                  delta: float) -> tuple:
+    """(horizon,) RDP epsilons at ``delta`` after 1, ..., ``horizon`` participations."""
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    orders, curve = _rdp_curve(noise_multiplier, sample_size, dataset_size, releases)
+    return (np.array([rdp_privacy_accountant.compute_epsilon(orders, count * curve, delta)[0]
+                      for count in range(1, horizon + 1)]),)
+
+
+@stored
+def _epsilon_after(
+    noise_multiplier: float, sample_size: int, dataset_size: int, releases: int, count: int, delta: float, accountant: str
+) -> float:
+    return epsilon_of(participation_event(noise_multiplier, sample_size, dataset_size, releases, count), delta,
+                      accountant)
+
+
+@lru_cache(maxsize=65536)
 def participation_epsilon(
     noise_multiplier: float, sample_size: int, dataset_size: int, releases: int, count: int, delta: float, accountant: str
 ) -> float:
-    """epsilon at ``delta`` after ``count`` participations (cached: many silos share a key)."""
+    """epsilon at ``delta`` after ``count`` participations (cached: many silos share a key).
+
+    RDP answers come in runs of counts 1..H (H = RDP_HORIZON or the next power of two above
+    ``count``): a ledger asks for a new count every round, and one stored answer per run instead
+    of one per round keeps a small federation's round off the store (a lookup costs about 1 ms).
+    """
     if count == 0:
         return 0.0
     if noise_multiplier <= 0:
         return float("inf")
     if accountant == "rdp":
-        from dp_accounting.rdp import rdp_privacy_accountant
-
-        orders, curve = _rdp_curve(noise_multiplier, sample_size, dataset_size, releases)
-        eps, _ = rdp_privacy_accountant.compute_epsilon(orders, count * curve, delta)
-        return float(eps)
-    return epsilon_of(participation_event(noise_multiplier, sample_size, dataset_size, releases, count), delta,
-                      accountant)
+        horizon = max(RDP_HORIZON, 1 << (int(count) - 1).bit_length())
+        epsilons, = _rdp_epsilons(float(noise_multiplier), int(sample_size), int(dataset_size), int(releases),
+                                  horizon, float(delta))
+        return float(epsilons[count - 1])
+    return _epsilon_after(noise_multiplier, sample_size, dataset_size, releases, count, delta, accountant)
 
 
 @stored

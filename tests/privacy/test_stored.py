@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from fedray.privacy import stored
-from fedray.privacy.accounting import _rdp_curve, calibrate_noise_multiplier, participation_epsilon
+from fedray.privacy import accounting
+from fedray.privacy.accounting import (RDP_HORIZON, _rdp_curve, _rdp_epsilons, calibrate_noise_multiplier,
+                                         participation_epsilon)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,20 +23,26 @@ def store(tmp_path, monkeypatch):
     """A fresh store folder and empty in-memory caches, so every answer below comes from the
     computation or from the disk."""
     monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path))
-    participation_epsilon.cache_clear()
-    _rdp_curve.cache_clear()
+    caches = (participation_epsilon, _rdp_curve, _rdp_epsilons)
+    for cache in caches:
+        cache.cache_clear()
     yield stored.store_path()
-    participation_epsilon.cache_clear()
-    _rdp_curve.cache_clear()
+    for cache in caches:
+        cache.cache_clear()
 
 
 def test_stored_answers_equal_computed_ones_bit_for_bit(store):
     args = (1.3, 100, 2400, 1, 35, 1.7e-7, "rdp")
-    computed = participation_epsilon.__wrapped__.uncached(*args)
+    computed, = _rdp_epsilons.__wrapped__.uncached(1.3, 100, 2400, 1, RDP_HORIZON, 1.7e-7)
     first = participation_epsilon(*args)           # computed and stored
     participation_epsilon.cache_clear()
+    _rdp_epsilons.cache_clear()
     second = participation_epsilon(*args)          # read back from the disk
-    assert first == second == computed
+    assert first == second == computed[34]
+    assert second == pytest.approx(accounting.epsilon_of(accounting.participation_event(*args[:5]), 1.7e-7, "rdp"),
+                                   rel=1e-12)
+    pld = (1.3, 100, 2400, 1, 3, 1e-5, "pld")
+    assert participation_epsilon(*pld) == accounting._epsilon_after.uncached(*pld)
     orders, curve = _rdp_curve.__wrapped__.uncached(1.3, 100, 2400, 1)
     _rdp_curve(1.3, 100, 2400, 1)
     _rdp_curve.cache_clear()
@@ -177,3 +185,12 @@ def test_planning_the_main_job_again_imports_no_dp_accounting(tmp_path):
     assert first[0] == second[0]                          # the same planned epsilon, from the store
     assert "dp_accounting" in first[1]                    # computed the first time
     assert second[1] == "[]"
+
+
+def test_a_ledger_reads_one_stored_answer_per_run_of_rdp_counts(store):
+    """A new count every round: counts 1..64 are one stored answer, 65..128 the next, 129 a third."""
+    epsilons = [participation_epsilon(1.3, 100, 2400, 1, count, 1e-5, "rdp") for count in range(1, 130)]
+    assert _rdp_epsilons.cache_info().misses == 3 and _rdp_epsilons.cache_info().hits == 126
+    assert np.all(np.diff(epsilons) > 0)
+    longer, = _rdp_epsilons.uncached(1.3, 100, 2400, 1, 4 * RDP_HORIZON, 1e-5)
+    assert np.array_equal(epsilons, longer[:129])       # a count's epsilon does not depend on its run
