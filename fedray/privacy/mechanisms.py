@@ -36,6 +36,7 @@ class GaussianNoise:
     noise_multiplier: np.ndarray
     sensitivity: float = 1.0
     placement: ClassVar[Placement] = Placement.CLIENT
+    draws_normals: ClassVar[bool] = True      # ``apply`` reads its standard normals
 
     @property
     def noise_std(self) -> np.ndarray:
@@ -64,6 +65,7 @@ class NoNoise:
     """The non-private step with the same interface (non-private baselines)."""
 
     placement: ClassVar[Placement] = Placement.CLIENT
+    draws_normals: ClassVar[bool] = False     # nothing to draw: a baseline's noise stream stays unread
 
     def apply(self, x: np.ndarray, standard_normal: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
         return x, {}

@@ -64,8 +64,9 @@ class LocalSGD(PlainIterate):
         rows = np.moveaxis(idx + (np.arange(num_silos) * width)[:, None], 2, 0)       # (K, U, S)
         rep = draws.replica_to_rep
         y_steps, norm_steps = np.take(silos.y, rows)[:, rep], np.take(silos.x_norms, rows)[:, rep]   # (K, P, S)
-        normals = draws.standard_normal((steps,) + params.shape[1:], by_repetition=True)  # (U, S, K, d, C)
         noise = self.noise.select(silos.silo_ids)
+        normals = draws.standard_normal((steps,) + params.shape[1:], by_repetition=True) \
+            if noise.draws_normals else None                                        # (U, S, K, d, C)
         eta = self.step_size[:, None, None, None]
         clip = replica_clips(self.l2_clip, slice(None), 2)                         # a number, or (P, 1)
         local = np.broadcast_to(params[:, None], shape).copy()
@@ -85,7 +86,9 @@ class LocalSGD(PlainIterate):
                 r = loss_residual(self.loss, z, y_steps[t], norm_steps[t])           # (P, S, C)
                 r = r * clip_factors(norm_steps[t], r, clip)[..., None]
                 np.multiply(x_t[..., None], r[:, :, None, :], out=grad)              # (P, S, d, C)
-                if own:
+                if normals is None:
+                    normal_t = None
+                elif own:
                     normal_t = normals[:, :, t]
                 else:
                     np.take(normals[:, :, t], rep, axis=0, out=normal_t, mode="clip")

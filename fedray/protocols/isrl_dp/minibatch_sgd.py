@@ -75,5 +75,6 @@ def noisy_minibatch_mean(
     (the by-repetition draws, shared by the replicas of a repetition).
     """
     grads = clipped_minibatch_means(loss, params, silos.x, silos.y, silos.x_norms, idx, l2_clip, batch_of)
-    private, _ = noise.select(silos.silo_ids).apply(grads, draws.standard_normal(grads.shape[2:]))
+    normals = draws.standard_normal(grads.shape[2:]) if noise.draws_normals else None
+    private, _ = noise.select(silos.silo_ids).apply(grads, normals)
     return private

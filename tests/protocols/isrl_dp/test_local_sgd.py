@@ -52,12 +52,15 @@ def test_a_replica_gets_what_a_run_of_its_own_gets(loss, outputs):
         assert np.array_equal(together[p], alone[0])
 
 
-def test_zero_noise_is_the_non_private_step():
+@pytest.mark.parametrize("reps", [np.array([0, 1]), np.array([0, 0])])     # own streams, or shared
+def test_zero_noise_is_the_non_private_step_which_reads_no_noise_stream(reps, monkeypatch):
     params = np.random.default_rng(3).normal(size=(2, 5, 1))
-    draws = lambda: SiloDraws(4, np.array([0, 1]), 1, SILOS.silo_ids, width=WIDTH)
+    draws = lambda: SiloDraws(4, reps, 1, SILOS.silo_ids, width=WIDTH)
     private = LocalSGD(Logistic(), np.array([0.1, 0.2]), 9, np.inf, GaussianNoise(np.zeros((2, 4))))
     plain = LocalSGD(Logistic(), np.array([0.1, 0.2]), 9, np.inf, NoNoise())
-    assert np.array_equal(private.silo_step(params, SILOS, draws()), plain.silo_step(params, SILOS, draws()))
+    zero = private.silo_step(params, SILOS, draws())
+    monkeypatch.setattr(SiloDraws, "standard_normal", lambda *args, **kwargs: pytest.fail("a NoNoise step drew normals"))
+    assert np.array_equal(zero, plain.silo_step(params, SILOS, draws()))
 
 
 def test_gathering_records_in_chunks_of_steps_changes_nothing(monkeypatch):

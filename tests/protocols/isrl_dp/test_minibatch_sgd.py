@@ -8,7 +8,7 @@ from fedray.protocols.isrl_dp import MinibatchSGD
 from fedray.data import SiloArrays
 from fedray.losses import Logistic, Softmax
 from tests.loss_reference import clip_per_example, per_example_gradients
-from fedray.privacy.mechanisms import GaussianNoise
+from fedray.privacy.mechanisms import GaussianNoise, NoNoise
 from fedray.rng import SiloDraws
 from tests.protocols.isrl_dp.silos import synthetic_silos
 
@@ -47,3 +47,14 @@ def test_a_replica_gets_what_a_run_of_its_own_gets(loss, outputs):
         alone = MinibatchSGD(loss, steps[p:p + 1], 9, 0.8, GaussianNoise(noise_std[p:p + 1])).silo_step(
             params[p:p + 1], silos, SiloDraws(4, reps[p:p + 1], 1, silos.silo_ids, width=WIDTH))
         assert np.array_equal(together[p], alone[0])
+
+
+def test_the_non_private_step_reads_no_noise_stream(monkeypatch):
+    """A baseline draws no normals it would throw away; zero noise gives the same messages."""
+    params = np.random.default_rng(4).normal(size=(2, 5, 1))
+    draws = lambda: SiloDraws(4, np.array([0, 1]), 1, SILOS.silo_ids, width=WIDTH)
+    zero = MinibatchSGD(Logistic(), np.array([0.1, 0.2]), 12, 0.5, GaussianNoise(np.zeros((2, 4)))).silo_step(
+        params, SILOS, draws())
+    monkeypatch.setattr(SiloDraws, "standard_normal", lambda *args, **kwargs: pytest.fail("a NoNoise step drew normals"))
+    plain = MinibatchSGD(Logistic(), np.array([0.1, 0.2]), 12, 0.5, NoNoise()).silo_step(params, SILOS, draws())
+    assert np.array_equal(zero, plain)
