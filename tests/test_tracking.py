@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from fedray.plan import make_plan
 from fedray.runtime.driver import run
-from fedray.tracking import tracker_from_config
+from fedray.tracking import _round_table, tracker_from_config
 from tests.conftest import compose
 
 SMALL = ["data=synthetic", "data.spec.num_silos=4", "data.spec.samples_per_silo=40", "data.spec.dim=3",
@@ -80,3 +80,11 @@ def test_runs_are_named_apart_and_log_the_values_used_for_defaults(tmp_path):
     assert plan.config["privacy"]["delta"] is None
     assert params["privacy.delta"] == f"{1 / 40**2:g}" and params["data.source"].startswith("generated")
     tracker.fail()
+
+
+def test_round_table_keeps_blanks_nans_and_exact_values(tmp_path):
+    path = tmp_path / "rounds.csv"
+    _round_table([{}, {"loss": np.array([0.1, np.nan]), "eps": 2.0}], 2, path)
+    assert path.read_text() == ("round,replica,eps,loss\n0,0,,\n0,1,,\n1,0,2.0,0.1\n1,1,2.0,nan\n")
+    _round_table([{}, {}], 2, path)
+    assert path.read_text() == "round,replica\n0,0\n0,1\n1,0\n1,1\n"
