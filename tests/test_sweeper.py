@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from hydra_plugins.fedray_launcher.covering_sweeper import CoveringSweeper
+import hydra_plugins.fedray_launcher.covering_sweeper as covering
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,7 +20,9 @@ class RecordingLoader:
 
 
 def test_each_override_is_composed_once_before_any_job():
-    sweeper = CoveringSweeper(max_batch_size=None)
+    # Hydra's plugin scan re-executes plugin modules in place (new class objects, the base class
+    # too), so the class is looked up now, not at import.
+    sweeper = covering.CoveringSweeper(max_batch_size=None)
     sweeper.config, sweeper.hydra_context = object(), type("Context", (), {"config_loader": RecordingLoader()})()
     grid = [(f"trial={t}", f"algorithm={a}") for t in range(20) for a in ("x", "y")]
     sweeper.validate_batch_is_legal(grid[:7])
