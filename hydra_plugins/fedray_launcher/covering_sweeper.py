@@ -2,7 +2,7 @@
 
 Before launching a batch, the basic sweeper composes every job's config once to catch composition
 errors (an unknown group option, key or type) before anything runs; the launcher then composes
-each again. A composition costs about 0.5 s, so a sweep of 40 small jobs spent 20 s checking. The
+each again. A composition costs about 0.2 s, so a sweep of 40 small jobs spent 8 s checking. The
 errors it catches come from single override values, so here a job is composed up front only if it
 brings an override no job checked before has had: every value of every swept key is still
 composed before the first job starts (a grid of a x b values takes a + b - 1 checks instead of
