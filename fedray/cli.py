@@ -18,7 +18,7 @@ from fedray.plan import Plan, make_plan
 from fedray.runtime import checkpoint
 from fedray.runtime.driver import ActorPool, RunResult, run, start
 from fedray.sweep import parent_run_id
-from fedray.tracking import run_name, tracker_from_config
+from fedray.tracking import finish_deferred, run_name, tracker_from_config
 
 console = Console()
 
@@ -164,7 +164,13 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
         except BaseException:
             tracker.fail()
             raise
-    tracker.finish(plan, result)
+    try:
+        finish_deferred()               # the previous job's run, written during these rounds
+    except BaseException:
+        tracker.fail()
+        raise
+    # In a sweep run by this process the next job (or the sweep's end) waits for this run's writing.
+    tracker.finish(plan, result, defer=pool is not None and parent_run_id() is not None)
     if result.stopped is not None:
         console.print(f"[bold yellow]stopped:[/] {result.stopped}", soft_wrap=True)
     console.print(summary_table(plan, result))

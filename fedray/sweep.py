@@ -74,6 +74,9 @@ class ParentRun(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self._run_id is None:
             return
+        from fedray.tracking import finish_deferred
+
+        finish_deferred()       # the last job's run (a failure leaves the parent to _abandoned: FAILED)
         children = self._client.search_runs(
             [self._client.get_run(self._run_id).info.experiment_id],
             filter_string=f"tags.mlflow.parentRunId = '{self._run_id}'", max_results=50000)

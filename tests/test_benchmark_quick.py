@@ -49,3 +49,16 @@ def test_quick_benchmark_runs_fedray_and_numpy_and_their_losses_agree(tmp_path, 
     assert "| job | runner | rounds | s/round after the first (mean)" in printed
     assert (tmp_path / "table.md").read_text().count("synthetic N=10 ") == 5     # 4 runners, 1 ratio row
     assert "fedray none ÷ Ray floor" in printed
+
+
+def test_protocol_trials_are_one_count_or_counts_per_protocol(capsys):
+    import argparse
+
+    run = _load_run_module()
+    parser = argparse.ArgumentParser()
+    assert run.protocol_trials(parser, ["3"]) == {"e1": 3, "e2": 3}
+    assert run.protocol_trials(parser, ["e1=2"]) == {"e1": 2, "e2": 20}
+    for bad, named in ((["e3=2"], "'e3'"), (["0"], "'0'"), (["e1=x"], "'e1=x'")):
+        with pytest.raises(SystemExit):
+            run.protocol_trials(parser, bad)
+        assert named in capsys.readouterr().err

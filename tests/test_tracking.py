@@ -4,11 +4,13 @@ import csv
 import json
 
 import numpy as np
+import pytest
 from mlflow.tracking import MlflowClient
 
 from fedray.plan import make_plan
 from fedray.runtime.driver import run
-from fedray.tracking import _round_table, tracker_from_config
+from fedray import tracking
+from fedray.tracking import _round_table, finish_deferred, tracker_from_config
 from tests.conftest import compose
 
 SMALL = ["data=synthetic", "data.spec.num_silos=4", "data.spec.samples_per_silo=40", "data.spec.dim=3",
@@ -88,3 +90,36 @@ def test_round_table_keeps_blanks_nans_and_exact_values(tmp_path):
     assert path.read_text() == ("round,replica,eps,loss\n0,0,,\n0,1,,\n1,0,2.0,0.1\n1,1,2.0,nan\n")
     _round_table([{}, {}], 2, path)
     assert path.read_text() == "round,replica\n0,0\n0,1\n1,0\n1,1\n"
+
+
+def _deferred_run(tmp_path):
+    plan = make_plan(compose(*SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db", f"tracking.artifact_location={tmp_path}/a"))
+    tracker = tracker_from_config(plan.tracking)
+    tracker.log_plan(plan)
+    result = run(plan, tracker=tracker, inline=True)
+    return plan, result, tracker
+
+
+def test_a_deferred_finish_is_written_by_the_time_finish_deferred_returns(tmp_path):
+    plan, result, tracker = _deferred_run(tmp_path)
+    tracker.finish(plan, result, defer=True)
+    finish_deferred()
+    client = MlflowClient(tracking_uri=tracker.uri)
+    assert client.get_run(tracker.run_id).info.status == "FINISHED"
+    summary = json.loads(open(client.download_artifacts(tracker.run_id, "summary.json", str(tmp_path))).read())
+    assert summary["final_train_loss"] == np.asarray(result.final["train_loss"]).tolist()
+    finish_deferred()                      # nothing left: returns at once
+
+
+def test_a_failed_deferred_finish_is_raised_by_finish_deferred_and_leaves_its_run_failed(tmp_path, monkeypatch):
+    plan, result, tracker = _deferred_run(tmp_path)
+
+    def broken(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tracking, "_round_table", broken)
+    tracker.finish(plan, result, defer=True)       # returns: the error belongs to the background write
+    with pytest.raises(OSError, match="disk full"):
+        finish_deferred()
+    assert MlflowClient(tracking_uri=tracker.uri).get_run(tracker.run_id).info.status == "FAILED"
+    finish_deferred()                      # reported once

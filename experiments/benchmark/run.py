@@ -565,6 +565,24 @@ def machine() -> str:
 
 # -- main -------------------------------------------------------------------------------------
 
+def protocol_trials(parser, values: list[str]) -> dict[str, int]:
+    """``--protocol-trials``: one count for both protocols (``20``), or counts per protocol
+    (``e1=2 e2=20``; one not named runs the papers' 20)."""
+    counts = {"e1": 20, "e2": 20}
+    for value in values:
+        name, _, count = value.rpartition("=")
+        if name and name not in counts:
+            parser.error(f"--protocol-trials: unknown protocol {name!r} in {value!r}; choose from e1, e2")
+        try:
+            number = int(count)
+        except ValueError:
+            number = 0
+        if number < 1:
+            parser.error(f"--protocol-trials must be a count of at least 1, or PROTOCOL=COUNT; got {value!r}")
+        counts.update({name: number} if name else dict.fromkeys(counts, number))
+    return counts
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small N, few rounds, numpy vs fedray only")
@@ -578,13 +596,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--protocols", nargs="*", choices=("e1", "e2"),
                         help="whole tuning protocols against their numpy limit (default: both, unless "
                              "--quick or --jobs is given)")
-    parser.add_argument("--protocol-trials", type=int, default=20,
-                        help="trials of each protocol (default 20, the papers' count)")
+    parser.add_argument("--protocol-trials", nargs="+", default=["20"], metavar="N | PROTOCOL=N",
+                        help="trials of each protocol, or per protocol (e1=2 e2=20; default 20, the papers' count)")
     parser.add_argument("--protocol-timeout", type=float, default=4 * 3600.0, help="seconds per sweep")
     args = parser.parse_args(argv)
-    if args.protocol_trials < 1:
-        parser.error(f"--protocol-trials must be at least 1; got {args.protocol_trials}")
     protocols = args.protocols if args.protocols is not None else ([] if args.quick or args.jobs else ["e1", "e2"])
+    trials = protocol_trials(parser, args.protocol_trials)
 
     sys.path.insert(0, str(HERE))
     if "FEDRAY_DATA_DIR" not in os.environ and SHARED_DATASETS.is_dir():
@@ -656,7 +673,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     from tuning_protocol import run_protocol, table as protocol_table
 
-    protocol_results = [run_protocol(name, args.protocol_trials, work, child_env({}), args.protocol_timeout)
+    protocol_results = [run_protocol(name, trials[name], work, child_env({}), args.protocol_timeout)
                         for name in protocols]
     text = "\n\n".join(filter(None, [table(results) if results else "",
                                       protocol_table(protocol_results) if protocol_results else ""]))

@@ -121,6 +121,8 @@ def fedray_median_loss(work: Path, name: str, experiment: str) -> float:
 
 def run_protocol(protocol: str, trials: int, work: Path, env: dict, timeout: float) -> dict:
     """Both sides of one protocol; returns times, runs and the loss check."""
+    from mlflow.tracking import MlflowClient
+
     from run import timed
 
     jobs = numpy_jobs(protocol, trials)
@@ -128,6 +130,9 @@ def run_protocol(protocol: str, trials: int, work: Path, env: dict, timeout: flo
     fedray_parts, planned = [], sweeps(protocol, trials)
     for i, sweep in enumerate(planned):
         name = f"{protocol}-sweep{i}"
+        # An existing store, as the experiment's scripts use one for all their sweeps and the
+        # jobs' runs above find one: creating its schema (seconds) is not timed.
+        MlflowClient(tracking_uri=f"sqlite:///{work / (name + '.db')}").search_experiments()
         print(f"[protocol-{protocol}] fedray sweep {i + 1} of {len(planned)} ...", flush=True)
         part = timed(command(sweep, work, name), work / f"{name}.log", env, timeout)
         part["median_loss"] = fedray_median_loss(work, name, experiment) if "error" not in part else float("nan")
