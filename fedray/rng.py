@@ -243,6 +243,8 @@ def data_generator(seed: int, trial: int = 0) -> np.random.Generator:
 # order, so a call draws only up to the last row it needs: the first h rows of a (BLOCK, ...)
 # draw are exactly the (h, ...) draw of the same generator.
 BLOCK = 64
+# Values a key's block draw may have for ``SiloDraws`` to collect all keys' draws in one buffer.
+SMALL_DRAW = 4096
 
 
 # Rounds repeat the same replicas, and often the same silos: what SiloDraws derives from them is
@@ -323,28 +325,37 @@ class SiloDraws:
         ``out`` (h, *shape) with the first h rows of what it would draw for h = BLOCK (numpy's
         samplers fill an ``out`` array in order, so ``g.random(out=out)`` is ``g.random(out.shape)``).
         """
-        members, num = self._members, len(self.unique_reps)
+        members, num, shape = self._members, len(self.unique_reps), tuple(shape)
         keys = np.array([[*key, round_coord, block] for key in self.unique_reps.tolist() for block, _, _ in members],
                         dtype=np.int64)
         rngs = generators(self.run_seed, stream, keys)
-        out = np.empty((num, self.silo_ids.size) + tuple(shape))
-        if sum(height for _, _, height in members) <= 2 * self.silo_ids.size:
-            # Dense blocks: every key's draw straight into one buffer per block, then one gather
-            # per block (a small draw's copies would cost more than the draw).
-            drawn = [np.empty((num, height) + tuple(shape)) for _, _, height in members]
-            for u in range(num):
-                for buffer, rng in zip(drawn, rngs):
+        out = np.empty((num, self.silo_ids.size) + shape)
+        # Per block, where its draws go. A block whose rows are all asked for, in order, at
+        # consecutive places: straight into the output (Local SGD's noise is U S K d values a
+        # round, too large to copy twice). Small draws: into one buffer for all keys, gathered
+        # once (per-call copies would cost more than such a draw). Other large draws: into one
+        # scratch draw, whose asked rows are copied out, so memory stays that of the output.
+        plans = []
+        for _, rows, height in members:
+            wanted = self._row[rows]
+            if np.array_equal(wanted, np.arange(height)) and np.array_equal(rows, np.arange(rows[0], rows[0] + height)):
+                plans.append(("direct", slice(int(rows[0]), int(rows[0]) + height), None))
+            elif height * int(np.prod(shape)) <= SMALL_DRAW:
+                plans.append(("buffered", rows, np.empty((num, height) + shape)))
+            else:
+                plans.append(("scratch", rows, np.empty((height,) + shape)))
+        for u in range(num):
+            for (how, where, buffer), rng in zip(plans, rngs):
+                if how == "direct":
+                    fill(rng, out[u, where])
+                elif how == "buffered":
                     fill(rng, buffer[u])
-            for (_, rows, height), buffer in zip(members, drawn):
-                out[:, rows] = buffer[:, self._row[rows]]
-        else:
-            # Sparse blocks (few of a block's silos take part): one scratch row set per block,
-            # and only the requested rows kept, so memory stays that of the output.
-            scratch = [np.empty((height,) + tuple(shape)) for _, _, height in members]
-            for u in range(num):
-                for (_, rows, _), buffer, rng in zip(members, scratch, rngs):
+                else:
                     fill(rng, buffer)
-                    out[u, rows] = buffer[self._row[rows]]
+                    out[u, where] = buffer[self._row[where]]
+        for how, where, buffer in plans:
+            if how == "buffered":
+                out[:, where] = buffer[:, self._row[where]]
         return out if by_repetition else self.per_replica(out)
 
     def blockwise(self, stream: Stream, values: np.ndarray, step) -> np.ndarray:
