@@ -62,3 +62,22 @@ def test_protocol_trials_are_one_count_or_counts_per_protocol(capsys):
         with pytest.raises(SystemExit):
             run.protocol_trials(parser, bad)
         assert named in capsys.readouterr().err
+
+
+def test_the_targets_table_says_met_only_when_every_measured_ratio_is_within_its_limit():
+    run = _load_run_module()
+
+    def job(name, **runners):
+        return {"job": {"name": name, "num_silos": 10}, "runners": runners}
+
+    results = [job("synthetic-N10", **{"fedray, privacy=none": {"steady": 1.9, "first_round": 6.0},
+                                       "Ray floor": {"first_round": 5.0}, "numpy": {"steady": 1.0}}),
+               job("mnist", **{"fedray, paper (eps=3)": {"steady": 2.1, "first_round": 6.4},
+                               "Ray floor": {"first_round": 5.0}, "numpy": {"steady": 1.0}})]
+    protocols = [{"protocol": "e1", "trials": 2, "fedray": [{"seconds": 100.0}, {"seconds": 40.0}],
+                  "numpy": {"seconds": 100.0}}]
+    rows = {line.split(" |")[0]: line for line in run.targets_table(results, protocols).splitlines()[2:]}
+    assert rows["| 1. command to first round ÷ Ray's floor (jobs without data generation)"].endswith("| yes |")
+    small = rows["| 2. s/round ÷ the numpy loop, N = 10 and E1's N = 25"]
+    assert "synthetic-N10 privacy=none 1.90x" in small and "mnist paper 2.10x" in small and small.endswith("| no |")
+    assert rows["| 3. whole tuning protocol ÷ its numpy limit"].endswith("E1 (2 trials) 1.40x | yes |")

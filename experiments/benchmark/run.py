@@ -5,6 +5,8 @@
     python experiments/benchmark/run.py --quick         # small N, few rounds, numpy vs fedray only
     python experiments/benchmark/run.py --jobs synthetic-N1000 mnist --no-flower
     python experiments/benchmark/run.py --jobs --protocols e1 e2 --protocol-trials 2   # protocols only
+    python experiments/benchmark/run.py --no-flower --protocol-trials e1=2 e2=20   # every target, one invocation
+    python experiments/benchmark/run.py --tables-from out/bench.json               # an earlier run's tables again
 
 Every (job, runner) pair runs as its own subprocess, one after another, and is measured from
 outside: a thread sums the resident memory (RSS) of the subprocess and all its descendants
@@ -53,7 +55,13 @@ gives the round time per 10^6 silos (linear in N if it stays flat).
 Protocols (``tuning_protocol.py``): E1's and E2's whole tuning protocols, each sweep as its
 experiment's script runs it, timed from launch to exit, against ``tuning_numpy.py``, which runs
 the same Hydra jobs' replicas vectorised in one process on one core. By default both run with 20
-trials (hours); ``--protocol-trials`` runs that many trials of each.
+trials (hours); ``--protocol-trials`` runs that many trials of each (or per protocol: e1=2 e2=20).
+
+Last, a table of the speed targets, each a ratio within this invocation, met or not: command to
+first round at most 1.3x Ray's floor (the jobs up to N = 1,000 and MNIST, which generate no data
+to speak of), a round at N = 10 and E1's N = 25 at most 2x the numpy loop, each protocol at most
+1.5x its numpy limit, and the round time per silo at 10^6 silos at most 1.25x its lowest at 10^4
+and 10^5 (linear in N).
 """
 
 from __future__ import annotations
@@ -546,6 +554,63 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# Issue 16's speed targets, each a ratio measured within one invocation.
+FIRST_ROUND_LIMIT = 1.3      # command to first round, against Ray's floor with as many actors
+SMALL_ROUND_LIMIT = 2.0      # per round at N = 10 and E1's N = 25, against the numpy loop
+PROTOCOL_LIMIT = 1.5         # a whole tuning protocol, against its numpy limit
+SMALL_JOBS = ("synthetic-N10", "mnist")
+START_UP_JOBS = ("synthetic-N10", "synthetic-N100", "synthetic-N1000", "mnist")   # no data generation to speak of
+SCALE_GROWTH_LIMIT = 1.25    # round time per silo at 10^6 against its lowest at fewer silos
+
+
+def _ratios(results: list[dict], names, measure: str, against: str) -> list[tuple[str, float]]:
+    """(job and fedray variant, fedray's ``measure`` / the ``against`` runner's) for the named jobs."""
+    found = []
+    for res in results:
+        if res["job"]["name"] not in names:
+            continue
+        base = next((rep.get(measure) for name, rep in res["runners"].items() if name.startswith(against)), None)
+        for name, rep in res["runners"].items():
+            if name.startswith("fedray") and rep.get(measure) is not None and base:
+                found.append((f"{res['job']['name']} {name.split(',', 1)[1].strip().split(' ')[0]}", rep[measure] / base))
+    return found
+
+
+def targets_table(results: list[dict], protocols: list[dict]) -> str:
+    """The four targets, each met or not, from this invocation's numbers."""
+    lines = ["| target | limit | measured | met |", "|---|---:|---|---|"]
+
+    def row(target: str, limit: str, pairs: list[tuple[str, float]], bound: float) -> None:
+        if pairs:
+            shown = "; ".join(f"{label} {value:.2f}x" for label, value in pairs)
+            lines.append(f"| {target} | {limit} | {shown} | {'yes' if max(v for _, v in pairs) <= bound else 'no'} |")
+
+    row("1. command to first round ÷ Ray's floor (jobs without data generation)", f"{FIRST_ROUND_LIMIT}x",
+        _ratios(results, START_UP_JOBS, "first_round", "Ray floor"), FIRST_ROUND_LIMIT)
+    row("2. s/round ÷ the numpy loop, N = 10 and E1's N = 25", f"{SMALL_ROUND_LIMIT}x",
+        _ratios(results, SMALL_JOBS, "steady", "numpy"), SMALL_ROUND_LIMIT)
+    pairs = []
+    for res in protocols:
+        if not any("error" in part for part in res["fedray"] + [res["numpy"]]):
+            total = sum(part["seconds"] for part in res["fedray"])
+            pairs.append((f"{res['protocol'].upper()} ({res['trials']} trials)", total / res["numpy"]["seconds"]))
+    row("3. whole tuning protocol ÷ its numpy limit", f"{PROTOCOL_LIMIT}x", pairs, PROTOCOL_LIMIT)
+    scaled = {res["job"]["num_silos"]: res for res in results if res["job"].get("scale")}
+    if max(scaled, default=0) >= 1_000_000:
+        per_silo = {}
+        for n, res in sorted(scaled.items()):
+            for name, rep in res["runners"].items():
+                if name.startswith("fedray") and np.isfinite(rep.get("steady", np.nan)):
+                    per_silo.setdefault(name.split(",", 1)[1].strip().split(" ")[0], {})[n] = rep["steady"] * 1e6 / n
+        growth = [(f"{variant} {' / '.join(f'{v:.2f}' for v in times.values())} s per 10^6 silos at "
+                   f"{' / '.join(f'10^{int(np.log10(n))}' for n in times)}; at 10^6 over the lowest below",
+                   times[max(times)] / min(v for n, v in times.items() if n < max(times)))
+                  for variant, times in per_silo.items() if len(times) > 1]
+        row("4. round time linear in N up to 10^6 silos (n = 10) on this machine", f"{SCALE_GROWTH_LIMIT}x",
+            growth, SCALE_GROWTH_LIMIT)
+    return "\n".join(lines)
+
+
 def machine() -> str:
     import ray
 
@@ -561,6 +626,14 @@ def machine() -> str:
     return (f"{time.strftime('%Y-%m-%d')}; {cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, "
             f"{platform.system()} {platform.release()}; Python {platform.python_version()}, "
             f"numpy {np.__version__}, ray {ray.__version__}")
+
+
+def tables(results: list[dict], protocol_results: list[dict]) -> str:
+    from tuning_protocol import table as protocol_table
+
+    return "\n\n".join(filter(None, [table(results) if results else "",
+                                    protocol_table(protocol_results) if protocol_results else "",
+                                    targets_table(results, protocol_results)]))
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -598,10 +671,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
                              "--quick or --jobs is given)")
     parser.add_argument("--protocol-trials", nargs="+", default=["20"], metavar="N | PROTOCOL=N",
                         help="trials of each protocol, or per protocol (e1=2 e2=20; default 20, the papers' count)")
+    parser.add_argument("--tables-from", type=Path, metavar="JSON",
+                        help="print the tables of an earlier invocation's --json file and run nothing")
     parser.add_argument("--protocol-timeout", type=float, default=4 * 3600.0, help="seconds per sweep")
     args = parser.parse_args(argv)
     protocols = args.protocols if args.protocols is not None else ([] if args.quick or args.jobs else ["e1", "e2"])
     trials = protocol_trials(parser, args.protocol_trials)
+    if args.tables_from is not None:
+        sys.path.insert(0, str(HERE))
+        saved = json.loads(args.tables_from.read_text())
+        print(saved["header"] + "\n\n" + tables(saved["results"], saved["protocols"]))
+        return saved["results"]
 
     sys.path.insert(0, str(HERE))
     if "FEDRAY_DATA_DIR" not in os.environ and SHARED_DATASETS.is_dir():
@@ -671,12 +751,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
                       f"peak {rep['peak_rss'] / GIB:.2f} GiB, loss {rep.get('final_train_loss')}, "
                       f"other load {rep['background_cores']:.2f} cores", flush=True)
 
-    from tuning_protocol import run_protocol, table as protocol_table
+    from tuning_protocol import run_protocol
 
     protocol_results = [run_protocol(name, trials[name], work, child_env({}), args.protocol_timeout)
                         for name in protocols]
-    text = "\n\n".join(filter(None, [table(results) if results else "",
-                                      protocol_table(protocol_results) if protocol_results else ""]))
+    text = tables(results, protocol_results)
     print()
     print(header)
     print()
