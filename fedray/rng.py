@@ -335,27 +335,27 @@ class SiloDraws:
         # round, too large to copy twice). Small draws: into one buffer for all keys, gathered
         # once (per-call copies would cost more than such a draw). Other large draws: into one
         # scratch draw, whose asked rows are copied out, so memory stays that of the output.
-        plans = []
+        plans = []          # (how, places in the output, the block's rows to take, buffer)
         for _, rows, height in members:
             wanted = self._row[rows]
             if np.array_equal(wanted, np.arange(height)) and np.array_equal(rows, np.arange(rows[0], rows[0] + height)):
-                plans.append(("direct", slice(int(rows[0]), int(rows[0]) + height), None))
+                plans.append(("direct", slice(int(rows[0]), int(rows[0]) + height), None, None))
             elif height * int(np.prod(shape)) <= SMALL_DRAW:
-                plans.append(("buffered", rows, np.empty((num, height) + shape)))
+                plans.append(("buffered", rows, wanted, np.empty((num, height) + shape)))
             else:
-                plans.append(("scratch", rows, np.empty((height,) + shape)))
+                plans.append(("scratch", rows, wanted, np.empty((height,) + shape)))
         for u in range(num):
-            for (how, where, buffer), rng in zip(plans, rngs):
+            for (how, where, wanted, buffer), rng in zip(plans, rngs):
                 if how == "direct":
                     fill(rng, out[u, where])
                 elif how == "buffered":
                     fill(rng, buffer[u])
                 else:
                     fill(rng, buffer)
-                    out[u, where] = buffer[self._row[where]]
-        for how, where, buffer in plans:
+                    out[u, where] = buffer[wanted]
+        for how, where, wanted, buffer in plans:
             if how == "buffered":
-                out[:, where] = buffer[:, self._row[where]]
+                out[:, where] = buffer[:, wanted]
         return out if by_repetition else self.per_replica(out)
 
     def blockwise(self, stream: Stream, values: np.ndarray, step) -> np.ndarray:

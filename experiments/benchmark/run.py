@@ -563,6 +563,11 @@ START_UP_JOBS = ("synthetic-N10", "synthetic-N100", "synthetic-N1000", "mnist") 
 SCALE_GROWTH_LIMIT = 1.25    # round time per silo at 10^6 against its lowest at fewer silos
 
 
+def _variant(runner: str) -> str:
+    """The fedray variant of a runner's name: "fedray, paper (eps=3)" -> "paper"."""
+    return runner.split(",", 1)[1].strip().split(" ")[0]
+
+
 def _ratios(results: list[dict], names, measure: str, against: str) -> list[tuple[str, float]]:
     """(job and fedray variant, fedray's ``measure`` / the ``against`` runner's) for the named jobs."""
     found = []
@@ -572,7 +577,7 @@ def _ratios(results: list[dict], names, measure: str, against: str) -> list[tupl
         base = next((rep.get(measure) for name, rep in res["runners"].items() if name.startswith(against)), None)
         for name, rep in res["runners"].items():
             if name.startswith("fedray") and rep.get(measure) is not None and base:
-                found.append((f"{res['job']['name']} {name.split(',', 1)[1].strip().split(' ')[0]}", rep[measure] / base))
+                found.append((f"{res['job']['name']} {_variant(name)}", rep[measure] / base))
     return found
 
 
@@ -601,7 +606,7 @@ def targets_table(results: list[dict], protocols: list[dict]) -> str:
         for n, res in sorted(scaled.items()):
             for name, rep in res["runners"].items():
                 if name.startswith("fedray") and np.isfinite(rep.get("steady", np.nan)):
-                    per_silo.setdefault(name.split(",", 1)[1].strip().split(" ")[0], {})[n] = rep["steady"] * 1e6 / n
+                    per_silo.setdefault(_variant(name), {})[n] = rep["steady"] * 1e6 / n
         growth = [(f"{variant} {' / '.join(f'{v:.2f}' for v in times.values())} s per 10^6 silos at "
                    f"{' / '.join(f'10^{int(np.log10(n))}' for n in times)}; at 10^6 over the lowest below",
                    times[max(times)] / min(v for n, v in times.items() if n < max(times)))
