@@ -326,9 +326,7 @@ class SiloDraws:
         samplers fill an ``out`` array in order, so ``g.random(out=out)`` is ``g.random(out.shape)``).
         """
         members, num, shape = self._members, len(self.unique_reps), tuple(shape)
-        keys = np.array([[*key, round_coord, block] for key in self.unique_reps.tolist() for block, _, _ in members],
-                        dtype=np.int64)
-        rngs = generators(self.run_seed, stream, keys)
+        rngs = generators(self.run_seed, stream, self._block_keys(self.unique_reps, round_coord))
         out = np.empty((num, self.silo_ids.size) + shape)
         # Per block, where its draws go. A block whose rows are all asked for, in order, at
         # consecutive places: straight into the output (Local SGD's noise is U S K d values a
@@ -367,9 +365,7 @@ class SiloDraws:
         block share the call, even when ``step`` makes several draws in sequence.
         """
         out, members = None, self._members
-        keys = np.array([[*self.unique_reps[u], self.round_index, block] for u in self.replica_to_rep.tolist()
-                         for block, _, _ in members], dtype=np.int64)
-        rngs = generators(self.run_seed, stream, keys)
+        rngs = generators(self.run_seed, stream, self._block_keys(self.unique_reps[self.replica_to_rep], self.round_index))
         for p in range(len(self.replica_to_rep)):
             for (block, rows, _), rng in zip(members, rngs):
                 padded = np.zeros((BLOCK,) + values.shape[2:], dtype=values.dtype)
@@ -379,6 +375,16 @@ class SiloDraws:
                     out = np.empty(values.shape[:2] + result.shape[1:], dtype=result.dtype)
                 out[p, rows] = result
         return out
+
+    def _block_keys(self, reps: np.ndarray, round_coord: int) -> np.ndarray:
+        """(R B, k + 2) generator keys: each row of ``reps`` (R, k) with the round and each of the
+        B blocks, rep-major (the order the draw loops take them)."""
+        blocks = np.array([block for block, _, _ in self._members], dtype=np.int64)
+        keys = np.empty((len(reps) * blocks.size, reps.shape[1] + 2), dtype=np.int64)
+        keys[:, :-2] = np.repeat(reps, blocks.size, axis=0)
+        keys[:, -2] = round_coord
+        keys[:, -1] = np.tile(blocks, len(reps))
+        return keys
 
     def per_replica(self, values: np.ndarray) -> np.ndarray:
         """(P, ...) from a by-repetition draw (U, ...): replica p gets row ``replica_to_rep[p]``."""

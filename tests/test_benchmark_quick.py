@@ -81,3 +81,22 @@ def test_the_targets_table_says_met_only_when_every_measured_ratio_is_within_its
     small = rows["| 2. s/round ÷ the numpy loop, N = 10 and E1's N = 25"]
     assert "synthetic-N10 privacy=none 1.90x" in small and "mnist paper 2.10x" in small and small.endswith("| no |")
     assert rows["| 3. whole tuning protocol ÷ its numpy limit"].endswith("E1 (2 trials) 1.40x | yes |")
+
+
+def test_e2s_protocol_is_one_multirun_over_the_settings_all_sh_ran_as_eight():
+    _load_run_module()                       # puts the benchmark's folder on the path
+    import tuning_protocol
+
+    (sweep,) = tuning_protocol.sweeps("e2", 2)
+    jobs = tuning_protocol.launched(sweep)
+    settings = [(n, m) for n, m in ((10, 5), (3, 3), (5, 5), (15, 15)) for _ in ("private", "baseline")]
+    assert [group for group, _ in jobs] == [g for g in range(8) for _ in range(4)]   # 2 trials x 2 algorithms
+    for group, overrides in jobs:
+        n, m = settings[group]
+        private = group % 2 == 0
+        assert f"data.spec.num_silos={n}" in overrides and f"participation.silos_per_round={m}" in overrides
+        assert ("privacy=none" in overrides) == (not private)
+        algorithm = next(o for o in overrides if o.startswith("algorithm=")).split("=")[1]
+        assert algorithm in (("isrl_dp_mb_sgd", "isrl_dp_local_sgd") if private else ("mb_sgd", "local_sgd"))
+    trials = [next(o for o in overrides if o.startswith("trial=")) for _, overrides in jobs[:4]]
+    assert trials == ["trial=0", "trial=0", "trial=1", "trial=1"]        # trial slowest within a grid

@@ -1,9 +1,13 @@
-"""The default sweeper composes every swept value before the first job, not every job."""
+"""The default sweeper composes every swept value before the first job, not every job, and sweeps
+a union of grids."""
 
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from mlflow.tracking import MlflowClient
 
 import hydra_plugins.fedray_launcher.covering_sweeper as covering
@@ -45,3 +49,27 @@ def test_a_bad_value_anywhere_in_the_grid_stops_the_sweep_before_its_first_job(t
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])
     assert [(r.data.tags.get("sweep"), r.info.status) for r in runs] == [("parent", "FAILED")]     # no job ran
+
+
+def jobs_of(arguments, grids, max_batch_size=None):
+    sweeper = covering.CoveringSweeper(max_batch_size=max_batch_size, grids=grids)
+    return sweeper.split_arguments(OverridesParser.create().parse_overrides(arguments), max_batch_size)
+
+
+def test_grids_sweep_their_union_grid_by_grid_with_the_command_line_slowest():
+    grids = [{"data.n": 10, "algorithm": "a,b"}, {"data.n": 3, "algorithm": "c", "privacy": "none"}]
+    (jobs,) = jobs_of(["experiment=e", "trial=0,1"], grids)
+    assert jobs == [
+        ["experiment=e", "trial=0", "data.n=10", "algorithm=a"], ["experiment=e", "trial=0", "data.n=10", "algorithm=b"],
+        ["experiment=e", "trial=1", "data.n=10", "algorithm=a"], ["experiment=e", "trial=1", "data.n=10", "algorithm=b"],
+        ["experiment=e", "trial=0", "data.n=3", "algorithm=c", "privacy=none"],
+        ["experiment=e", "trial=1", "data.n=3", "algorithm=c", "privacy=none"],
+    ]
+    batches = jobs_of(["experiment=e", "trial=0,1"], grids, max_batch_size=4)
+    assert [len(batch) for batch in batches] == [4, 2] and sum(batches, []) == jobs
+    assert jobs_of(["trial=0,1", "algorithm=a,b"], None) == jobs_of(["trial=0,1", "algorithm=a,b"], [])  # no grids: Hydra's
+
+
+def test_a_key_both_in_a_grid_and_on_the_command_line_is_refused_with_its_name():
+    with pytest.raises(HydraException, match=r"grids\[1\] sets data.n, which the command line sets too"):
+        jobs_of(["trial=0,1", "data.n=5"], [{"algorithm": "a"}, {"data.n": 3}])

@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# E2 at the paper's scale: every N of the authors' code, 20 trials each, then one report.
-# (N, M): (10, 5) is the paper's main setting, (3, 3) its Fig. 9; for N = 5 and 15 we take
-# M = N (the code's comments use M = N and M = 2 besides the default 5).
+# E2 at the paper's scale: every (N, M) of the authors' code, 20 trials each, then one report.
+# One Hydra multirun over the union of conf/experiment/e2_insurance_all.yaml's grids: for each
+# setting, the private algorithms, then the non-private baselines (privacy=none); one interpreter,
+# one Ray and one MLflow parent run for the whole protocol. run.sh runs a single setting.
 set -euo pipefail
-cd "$(dirname "$0")"
+TRIALS=${TRIALS:-20}
+cd "$(dirname "$0")/../.."
 start=$SECONDS
-for setting in "10 5" "3 3" "5 5" "15 15"; do
-    set -- $setting
-    N=$1 M=$2 NO_REPORT=1 ./run.sh
-done
+python -m fedray -m experiment=e2_insurance_all "trial=range(0,$TRIALS)"
 echo "E2 all settings: $((SECONDS - start)) s"
-cd ../.. && python -m experiments.report e2_insurance
+python -m experiments.report e2_insurance
