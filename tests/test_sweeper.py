@@ -73,3 +73,26 @@ def test_grids_sweep_their_union_grid_by_grid_with_the_command_line_slowest():
 def test_a_key_both_in_a_grid_and_on_the_command_line_is_refused_with_its_name():
     with pytest.raises(HydraException, match=r"grids\[1\] sets data.n, which the command line sets too"):
         jobs_of(["trial=0,1", "data.n=5"], [{"algorithm": "a"}, {"data.n": 3}])
+
+
+def test_the_default_launcher_runs_each_job_with_its_own_config_while_composing_the_next(tmp_path):
+    small = ["data=synthetic", "data.spec.num_silos=4", "data.spec.samples_per_silo=40", "data.spec.dim=3",
+             "participation.silos_per_round=2", "num_rounds=2", "algorithm.batch_size=8", "progress=false",
+             "privacy.enforce_budget=false"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedray", "-m", *small, "trial=0,1", "algorithm.step_size=0.1,0.3",
+         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.sweep.dir={tmp_path}/multirun"],
+        capture_output=True, text=True, cwd=REPO, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])
+    children = sorted((r for r in runs if r.data.tags.get("sweep") != "parent"), key=lambda r: r.info.start_time)
+    asked = [dict(item.split("=", 1) for item in r.data.tags["overrides"].split()) for r in children]
+    assert [(a["trial"], a["algorithm.step_size"]) for a in asked] == [(t, s) for t in ("0", "1") for s in ("0.1", "0.3")]
+    for run, wanted in zip(children, asked):      # what the job ran with is what its overrides asked for
+        assert run.data.params["trial"] == wanted["trial"]
+        assert float(run.data.params["algorithm.step_size"]) == float(wanted["algorithm.step_size"])
+        assert run.info.status == "FINISHED"
+    assert "_target_: hydra_plugins.fedray_launcher.overlapped.OverlappedLauncher" in \
+        (tmp_path / "multirun" / "multirun.yaml").read_text()

@@ -90,6 +90,8 @@ def test_round_table_keeps_blanks_nans_and_exact_values(tmp_path):
     assert path.read_text() == ("round,replica,eps,loss\n0,0,,\n0,1,,\n1,0,2.0,0.1\n1,1,2.0,nan\n")
     _round_table([{}, {}], 2, path)
     assert path.read_text() == "round,replica\n0,0\n0,1\n1,0\n1,1\n"
+    _round_table([{"w": np.array([0.0, -0.0, 0.0, 1 / 3])}], 4, path)     # distinct values formatted once, by their bits
+    assert path.read_text() == "round,replica,w\n0,0,0.0\n0,1,-0.0\n0,2,0.0\n0,3,0.3333333333333333\n"
 
 
 def _deferred_run(tmp_path):
