@@ -413,7 +413,7 @@ def _round_table(history: list[dict], num_replicas: int, path: Path) -> None:
 def _formatted(values, num_replicas: int) -> np.ndarray:
     """(P,) ``repr`` of each value, computed once per distinct bit pattern."""
     values = np.ascontiguousarray(np.broadcast_to(np.asarray(values, dtype=float), (num_replicas,)))
-    bits, first, inverse = np.unique(values.view(np.int64), return_index=True, return_inverse=True)
+    _, first, inverse = np.unique(values.view(np.int64), return_index=True, return_inverse=True)
     return np.array([repr(v) for v in values[first].tolist()], dtype=object)[inverse.reshape(-1)]
 
 

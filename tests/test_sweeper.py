@@ -68,6 +68,9 @@ def test_grids_sweep_their_union_grid_by_grid_with_the_command_line_slowest():
     batches = jobs_of(["experiment=e", "trial=0,1"], grids, max_batch_size=4)
     assert [len(batch) for batch in batches] == [4, 2] and sum(batches, []) == jobs
     assert jobs_of(["trial=0,1", "algorithm=a,b"], None) == jobs_of(["trial=0,1", "algorithm=a,b"], [])  # no grids: Hydra's
+    # YAML values in a grid mean what the same override on the command line means
+    from_yaml = jobs_of(["trial=0"], [{"progress": False, "runtime.address": None, "privacy.epsilon": 0.5}])
+    assert from_yaml == jobs_of(["trial=0", "progress=false", "runtime.address=null", "privacy.epsilon=0.5"], None)
 
 
 def test_a_key_both_in_a_grid_and_on_the_command_line_is_refused_with_its_name():

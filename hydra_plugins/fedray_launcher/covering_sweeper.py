@@ -41,11 +41,18 @@ class CoveringSweeperConf:
 ConfigStore.instance().store(group="hydra/sweeper", name="fedray", node=CoveringSweeperConf, provider="fedray")
 
 
+def _override_value(value: Any) -> str:
+    """A grid's YAML value as override text (YAML's true / null read back as Python's)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)
+
+
 class CoveringSweeper(BasicSweeper):
     def __init__(self, max_batch_size: Optional[int], params: Optional[Dict[str, str]] = None,
                  grids: Optional[List[Dict[str, Any]]] = None) -> None:
         super().__init__(max_batch_size, params)
-        self.grids = [{str(k): str(v) for k, v in grid.items()} for grid in grids or ()]
+        self.grids = [{str(k): _override_value(v) for k, v in grid.items()} for grid in grids or ()]
         self.checked: set = set()       # overrides some composed job had
 
     def split_arguments(self, overrides, max_batch_size):
