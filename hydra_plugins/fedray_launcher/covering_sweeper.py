@@ -70,8 +70,7 @@ class CoveringSweeper(BasicSweeper):
                 raise HydraException(f"hydra.sweeper.grids[{i}] sets {', '.join(clash)}, which the command line "
                                      f"sets too; set each key in one place")
             jobs += BasicSweeper.split_arguments(list(overrides) + extra, None)[0]
-        size = len(jobs) if max_batch_size in (None, -1) else max_batch_size
-        return [jobs[i:i + size] for i in range(0, len(jobs), size)]
+        return list(BasicSweeper.split_overrides_to_chunks(jobs, max_batch_size))
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         for overrides in batch:
