@@ -8,8 +8,10 @@ and however many actors there are, the silo's minibatch and noise in a round are
 
 from __future__ import annotations
 
+import math
 from enum import IntEnum
 from functools import cached_property, lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -264,14 +266,41 @@ def _distinct_rows(rows: bytes, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
     return found
 
 
+class _Member(NamedTuple):
+    """The silos of one block among a draw's silos: where they are in ``silo_ids`` (``positions``),
+    their rows in the block's draw (``rows``), how many rows to draw (``height``: up to the last
+    asked), and, when the block's first ``height`` rows are asked in order at consecutive places,
+    that slice of the output (``direct``; None otherwise)."""
+
+    block: int
+    positions: np.ndarray
+    rows: np.ndarray
+    height: int
+    direct: slice | None
+
+
+class _Layout(NamedTuple):
+    blocks: np.ndarray          # (B,) int64: the block of each member, in order
+    members: tuple
+
+
 @lru_cache(maxsize=4)     # sampled silos change every round: keep few (a million ids are 8 MB)
-def _block_members(silo_ids: bytes) -> list:
+def _block_layout(silo_ids: bytes) -> _Layout:
     ids = np.frombuffer(silo_ids, dtype=np.int64)
     block_of = ids // BLOCK
     order = np.argsort(block_of, kind="stable")
     blocks, starts = np.unique(block_of[order], return_index=True)
-    rows = ids % BLOCK
-    return [(block, members, int(rows[members].max()) + 1) for block, members in zip(blocks, np.split(order, starts[1:]))]
+    members = []
+    for block, positions in zip(blocks.tolist(), np.split(order, starts[1:])):
+        rows = ids[positions] % BLOCK
+        height = int(rows.max()) + 1
+        first = int(positions[0])
+        in_order = np.array_equal(rows, np.arange(height)) and np.array_equal(positions, np.arange(first, first + height))
+        members.append(_Member(block, positions, rows, height, slice(first, first + height) if in_order else None))
+    for member in members:
+        member.positions.flags.writeable = member.rows.flags.writeable = False
+    blocks.flags.writeable = False
+    return _Layout(blocks, tuple(members))
 
 
 class SiloDraws:
@@ -311,37 +340,28 @@ class SiloDraws:
         return self._replicas[1]
 
     @cached_property
-    def _row(self) -> np.ndarray:
-        return self.silo_ids % BLOCK
-
-    @cached_property
-    def _members(self) -> list:
-        """(block, positions in silo_ids, rows to draw) triples, found once: no per-block scan over
-        all silos, and no draw beyond the block's last requested row."""
-        return _block_members(self.silo_ids.tobytes())
+    def _layout(self) -> _Layout:
+        """Which block each silo is in and where its rows go, found once per set of silos: no
+        per-block scan over all silos, and no draw beyond the block's last requested row."""
+        return _block_layout(self.silo_ids.tobytes())
 
     def _rows(self, stream: Stream, round_coord: int, shape: tuple, fill, by_repetition: bool = False) -> np.ndarray:
         """(P, S, *shape), or (U, S, *shape) by repetition, from ``fill(generator, out)``, which fills
         ``out`` (h, *shape) with the first h rows of what it would draw for h = BLOCK (numpy's
         samplers fill an ``out`` array in order, so ``g.random(out=out)`` is ``g.random(out.shape)``).
         """
-        members, num, shape = self._members, len(self.unique_reps), tuple(shape)
-        rngs = generators(self.run_seed, stream, self._block_keys(self.unique_reps, round_coord))
+        layout, reps, shape = self._layout, self.unique_reps, tuple(shape)
+        num, size = len(reps), math.prod(shape)
+        rngs = generators(self.run_seed, stream, self._block_keys(reps, round_coord))
         out = np.empty((num, self.silo_ids.size) + shape)
         # Per block, where its draws go. A block whose rows are all asked for, in order, at
         # consecutive places: straight into the output (Local SGD's noise is U S K d values a
         # round, too large to copy twice). Small draws: into one buffer for all keys, gathered
         # once (per-call copies would cost more than such a draw). Other large draws: into one
         # scratch draw, whose asked rows are copied out, so memory stays that of the output.
-        plans = []          # (how, places in the output, the block's rows to take, buffer)
-        for _, rows, height in members:
-            wanted = self._row[rows]
-            if np.array_equal(wanted, np.arange(height)) and np.array_equal(rows, np.arange(rows[0], rows[0] + height)):
-                plans.append(("direct", slice(int(rows[0]), int(rows[0]) + height), None, None))
-            elif height * int(np.prod(shape)) <= SMALL_DRAW:
-                plans.append(("buffered", rows, wanted, np.empty((num, height) + shape)))
-            else:
-                plans.append(("scratch", rows, wanted, np.empty((height,) + shape)))
+        plans = [("direct", m.direct, None, None) if m.direct is not None else
+                 ("buffered", m.positions, m.rows, np.empty((num, m.height) + shape)) if m.height * size <= SMALL_DRAW else
+                 ("scratch", m.positions, m.rows, np.empty((m.height,) + shape)) for m in layout.members]
         for u in range(num):
             for (how, where, wanted, buffer), rng in zip(plans, rngs):
                 if how == "direct":
@@ -364,27 +384,27 @@ class SiloDraws:
         positions and zeros elsewhere, so a silo's draws never depend on which other silos of its
         block share the call, even when ``step`` makes several draws in sequence.
         """
-        out, members = None, self._members
+        out, members = None, self._layout.members
         rngs = generators(self.run_seed, stream, self._block_keys(self.unique_reps[self.replica_to_rep], self.round_index))
         for p in range(len(self.replica_to_rep)):
-            for (block, rows, _), rng in zip(members, rngs):
+            for member, rng in zip(members, rngs):
                 padded = np.zeros((BLOCK,) + values.shape[2:], dtype=values.dtype)
-                padded[self._row[rows]] = values[p, rows]
-                result = step(padded, rng)[self._row[rows]]
+                padded[member.rows] = values[p, member.positions]
+                result = step(padded, rng)[member.rows]
                 if out is None:
                     out = np.empty(values.shape[:2] + result.shape[1:], dtype=result.dtype)
-                out[p, rows] = result
+                out[p, member.positions] = result
         return out
 
     def _block_keys(self, reps: np.ndarray, round_coord: int) -> np.ndarray:
         """(R B, k + 2) generator keys: each row of ``reps`` (R, k) with the round and each of the
         B blocks, rep-major (the order the draw loops take them)."""
-        blocks = np.array([block for block, _, _ in self._members], dtype=np.int64)
-        keys = np.empty((len(reps) * blocks.size, reps.shape[1] + 2), dtype=np.int64)
-        keys[:, :-2] = np.repeat(reps, blocks.size, axis=0)
-        keys[:, -2] = round_coord
-        keys[:, -1] = np.tile(blocks, len(reps))
-        return keys
+        blocks = self._layout.blocks
+        keys = np.empty((len(reps), blocks.size, reps.shape[1] + 2), dtype=np.int64)
+        keys[:, :, :-2] = reps[:, None, :]
+        keys[:, :, -2] = round_coord
+        keys[:, :, -1] = blocks
+        return keys.reshape(-1, reps.shape[1] + 2)
 
     def per_replica(self, values: np.ndarray) -> np.ndarray:
         """(P, ...) from a by-repetition draw (U, ...): replica p gets row ``replica_to_rep[p]``."""

@@ -125,3 +125,40 @@ def test_a_failed_deferred_finish_is_raised_by_finish_deferred_and_leaves_its_ru
         finish_deferred()
     assert MlflowClient(tracking_uri=tracker.uri).get_run(tracker.run_id).info.status == "FAILED"
     finish_deferred()                      # reported once
+
+
+def test_rounds_logged_while_the_run_opens_reach_it_in_order_as_on_an_open_tracker(tmp_path):
+    from concurrent.futures import Future
+
+    plan = make_plan(compose(*SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db", f"tracking.artifact_location={tmp_path}/a",
+                             "tracking.log_every=1"))
+    opening = Future()
+    tracker = tracking.OpeningTracker(opening)
+    held = {"train_loss": np.array([0.5, 0.25])}
+    tracker.log_round(0, held)
+    held["train_loss"][:] = 9.0                 # the caller's array changes after it was logged ...
+    held["late"] = np.array([1.0, 1.0])         # ... and its dict too: neither reaches the store
+    tracker.log_round(1, {"train_loss": np.array([0.4, 0.2])})
+    opened = tracker_from_config(plan.tracking)
+    opened.log_plan(plan)
+    opening.set_result(opened)
+    tracker.log_round(2, {"train_loss": np.array([0.3, 0.1])})
+    assert tracker.run_id == opened.run_id
+    tracker.open().wait()
+    client = MlflowClient(tracking_uri=opened.uri)
+    history = client.get_metric_history(opened.run_id, "train_loss/replica_1")
+    assert [(m.step, m.value) for m in history] == [(0, 0.25), (1, 0.2), (2, 0.1)]
+    assert "late" not in client.get_run(opened.run_id).data.metrics and "late/replica_0" not in client.get_run(opened.run_id).data.metrics
+
+
+def test_an_error_of_the_opening_is_raised_where_the_run_is_next_needed():
+    from concurrent.futures import Future
+
+    opening = Future()
+    tracker = tracking.OpeningTracker(opening)
+    tracker.log_round(0, {"train_loss": np.array([0.5])})       # held: nothing to fail yet
+    opening.set_exception(ConnectionError("store unreachable"))
+    with pytest.raises(ConnectionError, match="store unreachable"):
+        tracker.log_round(1, {"train_loss": np.array([0.4])})
+    with pytest.raises(ConnectionError, match="store unreachable"):
+        tracker.open()

@@ -85,21 +85,20 @@ L2_CLIP, SEED, ROUND = 1.0, 11, 3
 class OldSiloDraws(SiloDraws):
     """SiloDraws at 7f56f70: every block draws all BLOCK rows, every draw is copied to P replicas."""
 
-    def _rows(self, stream, round_coord, draw, by_repetition=False):
+    def _rows(self, stream, round_coord, shape, fill, by_repetition=False):
         per_rep = []
         for rep in self.unique_reps:
-            out = None
-            for block, rows, _ in self._members:
-                values = draw(generator(self.run_seed, stream, rep, round_coord, block), BLOCK)[self._row[rows]]
-                if out is None:
-                    out = np.empty((self.silo_ids.size,) + values.shape[1:], dtype=values.dtype)
-                out[rows] = values
+            out = np.empty((self.silo_ids.size,) + tuple(shape))
+            for member in self._layout.members:
+                values = np.empty((BLOCK,) + tuple(shape))
+                fill(generator(self.run_seed, stream, *rep, round_coord, member.block), values)
+                out[member.positions] = values[member.rows]
             per_rep.append(out)
         return np.stack(per_rep)[self.replica_to_rep]
 
     def _keys(self, sizes, round_coord):
         width = int(self.width if self.width is not None else np.max(sizes))
-        keys = self._rows(Stream.MINIBATCH, round_coord, lambda g, h: g.random((h, width)))
+        keys = self._rows(Stream.MINIBATCH, round_coord, (width,), lambda g, out: g.random(out=out))
         keys[:, np.arange(width)[None, :] >= np.asarray(sizes)[:, None]] = np.inf
         return keys
 
@@ -108,7 +107,7 @@ class OldSiloDraws(SiloDraws):
         return np.argpartition(keys, k - 1, axis=-1)[..., :k] if k < keys.shape[-1] else np.argsort(keys, axis=-1)
 
     def with_replacement(self, sizes, k):
-        u = self._rows(Stream.MINIBATCH, self.round_index, lambda g, h: g.random((h, k)))
+        u = self._rows(Stream.MINIBATCH, self.round_index, (k,), lambda g, out: g.random(out=out))
         return np.minimum((u * np.asarray(sizes)[None, :, None]).astype(np.int64), np.asarray(sizes)[None, :, None] - 1)
 
 
