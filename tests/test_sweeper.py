@@ -99,3 +99,30 @@ def test_the_default_launcher_runs_each_job_with_its_own_config_while_composing_
         assert run.info.status == "FINISHED"
     assert "_target_: hydra_plugins.fedray_launcher.overlapped.OverlappedLauncher" in \
         (tmp_path / "multirun" / "multirun.yaml").read_text()
+
+
+def test_a_sweep_reads_each_config_file_once_and_composes_what_hydra_alone_composes():
+    import hydra_plugins.fedray_launcher.overlapped as overlapped
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from fedray.resolvers import register
+
+    register()
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(REPO / "conf")))
+    master = loader.load_configuration("config", overrides=["experiment=e2_insurance"], run_mode=RunMode.MULTIRUN)
+    jobs = [["experiment=e2_insurance", f"trial={t}", f"algorithm={a}", *extra]
+            for t in (0, 1) for a, extra in (("isrl_dp_mb_sgd", []), ("mb_sgd", ["privacy=none"]))] * 2
+    alone = [OmegaConf.to_yaml(loader.load_sweep_config(master, job)) for job in jobs]
+    original = loader.repository
+    reads = []
+    with overlapped.config_files_read_once(loader):
+        cache = loader.repository
+        load = cache.delegate.load_config
+        cache.delegate.load_config = lambda path: reads.append(path) or load(path)
+        once = [OmegaConf.to_yaml(loader.load_sweep_config(master, job)) for job in jobs]
+    assert once == alone                    # each job's own values (trial, algorithm), none of another's
+    assert len(reads) == len(set(reads)) and reads
+    assert loader.repository is original
