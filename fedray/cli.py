@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
 
 import numpy as np
 from omegaconf import DictConfig
@@ -19,7 +18,7 @@ from fedray.plan import Plan, make_plan
 from fedray.runtime import checkpoint
 from fedray.runtime.driver import ActorPool, RunResult, run, start
 from fedray.sweep import parent_run_id
-from fedray.tracking import OpeningTracker, finish_deferred, run_name, tracker_from_config
+from fedray.tracking import finish_deferred, run_name, tracker_from_config
 
 console = Console()
 
@@ -105,7 +104,7 @@ def job_overrides() -> str:
 
 
 def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
-    """One job: plan, start (or reuse ``pool``'s) actors, rounds while the MLflow run opens, summary."""
+    """One job: plan, start (or reuse ``pool``'s) actors while the MLflow run opens, rounds, summary."""
     try:
         plan = make_plan(cfg)
         resumed = checkpoint.resumable(plan.runtime, plan.config)     # one of another config is refused here
@@ -122,33 +121,31 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
     for note in plan.protocol.resolved.get("notes", ()):      # what the resolved parameters mean at this size
         console.print(f"[bold yellow]note:[/] {note}", soft_wrap=True)
 
-    def open_tracker(actor_nodes: int | None):
+    def open_tracker():
         tracker = tracker_from_config(plan.tracking, run_name=run_name(plan),
                                       parent_run_id=parent_run_id(),  # set by fedray.sweep.ParentRun
                                       resumed=resumed)                # its MLflow run goes on
         tracker.log_plan(plan)
         if parent_run_id() is not None:
             tracker.client.set_tag(tracker.run_id, "overrides", job_overrides())
-        if actor_nodes is not None:
-            tracker.client.set_tag(tracker.run_id, "ray.actor_nodes", str(actor_nodes))
         return tracker
 
-    try:
-        with console.status(f"starting Ray and the actors of {plan.shape.num_silos:,} units", spinner="dots"):
-            groups = start(plan, pool)
-            actor_nodes = len(set(groups.node_ids()))       # waits for the actors
-    except BaseException as err:
-        open_tracker(None).fail()            # the job's run says it failed
-        if isinstance(err, ConnectionError):
-            console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-            sys.exit(1)
-        raise
+    # The MLflow store (schema creation on a fresh one) is set up while Ray and the silo actors start.
+    with ThreadPoolExecutor(max_workers=1) as background:
+        pending = background.submit(open_tracker)
+        try:
+            with console.status(f"starting Ray and the actors of {plan.shape.num_silos:,} units", spinner="dots"):
+                groups = start(plan, pool)
+        except BaseException as err:
+            pending.result().fail()          # the run opened meanwhile: never leave it RUNNING
+            if isinstance(err, ConnectionError):
+                console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
+                sys.exit(1)
+            raise
+        tracker = pending.result()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[status]}"))
-    # The MLflow run opens while the first rounds run (``OpeningTracker`` says why).
-    with ThreadPoolExecutor(max_workers=1) as background, \
-            Progress(*columns, console=console, disable=not plan.progress, transient=False) as bar:
-        tracker = OpeningTracker(background.submit(open_tracker, actor_nodes))
+    with Progress(*columns, console=console, disable=not plan.progress, transient=False) as bar:
         task = bar.add_task("rounds", total=plan.num_rounds, status="")
 
         def on_round(r: int, metrics: dict) -> None:
@@ -162,12 +159,11 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
 
         on_round.label, on_round.loss = None, float("nan")      # nothing shown before a first evaluation
         try:
+            tracker.client.set_tag(tracker.run_id, "ray.actor_nodes", str(len(set(groups.node_ids()))))
             result = run(plan, tracker=tracker, progress=on_round, groups=groups, pool=pool)
         except BaseException:
-            with suppress(Exception):       # the run's own error is the one to report
-                tracker.open().fail()
+            tracker.fail()
             raise
-        tracker = tracker.open()
     try:
         finish_deferred()               # the previous job's run, written during these rounds
     except BaseException:

@@ -357,41 +357,6 @@ class MlflowTracker:
             self.client.set_terminated(self.run_id, "FAILED")
 
 
-class OpeningTracker:
-    """The tracker of a run whose MLflow run is still opening (``opening``: a future of the
-    ``MlflowTracker``): rounds logged meanwhile are held, in order, and written once it is open.
-    ``open()`` waits for it; an error of the opening is raised there or at the next round logged.
-
-    A command's store opens while its first rounds run, not while Ray starts: MLflow's imports
-    and a store's set-up are seconds of one core, which on a small machine slow Ray's own start
-    down (the time to the first round)."""
-
-    def __init__(self, opening: Future):
-        self._opening, self._held = opening, []
-
-    def _drained(self) -> MlflowTracker:
-        tracker = self._opening.result()
-        for step, metrics in self._held:
-            tracker.log_round(step, metrics)
-        self._held = []
-        return tracker
-
-    def log_round(self, round_index: int, metrics: dict) -> None:
-        if self._opening.done():
-            self._drained().log_round(round_index, metrics)
-        else:       # copies, as written now: a faithful run's deferred evaluation joins the same dict later
-            self._held.append((round_index, {key: np.copy(value) for key, value in metrics.items()}))
-
-    def open(self) -> MlflowTracker:
-        """The open tracker, every held round handed to it (waits for the opening)."""
-        return self._drained()
-
-    @property
-    def run_id(self) -> str:
-        """The run's id (a checkpoint records it): waits for the opening."""
-        return self.open().run_id
-
-
 # Finishes handed over by ``MlflowTracker.finish(defer=True)``, written one at a time, in order.
 _FINISHER: ThreadPoolExecutor | None = None
 _DEFERRED: list[Future] = []
