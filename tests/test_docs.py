@@ -1,0 +1,170 @@
+"""The docs site and the README: the site builds with ``--strict`` (no broken link, every API page
+resolves), every ``python -m fedray`` command a page gives composes and plans, every experiment
+preset has a command on a page, and the main job prints the numbers the pages quote."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, load_script
+
+DOCS = REPO / "docs"
+PAGES = sorted(DOCS.rglob("*.md")) + [REPO / "README.md"]
+_FENCE = re.compile(r"(?:^<!-- docs-test: (?P<tag>[\w-]+) -->\n)?^```(?P<info>\w*)[^\n]*\n(?P<body>.*?)^```",
+                    re.M | re.S)
+
+
+def blocks(page: Path) -> list[tuple[str, str | None, str]]:
+    """(language, docs-test tag or None, body) of every fenced block of a page."""
+    return [(m["info"], m["tag"], m["body"]) for m in _FENCE.finditer(page.read_text())]
+
+
+def shell_commands(page: Path) -> list[str]:
+    """The `python -m fedray` commands of a page's bash blocks, continuation lines joined and
+    comments dropped."""
+    commands = []
+    for info, _, body in blocks(page):
+        if info != "bash":
+            continue
+        for line in body.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:3] == ["python", "-m", "fedray"]:
+                commands.append(shlex.join(words))
+    return commands
+
+
+def table_commands() -> list[str]:
+    """The commands in table cells (`python -m fedray ...` in backticks)."""
+    found = []
+    for page in PAGES:
+        found += re.findall(r"`(python -m fedray [^`]+)`", page.read_text())
+    return found
+
+
+COMMANDS = sorted({c for page in PAGES for c in shell_commands(page)} | set(table_commands()))
+
+
+def overrides(command: str) -> list[str]:
+    """What the command line would compose: a sweep's first value of each swept key, Hydra's own
+    settings (launcher, sweeper) left to Hydra."""
+    words = shlex.split(command)[3:]
+    sweep = "-m" in words
+    chosen = []
+    for word in words:
+        if word == "-m" or word.startswith(("hydra/", "hydra.")):
+            continue
+        if sweep and "=" in word and "[" not in word:
+            key, value = word.split("=", 1)
+            word = f"{key}={value.split(',')[0]}"
+        chosen.append(word)
+    return chosen
+
+
+def test_the_site_builds_strictly(tmp_path):
+    """Catches a broken internal link, an API page naming a module that no longer exists, or a
+    config reference the hook cannot generate."""
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    reference = (tmp_path / "site" / "guide" / "config-reference" / "index.html").read_text()
+    assert "runtime.connect_timeout" in reference and "privacy.epsilon" in reference
+
+
+def test_every_experiment_preset_has_a_command_on_a_papers_page():
+    """Catches a preset added to the config tree without a documented command."""
+    hook = load_script(DOCS / "hooks" / "config_reference.py")
+    presets = {p.stem for p in (hook.config_dir(REPO) / "experiment").glob("*.yaml")}
+    papers = "\n".join(p.read_text() for p in (DOCS / "papers").glob("*.md"))
+    documented = set(re.findall(r"python -m fedray (?:-m )?experiment=(\w+)", papers))
+    assert presets - documented == set()
+    assert documented - presets == set()
+
+
+@pytest.mark.slow  # about 3 minutes on 2 cores with a cold accounting cache
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_documented_command_plans(command):
+    """Catches a page whose command names a key, an option or a value the code no longer accepts
+    (each is planned as the command line would plan it, before any Ray start)."""
+    from fedray.compose import compose_plan
+
+    compose_plan(overrides(command))
+
+
+def _numbers(text: str) -> list[str]:
+    return re.findall(r"\d+\.\d+", text)
+
+
+@pytest.mark.slow
+def test_the_main_job_prints_the_numbers_the_pages_quote(tmp_path):
+    """Catches a change that moves the main job's committed numbers (train loss, test errors,
+    eps spent) away from what the README and the getting-started page show."""
+    quoted = [body for page in (DOCS / "getting-started.md", REPO / "README.md")
+              for _, tag, body in blocks(page) if tag == "main-job"]
+    assert len(quoted) == 2 and quoted[0] == quoted[1]
+    row = next(line for line in quoted[0].splitlines() if line.strip().startswith("0.3"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedray", "experiment=isrl_dp_convex", "progress=false",
+         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.artifact_location={tmp_path}/artifacts"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    printed = next(line for line in proc.stdout.splitlines() if line.strip().startswith("0.3"))
+    assert _numbers(printed) == _numbers(row)
+
+
+def _serve(folder: Path):
+    """The built site over HTTP on a free local port, in a thread; returns (server, base URL)."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.mark.slow
+def test_every_page_renders_in_a_browser_and_every_internal_link_resolves(tmp_path):
+    """Catches a page that renders empty or as an error in a real browser, a link the browser
+    would follow to nothing, and API pages that lost the public names they document."""
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import urldefrag, urljoin, urlparse
+
+    ui = load_script(DOCS / "mlflow_ui.py")
+    if ui.browser() is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium); .ci/run installs it when it can")
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)], cwd=REPO,
+                   check=True, capture_output=True, timeout=600)
+    pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("index.html"))
+    server, base = _serve(site)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            doms = dict(zip(pages, pool.map(lambda page: ui._chromium("--dump-dom", f"{base}/{page}"), pages)))
+    finally:
+        server.shutdown()
+    broken = []
+    for page, dom in doms.items():
+        assert "<h1" in dom and "404 - Not found" not in dom, page
+        for href in re.findall(r'<a [^>]*href="([^"]+)"', dom):
+            target = urlparse(urljoin(f"{base}/{page}", urldefrag(href)[0]))
+            if target.netloc != urlparse(base).netloc:
+                continue
+            path = site / target.path.lstrip("/")
+            if not (path.is_file() or (path / "index.html").is_file()):
+                broken.append(f"{page} -> {href}")
+    assert broken == []
+    text = {page: re.sub(r"<[^>]+>", " ", dom) for page, dom in doms.items()}
+    assert "RoundProtocol" in text["reference/core/index.html"]
+    assert "Ledger" in text["reference/privacy/index.html"]
+    assert "make_plan" in text["reference/runtime/index.html"]
