@@ -12,15 +12,20 @@ from fedray.plan import Plan, make_plan
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
-def compose_plan(overrides: list[str]) -> Plan:
-    """Compose the config for ``overrides`` as the command line would, and plan it."""
+def compose_config(overrides: list[str]):
+    """The config the command line composes for ``overrides``."""
     from hydra import compose, initialize_config_dir
 
     from fedray.resolvers import register
 
     register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return make_plan(compose("config", overrides=list(overrides)))
+        return compose("config", overrides=list(overrides))
+
+
+def compose_plan(overrides: list[str]) -> Plan:
+    """Compose the config for ``overrides`` as the command line would, and plan it."""
+    return make_plan(compose_config(overrides))
 
 
 @contextmanager
