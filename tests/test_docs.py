@@ -181,3 +181,15 @@ def test_every_page_renders_in_a_browser_and_every_internal_link_resolves(tmp_pa
     assert "RoundProtocol" in text["reference/core/index.html"]
     assert "Ledger" in text["reference/privacy/index.html"]
     assert "make_plan" in text["reference/runtime/index.html"]
+
+
+PYTHON_BLOCKS = [(page.relative_to(REPO).as_posix(), i, body) for page in PAGES
+                 for i, (info, _, body) in enumerate(blocks(page)) if info == "python"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page, index, code", PYTHON_BLOCKS, ids=[f"{p}#{i}" for p, i, _ in PYTHON_BLOCKS])
+def test_every_python_block_runs(page, index, code, tmp_path):
+    """Catches a page whose Python example no longer runs (in a fresh directory, as a reader's)."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{page} block {index}:\n{proc.stderr[-3000:]}"
