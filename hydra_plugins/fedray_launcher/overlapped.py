@@ -9,26 +9,21 @@ order, through Hydra's own ``run_job``; a job whose composition fails raises at 
 the basic launcher. Composition reads config files and builds a new config; it touches no state
 the running job uses (the job's ``HydraConfig`` is set by ``run_job`` in this thread).
 
-Each config file is read and parsed once per sweep (``SweepConfigFiles``), not once per job: YAML
-parsing was about 40% of a composition, and a sweep of hundreds of small jobs composes hundreds of
-times on the core its actors need.
+Only Hydra's public plugin API is used (``hydra.plugins.launcher.Launcher``, ``run_job``, the
+config loader of the ``HydraContext``).
 
 (No ``from __future__ import annotations``: see ``ray_jobs.py``.)
 """
 
-import copy
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Sequence
 
-from hydra._internal.config_repository import IConfigRepository
-from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra.core.config_store import ConfigStore
-from hydra.core.object_type import ObjectType
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
 from omegaconf import open_dict
 
 log = logging.getLogger(__name__)
@@ -42,66 +37,14 @@ class OverlappedLauncherConf:
 ConfigStore.instance().store(group="hydra/launcher", name="fedray", node=OverlappedLauncherConf, provider="fedray")
 
 
-class SweepConfigFiles(IConfigRepository):
-    """A config repository that loads each config file once: Hydra's own cache
-    (``CachingConfigRepository``) lasts one composition, and each composition starts from a deep
-    copy of the loader's repository, which this one answers with itself so its cache lasts the
-    sweep. What it returns is a copy of what it loaded, with its own ``config`` (a composition
-    builds its config in that object), keyed by the search path the composition set."""
+class OverlappedLauncher(Launcher):
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = self.task_function = self.hydra_context = None
 
-    def __init__(self, delegate: IConfigRepository):
-        self.delegate, self.cache, self.search_path = delegate, {}, None
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        self.config, self.task_function, self.hydra_context = config, task_function, hydra_context
 
-    def __deepcopy__(self, memo):
-        return self
-
-    def initialize_sources(self, config_search_path) -> None:
-        self.search_path = tuple((e.provider, e.path) for e in config_search_path.get_path())
-        self.delegate.initialize_sources(config_search_path)
-
-    def load_config(self, config_path: str):
-        key = (self.search_path, config_path)
-        if key not in self.cache:
-            self.cache[key] = self.delegate.load_config(config_path)
-        found = self.cache[key]
-        if found is None:
-            return None
-        found = copy.copy(found)
-        found.config = copy.deepcopy(found.config)      # a composition builds its config in place
-        return found
-
-    def get_schema_source(self):
-        return self.delegate.get_schema_source()
-
-    def group_exists(self, config_path: str) -> bool:
-        return self.delegate.group_exists(config_path)
-
-    def config_exists(self, config_path: str) -> bool:
-        return self.delegate.config_exists(config_path)
-
-    def get_group_options(self, group_name: str, results_filter=ObjectType.CONFIG):
-        return self.delegate.get_group_options(group_name, results_filter)
-
-    def get_sources(self):
-        return self.delegate.get_sources()
-
-
-@contextmanager
-def config_files_read_once(config_loader):
-    """``config_loader`` composing from a ``SweepConfigFiles`` over a copy of its repository (the
-    original is left as it was, as Hydra's per-composition copies leave it), until the block ends."""
-    original = getattr(config_loader, "repository", None)
-    if original is None:            # another loader: compose as it does
-        yield
-        return
-    config_loader.repository = SweepConfigFiles(copy.deepcopy(original))
-    try:
-        yield
-    finally:
-        config_loader.repository = original
-
-
-class OverlappedLauncher(BasicLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
@@ -112,8 +55,7 @@ class OverlappedLauncher(BasicLauncher):
             return self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
 
         runs: List[JobReturn] = []
-        with config_files_read_once(self.hydra_context.config_loader), \
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix="compose") as composer:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compose") as composer:
             pending = composer.submit(compose, job_overrides[0]) if job_overrides else None
             for i, overrides in enumerate(job_overrides):
                 idx = initial_job_idx + i
