@@ -9,12 +9,17 @@ import numpy as np
 
 from fedray.privacy.ledger import Ledger
 
-SIMULATOR_VIEW = ("simulation: the driver holds the run seed, from which the units' noise, minibatches and "
-                  "shuffles follow, and receives per-unit evaluation parts each evaluated round (diagnostic); "
-                  "the guarantee is what a deployment running this protocol would have")
-FAITHFUL_VIEW = ("faithful: the driver received only the protocol's messages; the units' noise, minibatches and "
-                 "the shuffles came from entropy drawn inside the actors (not reproducible); models were "
-                 "evaluated after the run (diagnostic)")
+SIMULATOR_VIEW = ("simulation: every draw follows from the logged run seed (the units' noise, minibatches and "
+                  "shuffles, and a trusted curator's noise, vertex draws and selections), so the run repeats bit for "
+                  "bit and whoever holds its record can recompute, and subtract, its noise; the driver receives "
+                  "per-unit evaluation parts each evaluated round (diagnostic); the guarantee is what a deployment "
+                  "running this protocol would have")
+FAITHFUL_VIEW = ("faithful: the driver received only the protocol's messages. Not reproducible: the units' noise and "
+                 "minibatches and the shuffles (entropy drawn inside the actors and the shuffler) and the trusted "
+                 "curator's noise, vertex draws and selections (keyed by secret words of OS entropy drawn on the "
+                 "driver at planning, never logged); the logged configuration, seed included, does not determine "
+                 "them. Reproducible from it: the data, who takes part each round and public random levels. Models "
+                 "were evaluated after the run (diagnostic)")
 
 
 REPLICAS = ("epsilon and delta are per replica: replicas are repetitions on the same units, so publishing "
@@ -74,4 +79,5 @@ class PrivacyPlan:
                 f"{self.calibration}, accountant {self.accountant}")
         if self.non_private_inputs:
             line += "; outside the guarantee: " + "; ".join(self.non_private_inputs)
-        return line + ("; faithful run" if self.faithful else "; simulation (the driver holds the noise seed)")
+        return line + ("; faithful run (its noise is not reproducible)" if self.faithful
+                       else "; simulation (the driver holds the noise seed)")
