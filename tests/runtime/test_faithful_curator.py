@@ -32,7 +32,8 @@ FAMILIES = {
             "evaluate_every=1000"],
     # seed 000's central Gaussian baseline (P_SGD, the curator's noise on each batch's sum)
     "central_gaussian": ["experiment=p_sgd_synthetic", "data.spec.num_silos=600", "data.spec.dim=3",
-                         "participation.batch_size=7", "num_rounds=80", "evaluate_every=25", "privacy=central_gaussian"],
+                         "participation.batch_size=7", "num_rounds=80", "evaluate_every=25",
+                         "privacy=central_gaussian"],
     # seed 000's pan-private AC-SA (two fresh draws per batch)
     "pan_private": ["experiment=p_sgd_synthetic", "algorithm=p_agd", "data.spec.num_silos=600", "data.spec.dim=3",
                     "participation.batch_size=7", "num_rounds=80", "evaluate_every=25", "algorithm.radius=0.8",

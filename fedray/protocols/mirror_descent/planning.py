@@ -373,8 +373,9 @@ def _vertex_constant(alg: dict) -> float:
     name = alg.get("vertex_constant", "safe")
     if name == "paper":
         raise ConfigError("algorithm.vertex_constant", name, f"safe (c_v = 20): the paper's c_v = "
-                          f"{PAPER_VERTEX_CONSTANT:g} under-states each draw's epsilon, which the estimator's range "
-                          "puts at 2 (4 C_M + 2) = 20 - 2^(3 - M) tau alpha L0 (19.75 at M = 5; calibration.vertex_constant)")
+                          f"{PAPER_VERTEX_CONSTANT:g} under-states each draw's epsilon, which the estimator's "
+                          "range puts at 2 (4 C_M + 2) = 20 - 2^(3 - M) tau alpha L0 (19.75 at M = 5; "
+                          "calibration.vertex_constant)")
     if name not in VERTEX_CONSTANTS:
         raise ConfigError("algorithm.vertex_constant", name, f"one of {tuple(VERTEX_CONSTANTS)} (c_v = 20, re-derived "
                           "from the estimator's range: calibration.vertex_constant)")

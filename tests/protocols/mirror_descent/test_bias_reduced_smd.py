@@ -147,5 +147,5 @@ def test_the_ledger_covers_the_worst_case_sensitivity_of_every_realised_level_se
     ledger = run(plan, inline=True).epsilon_spent[:, 0]
     worst = np.array([_worst_case_epsilon(*plan.sampler.schedule(plan.seed, rep), plan.step_sizes[p],
                                           plan.sampler.levels, 1e-6) for p, rep in enumerate(plan.repetitions)])
-    assert np.all(ledger >= worst), (f"c_v = {plan.privacy.details['vertex_constant']}: ledger "
-                                     f"{ledger.min():.3f}-{ledger.max():.3f}, worst case {worst.min():.3f}-{worst.max():.3f}")
+    assert np.all(ledger >= worst), (f"c_v = {plan.privacy.details['vertex_constant']}: ledger {ledger.min():.3f}-"
+                                     f"{ledger.max():.3f}, worst case {worst.min():.3f}-{worst.max():.3f}")
