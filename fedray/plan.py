@@ -198,7 +198,24 @@ def _replicas(config: dict) -> Replicas:
         clip_words = [()] * len(reps) if l2_clips is None else [setting_words(c) for c in l2_clips]
         streams = np.array([[rep, *setting_words(step), *setting_words(budget), *clip]
                             for rep, step, budget, clip in zip(reps, step_sizes, budgets, clip_words)], dtype=np.int64)
+    if (config.get("runtime") or {}).get("faithful") is True:
+        streams = np.concatenate([streams, np.broadcast_to(secret_words(), (len(streams), SECRET_WORDS))], axis=1)
     return Replicas(step_sizes, reps, levels, streams, common, l2_clips)
+
+
+SECRET_WORDS = 4     # 128 bits of OS entropy
+
+
+def secret_words() -> np.ndarray:
+    """A faithful run's secret stream words: ``SECRET_WORDS`` 32-bit words of fresh OS entropy
+    (``SeedSequence()`` without a seed), drawn here on the driver when the run is planned and
+    appended to every replica's stream key (``Replicas.streams``). Every private draw is keyed by
+    that row: the curator's noise, vertex draws and selections on the driver, and whatever the
+    actors and the shuffler key by it besides their own secret seeds. No parameter, tag, metric or
+    artifact holds them, so the logged configuration (seed included) does not determine those
+    draws. Public draws (data, participation, random levels) are keyed by the seed and the
+    repetition alone and stay reproducible."""
+    return np.random.SeedSequence().generate_state(SECRET_WORDS).astype(np.int64)
 
 
 def _budget_key(epsilon) -> float:

@@ -30,7 +30,10 @@ class Replicas:
     settings and seed draws (for a clip-grid replica: a run whose grid is its clip alone). With common random
     numbers the row is the repetition alone: replicas of one repetition then share their draws
     (paired comparisons across settings), and their joint release is not private: messages at two
-    settings cancel each other's noise. Participation is public and keyed by the repetition.
+    settings cancel each other's noise. Participation is public and keyed by the repetition. In a
+    faithful run (``runtime.faithful``) every row ends with the same secret words of fresh OS
+    entropy drawn at planning and never logged (``fedray.plan.secret_words``), so no private draw,
+    the curator's included, follows from the logged configuration.
     """
 
     step_sizes: np.ndarray                 # (P,)

@@ -9,16 +9,41 @@ import numpy as np
 
 from fedray.privacy.ledger import Ledger
 
-SIMULATOR_VIEW = ("simulation: the driver holds the run seed, from which the units' noise, minibatches and "
-                  "shuffles follow, and receives per-unit evaluation parts each evaluated round (diagnostic); "
-                  "the guarantee is what a deployment running this protocol would have")
-FAITHFUL_VIEW = ("faithful: the driver received only the protocol's messages; the units' noise, minibatches and "
-                 "the shuffles came from entropy drawn inside the actors (not reproducible); models were "
-                 "evaluated after the run (diagnostic)")
+SIMULATOR_VIEW = ("simulation: every draw follows from the logged run seed (the units' noise, minibatches and "
+                  "shuffles, and a trusted curator's noise, vertex draws and selections), so the run repeats bit for "
+                  "bit and whoever holds its record can recompute, and subtract, its noise; the driver receives "
+                  "per-unit evaluation parts each evaluated round (diagnostic); the guarantee is what a deployment "
+                  "running this protocol would have")
+FAITHFUL_VIEW = ("faithful: the driver received only the protocol's messages. Not reproducible: the units' noise and "
+                 "minibatches and the shuffles (entropy drawn inside the actors and the shuffler) and the trusted "
+                 "curator's noise, vertex draws and selections (keyed by secret words of OS entropy drawn on the "
+                 "driver at planning, never logged); the logged configuration, seed included, does not determine "
+                 "them. Reproducible from it: the data, who takes part each round and public random levels. Models "
+                 "were evaluated after the run (diagnostic)")
 
 
 REPLICAS = ("epsilon and delta are per replica: replicas are repetitions on the same units, so publishing "
             "several of them costs the sum of their epsilons and deltas (basic composition)")
+
+
+@dataclass(frozen=True)
+class GroupGuarantee:
+    """A coarser unit the ledger's guarantee covers by group privacy: ledger unit i belongs to a
+    group (a silo's dataset) of ``sizes[i]`` units, and group neighbours differ in at most that
+    many of them. An (eps, delta)-DP mechanism is (k eps, k e^{(k - 1) eps} delta)-DP for
+    neighbours k units apart (Dwork and Roth 2014, the group privacy of (eps, delta)-DP; seed-004
+    Lemma D.9), so the group guarantee follows from the ledger's and is computed from it, never
+    stated on its own."""
+
+    unit: str                    # e.g. "silo (all of its records)"
+    relation: str                # e.g. "replace one silo's whole dataset"
+    sizes: np.ndarray            # (N,) k of each ledger unit's group
+
+    def convert(self, epsilon: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(k eps, k e^{(k - 1) eps} delta) per (replica, unit) for (P, N) epsilon and (N,) delta."""
+        k = np.asarray(self.sizes, dtype=np.float64)[None, :]
+        epsilon = np.asarray(epsilon, dtype=np.float64)
+        return k * epsilon, k * np.exp((k - 1) * epsilon) * np.asarray(delta, dtype=np.float64)[None, :]
 
 
 @dataclass(frozen=True)
@@ -38,6 +63,7 @@ class PrivacyPlan:
     non_private_inputs: tuple[str, ...] = ()     # what the run uses that no privacy step covers
     faithful: bool = False                       # runtime.faithful: the driver sees only the protocol's messages
     stop_at_budget: bool = False                 # privacy.enforce_budget=stop: no round the budget cannot pay for
+    group: GroupGuarantee | None = None          # a coarser unit covered by group privacy (hybrid silo level)
 
     @property
     def private(self) -> bool:
@@ -57,6 +83,8 @@ class PrivacyPlan:
                 record["epsilon_per_unit_max"] = float(np.max(epsilon))
                 record["epsilon_per_unit_mean"] = float(np.mean(epsilon))
                 record["replicas"] = REPLICAS
+                if self.group is not None:
+                    record["group_level"] = self._group_record(epsilon)
         else:
             record["guarantee"] = "none: a non-private baseline"
         record["driver_view"] = FAITHFUL_VIEW if self.faithful else SIMULATOR_VIEW
@@ -66,12 +94,23 @@ class PrivacyPlan:
             record["stopped"] = stopped
         return record
 
+    def _group_record(self, epsilon: np.ndarray) -> dict:
+        """The group-level guarantee computed from the per-unit ``epsilon`` (P, N) and delta."""
+        group_epsilon, group_delta = self.group.convert(np.atleast_2d(epsilon), self.delta)
+        return {"unit": self.group.unit, "neighbouring_relation": self.group.relation,
+                "group_size_max": int(np.max(self.group.sizes)),
+                "by": "group privacy: (k eps, k e^((k - 1) eps) delta) for groups of k units",
+                "epsilon_per_unit_max": float(np.max(group_epsilon)), "delta_max": float(np.max(group_delta))}
+
     def summary(self) -> str:
         """One line: the trust model, unit and relation, and the inputs outside the guarantee."""
         if not self.private:
             return "not private (a baseline): no unit is protected"
         line = (f"{self.trust_model}: unit = {self.unit}, neighbours {self.relation}, calibration "
                 f"{self.calibration}, accountant {self.accountant}")
+        if self.group is not None:
+            line += f"; by group privacy also unit = {self.group.unit}, neighbours {self.group.relation}"
         if self.non_private_inputs:
             line += "; outside the guarantee: " + "; ".join(self.non_private_inputs)
-        return line + ("; faithful run" if self.faithful else "; simulation (the driver holds the noise seed)")
+        return line + ("; faithful run (its noise is not reproducible)" if self.faithful
+                       else "; simulation (the driver holds the noise seed)")

@@ -36,7 +36,7 @@ from fedray.privacy.accounting import ACCOUNTANTS
 from fedray.privacy.budgets import calibrate, per_silo
 from fedray.privacy.ledger import Ledger, RoundsAccountant, SampledGaussianAccountant, one_pass_ledger
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise, PerExampleClip
-from fedray.privacy.statement import PrivacyPlan
+from fedray.privacy.statement import GroupGuarantee, PrivacyPlan
 from fedray.protocols.isrl_dp import calibration as cal
 
 # Algorithm config keys the planner resolves itself; every other key is a constructor field.
@@ -186,11 +186,15 @@ class SiloGaussian:
             nominal = unit[None, :] / noise_multiplier
         priced = SampledGaussianAccountant(noise_multiplier, sample_size, n, releases, delta, priv["accountant"],
                                            self.one_pass)
+        # The hybrid recipe (privacy.silo_level, seed-004 §3.10): the silo-level guarantee follows from
+        # each silo's record-level one by group privacy over its n_i records.
+        group = None if priv.get("silo_level") is None else GroupGuarantee(
+            "silo (all of its records)", "replace one silo's whole dataset", n)
         return PrivacyPlan(trust_model=priv["trust_model"], calibration=priv["calibration"],
                            accountant=priv["accountant"], unit=RECORD, relation="replace_one", delta=delta,
                            noise_multiplier=noise_multiplier,
                            target_epsilon=np.broadcast_to(epsilon, (num_replicas, num_silos)).copy(),
-                           ledger=Ledger(priced, noise_multiplier.shape), nominal_epsilon=nominal)
+                           ledger=Ledger(priced, noise_multiplier.shape), nominal_epsilon=nominal, group=group)
 
 
 SHUFFLE_COMPOSITIONS = {"paper": "advanced", "accountant": "pld"}

@@ -13,9 +13,10 @@ item 5).
 
 Guarantee (Prop. 3.17, with the re-derived sensitivity of spec §6 item 3): given the released
 draws, one replaced sample moves every score by at most tau (4 C_M 2^N + 2) L0 / b_t <=
-tau alpha L0 (4 C_M + 2^{1 - N}), so each draw is (c_v tau alpha L0)-DP with c_v = 20 (``safe``;
-``paper``: the paper's 9); a run releases at most sum_t 2 (2^{N_t + 1} + 1) <= 6 U draws, and
-U <= eps^2 / (48 ln(1/delta) (c_v tau alpha L0)^2) keeps their Cor. 3.6 composition within
+tau alpha L0 (4 C_M + 2^{1 - N}), so each draw is (c_v tau alpha L0)-DP with c_v = 20
+(``safe``, at least ``calibration.vertex_constant(M)`` = 2 (4 C_M + 2) for every M; the paper's
+9 is refused: it under-states every draw's epsilon about 2x); a run releases at most
+sum_t 2 (2^{N_t + 1} + 1) <= 6 U draws, and U <= eps^2 / (48 ln(1/delta) (c_v tau alpha L0)^2) keeps their Cor. 3.6 composition within
 (eps, delta). The ledger charges the realised draws of every step.
 """
 

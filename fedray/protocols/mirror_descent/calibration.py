@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedray.errors import ConfigError
+from fedray.protocols.mirror_descent.bias_reduction import normaliser
 
 REGIMES = ("first_order", "second_order", "bilinear")     # Thm 3.1 (5), (6), (7)
 
@@ -150,7 +151,30 @@ class BiasReducedParameters(NamedTuple):
     batch_factor: float     # alpha
 
 
-VERTEX_CONSTANTS = {"safe": 20.0, "paper": 9.0}          # c_v of Prop. 3.17 (spec §6 item 3)
+VERTEX_CONSTANTS = {"safe": 20.0}       # c_v of Prop. 3.17 the planner accepts: sup over M of ``vertex_constant``
+PAPER_VERTEX_CONSTANT = 9.0              # the paper's c_v: below ``vertex_constant(M)`` for every M, so refused
+
+
+def vertex_constant(levels: int) -> float:
+    """Alg. 3's per-draw constant re-derived from the estimator's range: c_v(M) = 2 (4 C_M + 2)
+    = 20 - 2^(3 - M), so that each draw is (c_v tau alpha L0)-DP (spec §3.3 and §6 item 3).
+
+    Derivation. Alg. 2's estimate on batch B_t (b_t samples) is the batch mean of one sample's
+    part, per coordinate w (a - b) + e, with w = C_M 2^N and a, b, e that sample's gradient
+    coordinate at (x+, y+), (x-, y-), (xhat^1, yhat^1). Each lies anywhere in [-L0, L0] (the
+    l_inf bound of the gradients; nothing ties the three points together for a general smooth
+    f), so the part ranges over [-(2 w + 1) L0, (2 w + 1) L0], a range of (4 w + 2) L0, reached
+    at the corners a = -b = +-L0, e = +-L0. Replacing one sample therefore moves every score
+    coordinate by at most Delta_t = tau (4 C_M 2^N + 2) L0 / b_t, and b_t = ceil(max(1,
+    2^N / alpha)) >= 2^N / alpha gives Delta_t <= tau alpha L0 (4 C_M + 2^(1 - N)), largest at
+    N = 0: tau alpha L0 (4 C_M + 2). A vertex draw from softmax(s) is the exponential mechanism
+    on s, whose privacy loss is at most the spread of the score change, 2 Delta_t; so c_v(M) =
+    2 (4 C_M + 2) with C_M = 2 - 2^(-M): 18 at M = 2, 19.75 at M = 5, 19.875 at M = 6, below 20
+    for every M. The paper's proof of Prop. 3.17 (Proof 3.18) bounds the score sensitivity by
+    tau alpha L0 (4 + 2^(-N)) <= 4.5 tau alpha L0, i.e. c_v = 9: it drops C_M (up to 2), halves
+    the xhat^1 term and takes N >= 1 though P[N = 0] = 1 / C_M > 1/2, under-stating every
+    draw's epsilon by a factor 2.2 at M = 6."""
+    return 2.0 * (4.0 * normaliser(levels) + 2.0)
 
 
 def bias_reduced_parameters(n: int, epsilon: float, delta: float, ell: float, lipschitz: float, smoothness: float,

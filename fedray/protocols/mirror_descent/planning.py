@@ -34,6 +34,7 @@ from fedray.privacy.gaussian import analytic_sigma
 from fedray.privacy.ledger import Ledger, PopulationAccountant
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.mirror_descent.calibration import (
+    PAPER_VERTEX_CONSTANT,
     REGIMES,
     VERTEX_CONSTANTS,
     bias_reduced_draw_epsilon,
@@ -303,7 +304,8 @@ class GaussianNoise:
 class BiasReduced:
     """The recipe of seed 001's Alg. 3: ``paper`` sets (M, U, tau, alpha) by Thm 3.14's fixed point
     with the game's L0 = L1 and L2 = 0 and the per-draw constant ``algorithm.vertex_constant``
-    (safe: c_v = 20, spec §6 item 3; paper: 9), as the participation (``LeveledBatches``) and the
+    (safe: c_v = 20, spec §6 item 3 and ``calibration.vertex_constant``; the paper's 9 is refused),
+    as the participation (``LeveledBatches``) and the
     step size; ``manual`` takes them as set and refuses a U above Prop. 3.17's privacy bound."""
 
     trust_models: tuple[str, ...] = ("central", "none")
@@ -369,9 +371,14 @@ class BiasReduced:
 
 def _vertex_constant(alg: dict) -> float:
     name = alg.get("vertex_constant", "safe")
+    if name == "paper":
+        raise ConfigError("algorithm.vertex_constant", name, f"safe (c_v = 20): the paper's c_v = "
+                          f"{PAPER_VERTEX_CONSTANT:g} under-states each draw's epsilon, which the estimator's "
+                          "range puts at 2 (4 C_M + 2) = 20 - 2^(3 - M) tau alpha L0 (19.75 at M = 5; "
+                          "calibration.vertex_constant)")
     if name not in VERTEX_CONSTANTS:
-        raise ConfigError("algorithm.vertex_constant", name, f"one of {tuple(VERTEX_CONSTANTS)} (c_v = 20 re-derived, "
-                          "or the paper's 9)")
+        raise ConfigError("algorithm.vertex_constant", name, f"one of {tuple(VERTEX_CONSTANTS)} (c_v = 20, re-derived "
+                          "from the estimator's range: calibration.vertex_constant)")
     return VERTEX_CONSTANTS[name]
 
 

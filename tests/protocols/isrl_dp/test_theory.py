@@ -3,6 +3,7 @@ the hybrid silo-level budget, and the presets planned (no Ray) and one run inlin
 
 import math
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
@@ -248,6 +249,27 @@ def test_hybrid_preset_records_the_record_level_budget():
     # The theorem ran at the record-level budget: Thm D.1's R with eps0 = 0.01, n = 100, d = 3, M = 10:
     # 0.25 * 2 * sqrt(10) * min{10, 1/sqrt(3)} + min{1000, 1e-4 * 1e4 * 10 / 3} = 0.9129 + 3.3333 -> 5.
     assert plan.num_rounds == 5
+
+
+def test_hybrid_preset_states_the_silo_level_guarantee_by_group_privacy():
+    plan = make_plan(compose("experiment=theory_mb_sgd_convex", "privacy=hybrid_silo_level"))
+    # At the full record-level budget eps0 = 0.01, delta0 = 2.5e-8, silos of n = 100 records: group
+    # privacy gives eps = 100 * 0.01 = 1 and delta = 100 e^{99 * 0.01} 2.5e-8 = 2.5e-6 * 2.6912345
+    # = 6.7280862e-6, within the preset's silo-level target (1, 1e-5).
+    spent = np.full((plan.num_replicas, plan.shape.num_silos), 0.01)
+    record = plan.privacy.statement(spent)
+    assert (record["unit"], record["epsilon_per_unit_max"]) == ("record of one silo", 0.01)
+    silo = record["group_level"]
+    assert (silo["unit"], silo["neighbouring_relation"], silo["group_size_max"]) == (
+        "silo (all of its records)", "replace one silo's whole dataset", 100)
+    assert silo["epsilon_per_unit_max"] == pytest.approx(1.0, rel=1e-12)
+    assert silo["delta_max"] == pytest.approx(6.7280862e-6, rel=1e-7)
+    # The planned spend states a silo-level guarantee within the target too.
+    planned = plan.privacy.statement()["group_level"]
+    assert planned["epsilon_per_unit_max"] <= 1.0 and planned["delta_max"] <= 1e-5
+    assert "by group privacy also unit = silo" in plan.privacy.summary()
+    # A plain record-level run states no silo-level guarantee.
+    assert "group_level" not in make_plan(compose("experiment=theory_mb_sgd_convex")).privacy.statement()
 
 
 @pytest.mark.parametrize(

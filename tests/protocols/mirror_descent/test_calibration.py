@@ -10,8 +10,8 @@ import pytest
 from fedray.errors import ConfigError
 from fedray.privacy.composition import pure_advanced_composition
 from fedray.protocols.mirror_descent.calibration import (
-    VERTEX_CONSTANTS, bias_reduced_parameters, check_privacy_range, draw_epsilon, draws_per_step, explicit_gap_bound,
-    log_dimensions, private_step_size, sgd_schedule,
+    PAPER_VERTEX_CONSTANT, VERTEX_CONSTANTS, bias_reduced_parameters, check_privacy_range, draw_epsilon, draws_per_step,
+    explicit_gap_bound, log_dimensions, private_step_size, sgd_schedule, vertex_constant,
 )
 
 N, EPS, DELTA = 100_000, 1.0, 1e-6
@@ -54,7 +54,7 @@ def test_non_private_schedule_takes_one_sample_per_step_at_the_utility_step():
 
 
 @pytest.mark.parametrize("constant, levels, moment, stop, tau, alpha", [
-    (VERTEX_CONSTANTS["paper"], 6, 56.272, 5332.5, 5.5402e-3, 1.06650e-2),
+    (PAPER_VERTEX_CONSTANT, 6, 56.272, 5332.5, 5.5402e-3, 1.06650e-2),
     (VERTEX_CONSTANTS["safe"], 5, 47.062, 2194.5, 9.4436e-3, 4.3890e-3),
 ])
 def test_alg3_fixed_point_reproduces_the_golden_values(constant, levels, moment, stop, tau, alpha):
@@ -70,6 +70,16 @@ def test_alg3_fixed_point_reproduces_the_golden_values(constant, levels, moment,
     privacy_bound = 1.0 / (48 * math.log(1 / DELTA) * (constant * got.step_size * got.batch_factor) ** 2)
     assert got.stop == pytest.approx(privacy_bound, rel=1e-9)
     assert got.levels == math.floor(math.log2(math.sqrt(got.stop)))
+
+
+def test_alg3s_vertex_constant_is_the_estimators_range_and_the_safe_constant_covers_it():
+    # C_6 = 2 - 1/64 = 1.984375: 2 (4 C_6 + 2) = 2 (7.9375 + 2) = 19.875; C_5 = 1.96875: 19.75; C_0 = 1: 12
+    assert (vertex_constant(6), vertex_constant(5), vertex_constant(0)) == (19.875, 19.75, 12.0)
+    for levels in range(40):
+        weight = sum(2.0**-k for k in range(levels + 1))            # w = C_M 2^N at N = 0 (the largest per-draw loss)
+        parts = [weight * (a - b) + e for a in (-1, 1) for b in (-1, 1) for e in (-1, 1)]
+        assert vertex_constant(levels) == pytest.approx(2 * (max(parts) - min(parts)), rel=1e-15)
+        assert PAPER_VERTEX_CONSTANT < vertex_constant(levels) <= VERTEX_CONSTANTS["safe"]
 
 
 def test_alg3_refuses_a_dataset_too_small_for_four_levels_of_budget():
