@@ -41,8 +41,13 @@ from fedray.core.objective import DataObjective
 from fedray.core.program import ProgramRun
 from fedray.core.protocol import RoundKeys
 from fedray.objectives import LinearModelObjective
-from fedray.protocols.user_level.deletion import TruncatedDiscreteLaplace, mean_deletion_sensitivity
-from fedray.protocols.user_level.planning import CertifiedPerturbationRecipe
+from fedray.protocols.user_level.deletion import (
+    DelOutputPert,
+    TruncatedDiscreteLaplace,
+    WindowSearch,
+    mean_deletion_sensitivity,
+)
+from fedray.protocols.user_level.planning import ABORT, CertifiedPerturbationRecipe
 from fedray.protocols.user_level.solver import LinearModelProgram, minimize_ridge
 from fedray.rng import Stream
 
@@ -60,13 +65,15 @@ class SCOutputPert(LinearModelProgram):
     model_shape: tuple
     constants: dict = field(default_factory=dict)
     mode: str = "certificate"
+    on_unstable: str = "search"       # or ABORT: a failed check releases nothing (not DP)
     recipe: ClassVar[CertifiedPerturbationRecipe] = CertifiedPerturbationRecipe()
 
     def run(self, oracle, keys: RoundKeys) -> ProgramRun:
         data = DataObjective(oracle, self.objective, self.num_units)
         mu = self.strong_convexity
         zero = np.zeros((1,) + self.model_shape)
-        if getattr(self.objective.loss, "linear_in_record", False):
+        linear = getattr(self.objective.loss, "linear_in_record", False)
+        if linear:
             # each user's gradient is constant, so the minimiser over any sub-dataset is the mean of
             # the points a_u = -grad f_u / mu (spec §2.3b: quadratic problems in closed form); the
             # residual ||mean_u grad f_u + mu theta|| is computed, not assumed
@@ -81,34 +88,71 @@ class SCOutputPert(LinearModelProgram):
             at = params
         # u_u = grad f_u - mean_v grad f_v (the regularizer's terms cancel): its largest norm
         gamma = data.largest_deviation(at, mean_gradient[0])
-        if self.mode == "exact":           # 1-D points for the sorted formula
+        if self.mode == "exact":           # 1-D points for the sorted formula and the window search
             points = -data.unit_gradients(zero)[:, 0].reshape(self.num_units) / mu
             calls += 1
+        solves = {"count": 0}
+
+        def solver_map(deleted: tuple) -> np.ndarray:
+            """f(x_{-S}): the same deterministic map as the full solve (from 0, to the tolerance),
+            over the users kept; f of no user is the public point 0 (spec A20)."""
+            if not deleted:
+                return params[0]
+            if len(deleted) == self.num_units:
+                return zero[0]
+            weights = np.ones(self.num_units)
+            weights[list(deleted)] = 0.0
+            solves["count"] += 1
+            if linear:
+                return -data.value_and_gradient(zero, weights)[1][0] / mu
+            return minimize_ridge(data, self.model_shape, mu, self.objective.smoothness, self.tolerance,
+                                  weights).params[0]
+
         num_replicas = len(self.mechanisms)
         released = np.repeat(params, num_replicas, axis=0)
-        passed, bound, budget, sigma = (np.ones(num_replicas) for _ in range(4))
+        passed, bound, budget, sigma, deleted = (np.ones(num_replicas) for _ in range(5))
+        deleted[:] = 0.0
         for replica, mechanism in enumerate(self.mechanisms):
             if mechanism is None:
                 sigma[replica], bound[replica], budget[replica] = 0.0, np.nan, np.nan
                 continue
             budget[replica] = TruncatedDiscreteLaplace(mechanism.epsilon2, mechanism.delta2).sample(
                 keys.generator(Stream.SERVER, replica))
+            sigma[replica] = mechanism.noise_std
             if self.mode == "exact":
                 bound[replica] = mean_deletion_sensitivity(points, mechanism.deletions)
+                certified = bound[replica] <= mechanism.sensitivity
             else:
                 bound[replica] = mechanism.certificate(gamma, residual)
-            sigma[replica] = mechanism.noise_std
-            if bound[replica] <= mechanism.sensitivity:
-                released[replica] += mechanism.noise_std * self.output_noise(keys, replica)
+                certified = bound[replica] <= mechanism.sensitivity
+            if self.on_unstable == ABORT:
+                chosen = (0, params[0]) if certified else None        # not DP: the abort leaks
+            elif self.mode == "exact":
+                found = WindowSearch.for_mechanism(mechanism.sensitivity, mechanism.kappa, self.num_units) \
+                    .release_point(points, int(budget[replica]))
+                # s* = 0 releases the solution computed above (the fast path, bit for bit)
+                chosen = None if found is None else (0, params[0]) if found[0] == 0 else \
+                    (found[0], found[1].reshape(self.model_shape))
+            elif certified:
+                chosen = (0, params[0])                                 # S* = {} for every R1 (App. C)
             else:
-                passed[replica] = 0.0
-                released[replica] = np.nan          # no release: nothing unprotected leaves
+                found = DelOutputPert(mechanism.epsilon2, mechanism.delta2, mechanism.sensitivity).search(
+                    solver_map, self.num_units, int(budget[replica]))
+                chosen = None if found is None else (len(found[0]), found[1])
+            if chosen is None:
+                passed[replica], deleted[replica] = 0.0, np.nan
+                released[replica] = np.nan          # BOT: nothing leaves
+            else:
+                deleted[replica] = chosen[0]
+                released[replica] = chosen[1] + mechanism.noise_std * self.output_noise(keys, replica)
         charge = np.ones((num_replicas, self.num_units), dtype=np.int64)
-        metrics = {"released": Metric(passed, released=True),
+        dp = self.on_unstable != ABORT            # under the abort the release bit is outside any guarantee
+        metrics = {"released": Metric(passed, released=dp),
                    "noise_std": Metric(sigma, released=True),
                    "certificate": Metric(bound, released=False),
+                   "deleted_users": Metric(deleted, released=False),
                    "gradient_spread": Metric(np.full(num_replicas, gamma), released=False),
                    "residual": Metric(np.full(num_replicas, residual), released=False),
                    "deletion_budget": Metric(budget, released=False),
-                   "solver_calls": Metric(np.full(num_replicas, float(calls)), released=False)}
+                   "solver_calls": Metric(np.full(num_replicas, float(calls + solves["count"])), released=False)}
         return ProgramRun({"released": released}, charge, metrics)

@@ -20,6 +20,25 @@ SMALL = ["experiment=phased_erm_synthetic", "data.spec.num_silos=2000", "data.sp
          "data.spec.dim=3", "algorithm.allow_few_users=true", "progress=false"]
 
 
+def dp_plan(*overrides):
+    """The DP plan (on_unstable=search) at a size whose search the planner refuses, with that
+    refusal lifted: for its ledger and statement only (its search could never finish)."""
+    from fedray.protocols.user_level import phased_output_pert_planning
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(phased_output_pert_planning, "check_fallback", lambda *args: None)
+        return make_plan(compose(*overrides, "algorithm.on_unstable=search"))
+
+
+def dp_priced(*overrides):
+    """The presets' run (aborting on a failed check: not DP, epsilon inf) and the same run priced
+    by the DP plan's ledger: the charges are the program's, the pricing Alg. 1's composition."""
+    from dataclasses import replace
+
+    aborting = make_plan(compose(*overrides))
+    return aborting, replace(aborting, protocol=replace(aborting.protocol, privacy=dp_plan(*overrides).privacy))
+
+
 def test_worked_phase_constants():
     # T2: eps = 1, delta = 1e-5, n = 1e4, m = 100 -> T = 20 phases, per-phase kappa = 626, N0 = 5010
     plan = make_plan(compose("experiment=phased_erm_synthetic", "data.spec.samples_per_silo=100"))
@@ -45,8 +64,9 @@ def test_balanced_regularization_has_the_closed_form_for_erm():
 
 
 def test_erm_charges_every_user_each_phase_at_eps_over_t():
-    plan = make_plan(compose(*SMALL, "repetitions=2"))
+    aborting, plan = dp_priced(*SMALL, "repetitions=2")
     phases = plan.protocol.resolved["phases"]
+    assert np.all(np.isinf(aborting.privacy.planned_epsilon))
     result = run(plan, inline=True, groups=InlineGroups(plan, 3))
     assert np.allclose(result.epsilon_spent, 1.0)          # T charges of eps / T each (basic composition)
     assert plan.privacy.planned_epsilon.max() == pytest.approx(1.0)
@@ -61,8 +81,11 @@ def test_sco_uses_disjoint_halving_batches_and_charges_each_user_at_most_once():
     program = plan.protocol.build(None)
     assert len(program.phases) == math.floor(math.log2(1000 / 226)) == 2
     assert [list(p.users[[0, -1]]) for p in program.phases] == [[500, 999], [250, 499]]
-    result = run(plan, inline=True)
+    result = run(dp_priced(*SMALL, "algorithm.variant=sco", "data.spec.num_silos=1000", "data.spec.samples_per_silo=4",
+                           "algorithm.allow_few_users=false")[1], inline=True)
     assert np.allclose(result.epsilon_spent[0, 250:], 1.0) and np.all(result.epsilon_spent[0, :250] == 0.0)
+    aborted = run(plan, inline=True).epsilon_spent[0]
+    assert np.all(np.isinf(aborted[250:])) and np.all(aborted[:250] == 0.0)
 
 
 def test_a_diagnostic_noise_scale_is_planned_as_not_private():
@@ -72,7 +95,18 @@ def test_a_diagnostic_noise_scale_is_planned_as_not_private():
     assert "not DP" in plan.privacy.details["diagnostic"]
     private = make_plan(compose(*SMALL)).protocol.resolved["regularization"]
     assert plan.protocol.resolved["regularization"] == pytest.approx(1e-6 * private, rel=1e-6)   # balanced for s sigma
-    assert any("which releases happened" in t for t in make_plan(compose(*SMALL)).privacy.non_private_inputs)
+    assert any(t.startswith("NOT DP") for t in make_plan(compose(*SMALL)).privacy.non_private_inputs)
+
+
+def test_dp_mode_is_refused_where_the_search_could_not_run():
+    """The plan (public sizes only) finds Alg. 1's enumerated search out of reach for a phase of
+    2,000 users, so a DP run (on_unstable=search) is refused in one line; without that refusal
+    the DP plan claims (eps, delta) and names nothing outside its guarantee."""
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*SMALL, "algorithm.on_unstable=search"))
+    assert err.value.key == "algorithm.on_unstable" and "more than 1e18" in str(err.value)
+    plan = dp_plan(*SMALL)
+    assert plan.privacy.non_private_inputs == () and plan.privacy.planned_epsilon.max() == pytest.approx(1.0)
 
 
 def test_float64_settles_a_phase_only_when_the_regularizer_outruns_its_resolution():
@@ -131,7 +165,7 @@ def test_strongly_convex_erm_halves_the_budget_between_the_localization_and_the_
     """T11 for Alg. 5: theta0 at (eps/2, delta/2, beta, G, mu), the T phases at (eps/2T, delta/2T,
     beta/T, 2G, lambda_i), beta = 1/(2 n^2 m), R' = sigma0 (sqrt(d) + sqrt(2 ln(1/beta))); the
     ledger sums to (eps, delta) for every user."""
-    plan = make_plan(compose(*STRONG, "algorithm.allow_few_users=true", "repetitions=2"))
+    plan = dp_priced(*STRONG, "algorithm.allow_few_users=true", "repetitions=2")[1]
     program, resolved = plan.protocol.build(None), plan.protocol.resolved
     n, m, big_t = 4000, 5, resolved["phases"]
     local = program.localization.mechanisms[0]
@@ -151,7 +185,7 @@ def test_strongly_convex_erm_halves_the_budget_between_the_localization_and_the_
 
 
 def test_split_localization_keeps_the_localizing_users_out_of_the_phases():
-    plan = make_plan(compose(*STRONG, "algorithm.variant=sco", "algorithm.split_localization=true"))
+    plan = dp_priced(*STRONG, "algorithm.variant=sco", "algorithm.split_localization=true")[1]
     program = plan.protocol.build(None)
     assert list(program.localization.users[[0, -1]]) == [0, 999]
     phase_users = np.concatenate([p.users for p in program.phases])
@@ -159,7 +193,7 @@ def test_split_localization_keeps_the_localizing_users_out_of_the_phases():
     result = run(plan, inline=True)
     # disjoint parts, each at (eps/2, delta/2): no user spends more than half
     assert np.allclose(result.epsilon_spent[0, :1000], 0.5) and result.epsilon_spent.max() == pytest.approx(0.5)
-    together = run(make_plan(compose(*STRONG, "algorithm.variant=sco")), inline=True)
+    together = run(dp_priced(*STRONG, "algorithm.variant=sco")[1], inline=True)
     assert together.epsilon_spent.max() == pytest.approx(1.0) and together.epsilon_spent.min() == pytest.approx(0.5)
 
 
