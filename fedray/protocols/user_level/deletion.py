@@ -1,7 +1,9 @@
 """Output perturbation for functions of small local deletion sensitivity (seed-003 spec §2.1-2.3b):
 the shifted truncated discrete Laplace deletion budget, Alg. 1 (DelOutputPert) with its stable-set
-search, local deletion sensitivity (by enumeration, and the exact sorted formula of a 1-D mean),
-and the constants of SCOutputPert in its exact and certificate modes.
+search by enumeration (and its cost, ``enumeration_solves``), the 1-D mean's polynomial window
+search (``WindowSearch``, proved DP on its own), local deletion sensitivity (by enumeration, and
+the exact sorted formula of a 1-D mean), and the constants of SCOutputPert in its exact and
+certificate modes.
 
 Symbols: eps, delta the target (replace-one user-level), eps2 = eps/2, delta2 = delta/(e^eps + 2),
 kappa = 1 + ceil(ln(1/delta2)/eps2), r = 4 kappa deletions, N0 = 8 kappa + 2 the fewest users
@@ -290,8 +292,7 @@ class _SCOutputPertConstants:
 class ExactPerturbation(_SCOutputPertConstants):
     """SCOutputPert's constants in exact mode (spec §2.3): Delta = 5 G sqrt((4 kappa + 1) ln n +
     ln(2/beta)) / (mu (n - 4 kappa - 1) sqrt(m)), Thm 3.6 with a union bound over the deletions.
-    The release is f(x) + N(0, sigma^2 I) when Delta_{4 kappa} f(x) <= Delta, computed exactly
-    (then S* = {} for every R1)."""
+    SCOutputPert's exact mode releases through ``WindowSearch`` at this Delta."""
 
     @property
     def sensitivity(self) -> float:

@@ -33,8 +33,14 @@ is deterministic), so ``erm`` is (eps, delta) by basic composition of T releases
 ``sco_eq`` by parallel composition over disjoint users, and with mu the localizing release adds
 (eps/2, delta/2) to phases at (eps/2, delta/2) (basic composition); the ledger charges each user
 every release it is in (a phase skipped for floating point, ``settled``, is charged all the same).
-As in SCOutputPert, a failed check releases nothing for that phase, and whether it did is
-outside the guarantee (the plan's statement says so). With ``noise_scale`` s < 1
+Each release is SCOutputPert's: a phase whose certificate fails runs Alg. 1's stable-set search
+over its users (``on_unstable=search``, priced at planning from public sizes and refused beyond
+``max_fallback_solves``), so whether and where it released is part of its DP output, and keeping
+the previous centre after BOT (or K' = K after a localization that released nothing) is
+post-processing: no unprivatised check steers a later phase. With
+``on_unstable=abort_not_private`` a failed check releases nothing instead; that outcome steers
+the later phases, so the whole run is NOT DP (ledger epsilon = inf; the statement says so;
+``phases_without_release`` and ``localized`` are diagnostics). With ``noise_scale`` s < 1
 every sigma_i is scaled by s: a diagnostic of the localization analysis, not DP, planned as such.
 """
 

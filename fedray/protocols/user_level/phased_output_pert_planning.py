@@ -109,7 +109,9 @@ class PhasedOutputPertRecipe:
     """Checks as SCOutputPert (central user-level DP or none, every user in the one program run,
     a smooth loss with a bounded derivative, every user the same m, eps <= 1, the paper's
     calibration), then the phases, the refusals (T >= 1; every release's users >= its N0 unless
-    ``allow_few_users``; noise_scale in (0, 1]; split_localization only for Alg. 6) and the ledger."""
+    ``allow_few_users``; noise_scale in (0, 1]; split_localization only for Alg. 6), whether Alg. 1's
+    search is affordable for every release (``on_unstable=search``; else refused, or the NOT DP
+    ``abort_not_private``, planned with epsilon = inf) and the ledger."""
 
     trust_models: tuple[str, ...] = ("central", "none")
     privacy_keys: tuple[str, ...] = ()

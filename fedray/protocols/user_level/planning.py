@@ -125,7 +125,10 @@ class CertifiedPerturbationRecipe:
     """SCOutputPert (certificate mode): checks as output perturbation, plus every user holding the
     same m items, beta in (0, 1), eps <= 1 (the paper's range; refused above), and n >= N0 =
     8 kappa + 2 unless ``algorithm.allow_few_users`` (then the utility guarantee is void; privacy
-    is not affected, Thm 3.3 holds for every n >= 4 kappa + 2, a floor always refused below)."""
+    is not affected, Thm 3.3 holds for every n >= 4 kappa + 2, a floor always refused below).
+    ``on_unstable=search`` (DP) needs Alg. 1's search to be affordable: free in exact mode (the
+    window search), at most ``max_fallback_solves`` sub-datasets in certificate mode, else the plan
+    is refused; ``abort_not_private`` is planned with an infinite epsilon and a NOT DP statement."""
 
     trust_models: tuple[str, ...] = ("central", "none")
     privacy_keys: tuple[str, ...] = ()

@@ -1,6 +1,6 @@
-"""SCOutputPert in certificate mode (seed-003 Alg. 2 with App. C, spec §2.3b): user-level output
-perturbation whose noise scales with the LOCAL deletion sensitivity of the strongly convex ERM
-minimiser, O(G / (mu n sqrt(m))) instead of the global 2 G / (mu n).
+"""SCOutputPert (seed-003 Alg. 2, with App. C's certificate as its fast path, spec §2.3-2.3b):
+user-level output perturbation whose noise scales with the LOCAL deletion sensitivity of the
+strongly convex ERM minimiser, O(G / (mu n sqrt(m))) instead of the global 2 G / (mu n).
 
 Symbols (``fedray.protocols.user_level.deletion``): n users with m items each (every user the
 same m), f_u the user's average loss, the item loss l = (logistic or softmax loss of a linear
@@ -9,24 +9,35 @@ sub-dataset's minimiser lies inside), so G = 2 r B with r = sup |dl/dz|.
 
 Trust model: central user-level DP (the trusted server solves through the oracle; per-user
 gradients reach only the program). Unit: a user, all m items. Relation: replace one user.
-Mechanism (one release per replica): solve to residual ||grad|| <= mu eta (deterministic, from
-0, never warm-started from another dataset); compute every user's mean gradient gbar_u and
-gamma = max_u ||gbar_u - mean_v gbar_v||; draw the deletion budget R1 ~ TDLap(eps2, delta2)
-(always, unused on this path); if the certificate holds, release theta + N(0, sigma^2 I), else
-release nothing ("no release", reported as ``released`` = 0, never replaced by an unprotected
-output). Guarantee: (eps, delta)-DP by Thm 3.3 between neighbours on which the check passes for
-both (the release is then exactly DelOutputPert's with f = the solver's map, whose Delta_{4 kappa}
-the certificate bounds); whether it passes is not private: one user can flip it, and the run's
-statement names that outcome as outside the guarantee (spec A16). The ledger charges each user
-one (eps, delta) release per replica, a certificate-style event (the argument is the paper's,
-not an accountant's). Utility needs the items of users exchangeable (random permutation);
-privacy does not. Refuses n < N0 = 8 kappa + 2 at planning unless ``allow_few_users``.
+Mechanism (one release per replica): Alg. 1 (DelOutputPert) with f = the solver's deterministic
+map (from 0, to residual ||grad|| <= mu eta, never warm-started from another dataset): draw the
+deletion budget R1 ~ TDLap(eps2, delta2); if S = {} is certified stable (below), release
+f(x) + N(0, sigma^2 I) at once, which is what Alg. 1 releases for every R1; otherwise
+(``on_unstable=search``) run Alg. 1's stable-set search and release f(x_{-S*}) + N(0, sigma^2 I),
+or nothing (BOT, reported as ``released`` = 0, never an unprotected output). Guarantee:
+(eps, delta)-DP by Thm 3.3 for every outcome, whether it released included. Calibration: the
+paper's sigma = sqrt(2 ln(2/delta2)) 8 kappa Delta / eps2. The ledger charges each user one
+(eps, delta) release per replica (the argument is the paper's, not an accountant's). Utility
+needs the items of users exchangeable (random permutation); privacy does not. Refuses
+n < N0 = 8 kappa + 2 at planning unless ``allow_few_users``.
+
+Certificate mode (``mode=certificate``): S = {} is certified when (2r + 1) gammat / (mu (n - r -
+1)) + 2 res / mu + 2 eta <= Delta, gammat = max_u ||gbar_u - mean_v gbar_v|| (App. C); the search
+enumerates sub-datasets and solves each (``DelOutputPert.search``), which the plan prices from
+public sizes and refuses beyond ``max_fallback_solves`` (every realistic n).
 
 Exact mode (``mode=exact``, spec §2.3, mean estimation): a loss linear in the record (``Linear``,
-each record a user's mean item) in one dimension, where f(y) is the mean of the users' points
-and Delta_{4 kappa} f(x) has an exact sorted formula (``mean_deletion_sensitivity``); the release
-needs Delta_{4 kappa} f(x) <= Delta_exact (Thm 3.6's constant, about 30x below the certificate's
-at n = 1,000), otherwise nothing is released, as above.
+each record a user's mean item) in one dimension, f(y) the mean of the users' points. The search
+runs over windows (delete the j lowest and s - j highest points) accepted when the points kept
+span at most Delta (n - 4 kappa) (``deletion.WindowSearch``, polynomial, with its proof); S = {}
+is accepted exactly when all points do, and then the release is bit for bit the solution plus
+noise. Delta = Delta_exact (Thm 3.6's constant, about 30x below the certificate's at n = 1,000).
+``certificate`` reports Delta_{4 kappa} f(x) by the sorted formula (diagnostic).
+
+``on_unstable=abort_not_private``: release nothing whenever S = {} fails its check (the exact
+mode's test is then Delta_{4 kappa} f(x) <= Delta). NOT DP: one user can flip whether it releases
+(spec A16), so the ledger prices every release at epsilon = inf, the statement says so, and
+``released`` is a diagnostic.
 """
 
 from __future__ import annotations
