@@ -102,22 +102,26 @@ class SCOutputPert(LinearModelProgram):
         if self.mode == "exact":           # 1-D points for the sorted formula and the window search
             points = -data.unit_gradients(zero)[:, 0].reshape(self.num_units) / mu
             calls += 1
-        solves = {"count": 0}
+        solved: dict = {(): params[0]}
+        search_calls = [0]                   # oracle calls of the search's solves
 
         def solver_map(deleted: tuple) -> np.ndarray:
             """f(x_{-S}): the same deterministic map as the full solve (from 0, to the tolerance),
-            over the users kept; f of no user is the public point 0 (spec A20)."""
-            if not deleted:
-                return params[0]
-            if len(deleted) == self.num_units:
-                return zero[0]
-            weights = np.ones(self.num_units)
-            weights[list(deleted)] = 0.0
-            solves["count"] += 1
-            if linear:
-                return -data.value_and_gradient(zero, weights)[1][0] / mu
-            return minimize_ridge(data, self.model_shape, mu, self.objective.smoothness, self.tolerance,
-                                  weights).params[0]
+            over the users kept, once per sub-dataset for all replicas; f of no user is the public
+            point 0 (spec A20)."""
+            if deleted not in solved:
+                weights = np.ones(self.num_units)
+                weights[list(deleted)] = 0.0
+                if len(deleted) == self.num_units:
+                    solved[deleted] = zero[0]
+                elif linear:
+                    solved[deleted] = -data.value_and_gradient(zero, weights)[1][0] / mu
+                    search_calls[0] += 1
+                else:
+                    found = minimize_ridge(data, self.model_shape, mu, self.objective.smoothness, self.tolerance,
+                                           weights)
+                    solved[deleted], search_calls[0] = found.params[0], search_calls[0] + found.calls
+            return solved[deleted]
 
         num_replicas = len(self.mechanisms)
         released = np.repeat(params, num_replicas, axis=0)
@@ -165,5 +169,5 @@ class SCOutputPert(LinearModelProgram):
                    "gradient_spread": Metric(np.full(num_replicas, gamma), released=False),
                    "residual": Metric(np.full(num_replicas, residual), released=False),
                    "deletion_budget": Metric(budget, released=False),
-                   "solver_calls": Metric(np.full(num_replicas, float(calls + solves["count"])), released=False)}
+                   "solver_calls": Metric(np.full(num_replicas, float(calls + search_calls[0])), released=False)}
         return ProgramRun({"released": released}, charge, metrics)

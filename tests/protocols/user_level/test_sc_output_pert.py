@@ -209,3 +209,45 @@ def test_refusals_allow_few_users_cannot_lift(override, key, named):
 def test_the_statement_says_replicas_compose():
     statement = make_plan(compose(*MEANS, "repetitions=3")).privacy.statement()
     assert "per replica" in statement["replicas"] and "sum of their epsilons" in statement["replicas"]
+
+
+
+def test_a_failed_certificate_runs_alg_1s_search_over_the_solver_map():
+    """The DP fallback end to end in certificate mode on a federation small enough to enumerate:
+    10 users of m = 10^10 items (d = 1, closed-form solves), user 0's items all +1, fail the
+    certificate; with a mechanism of kappa = 2 (eps2 = 0.9, delta2 = 0.41: at most 1,023 solves)
+    each replica draws R1 and releases f(x_{-S*}) + sigma z with S* Alg. 1's enumerated choice
+    ({0}: deleting the extreme user), or BOT when R1 = 0 leaves Stable(R1) empty."""
+    from dataclasses import replace
+
+    from fedray.protocols.user_level.deletion import DelOutputPert
+    from tests.protocols.user_level.test_sc_output_pert_audit import ExtremeUser
+
+    plan = make_plan(compose(*MEANS, "algorithm.mode=certificate", "privacy=none", "data.spec.num_silos=10",
+                             "repetitions=4"))
+    mechanism = CertifiedPerturbation(1.8, 0.41 * (math.exp(1.8) + 2), 1e-3, 2.0, 1.0, 10, 10**10)
+    assert mechanism.kappa == 2 and mechanism.delta2 == pytest.approx(0.41)
+    searching = replace(plan, dataset=ExtremeUser(**vars(plan.dataset)),
+                        protocol=replace(plan.protocol, mechanisms=(mechanism,) * 4,
+                                         resolved={**plan.protocol.resolved, "on_unstable": "search"}))
+    result = run(searching, inline=True)
+    history = result.history[0]
+    assert np.all(history["certificate"] > mechanism.sensitivity)                   # the fast path fails
+    points = searching.dataset.load(plan.seed, plan.trial).x_train[:, 0, 0]
+    assert points[0] == 1.0
+
+    def f(deleted):
+        return np.array([np.delete(points, list(deleted)).mean()])
+
+    budgets = history["deletion_budget"].astype(int)
+    for replica, budget in enumerate(budgets):
+        expected = DelOutputPert(0.9, 0.41, mechanism.sensitivity).search(f, 10, int(budget))
+        output = result.outputs["released"][replica, 0, 0]
+        assert (expected is None) == (budget == 0)
+        if expected is None:
+            assert history["released"][replica] == 0 and np.isnan(output)
+        else:
+            assert expected[0] == (0,) and history["deleted_users"][replica] == 1
+            z = (output - expected[1][0]) / mechanism.noise_std
+            assert 0 < abs(z) < 6
+    assert np.unique(result.outputs["released"][budgets > 0]).size == (budgets > 0).sum()
