@@ -270,3 +270,55 @@ def test_replicas_sharing_a_solve_get_the_strictest_of_their_tolerances(monkeypa
     assert own[0] > own[1]
     run(plan, inline=True)
     assert asked[0] == min(own)
+
+
+
+@pytest.mark.slow
+def test_a_phase_whose_certificate_fails_runs_alg_1s_search_from_its_centre():
+    """The DP fallback in a phase (about 25 s): 10 users of 5 records, one phase at lambda_1 = 4
+    with a kappa = 2 mechanism (eps2 = 0.9, delta2 = 0.41) whose gamma0 is half the users' actual
+    gradient spread, so the certificate fails while S = {} is still stable; the program searches
+    the phase's sub-datasets (solves centred as the phase's) and moves the centre to
+    f(x_{-S*}) + sigma z (then projected onto K), S* = {}, exactly as an independent Alg. 1 over
+    the same solver map says."""
+    from dataclasses import replace
+
+    from fedray.core.objective import DataObjective
+    from fedray.protocols.user_level.deletion import CertifiedPerturbation, DelOutputPert, TruncatedDiscreteLaplace
+    from fedray.protocols.user_level.solver import minimize_ridge
+    from fedray.rng import Stream, generator
+
+    plan = make_plan(compose(*SMALL, "privacy=none", "data.spec.num_silos=10", "data.spec.samples_per_silo=5",
+                             "data.spec.dim=2", "algorithm.regularization=1.0"))
+    first = plan.protocol.phases[0]
+    program = plan.protocol.build(None)
+    data = DataObjective(InlineGroups(plan, 1), program.objective, 10)
+    solves: dict = {}
+
+    def f(deleted, tolerance=1e-9):
+        if deleted not in solves:
+            weights = np.ones(10)
+            weights[list(deleted)] = 0.0
+            solves[deleted] = np.zeros(program.model_shape) if not weights.any() else minimize_ridge(
+                data, program.model_shape, first.regularization, program.objective.smoothness, tolerance, weights,
+                centre=np.zeros(program.model_shape)).params[0]
+        return solves[deleted]
+
+    per_user = data.unit_gradients(f(())[None])[:, 0].reshape(10, -1)
+    spread = float(np.linalg.norm(per_user - per_user.mean(axis=0), axis=1).max())
+    items = int((5 * 2.0 * math.sqrt(math.log(10 / 0.5)) / (spread / 2)) ** 2)      # gamma0 = spread / 2
+    mechanism = CertifiedPerturbation(1.8, 0.41 * (math.exp(1.8) + 2), 0.5, 2.0, first.regularization, 10, items)
+    assert mechanism.kappa == 2 and not mechanism.certifies(spread, 0.0)
+    solves.clear()
+    tolerance = mechanism.strong_convexity * mechanism.tolerance
+    searching = replace(plan, protocol=replace(plan.protocol, phases=(replace(first, mechanisms=(mechanism,)),),
+                                               resolved={**plan.protocol.resolved, "on_unstable": "search"}))
+    result = run(searching, inline=True)
+    assert result.history[-1]["phases_searched"][0] == 1
+    phase_key = (*searching.replicas.streams[0], 0, 0)
+    budget = TruncatedDiscreteLaplace(0.9, 0.41).sample(generator(searching.seed, Stream.SERVER, *phase_key))
+    expected = DelOutputPert(0.9, 0.41, mechanism.sensitivity).search(lambda s: f(s, tolerance), 10, budget)
+    assert expected is not None and expected[0] == ()
+    z = generator(searching.seed, Stream.OUTPUT_NOISE, *phase_key).standard_normal(program.model_shape)
+    centre = expected[1] + mechanism.noise_std * z
+    np.testing.assert_allclose(result.model[0], centre * min(1.0, 5.0 / np.linalg.norm(centre)), rtol=1e-9)
