@@ -125,8 +125,8 @@ class SCOutputPert(LinearModelProgram):
 
         num_replicas = len(self.mechanisms)
         released = np.repeat(params, num_replicas, axis=0)
-        passed, bound, budget, sigma, deleted = (np.ones(num_replicas) for _ in range(5))
-        deleted[:] = 0.0
+        passed, bound, budget, sigma = (np.ones(num_replicas) for _ in range(4))
+        deleted = np.zeros(num_replicas)               # |S*| (diagnostic: not part of the output)
         for replica, mechanism in enumerate(self.mechanisms):
             if mechanism is None:
                 sigma[replica], bound[replica], budget[replica] = 0.0, np.nan, np.nan
@@ -134,12 +134,10 @@ class SCOutputPert(LinearModelProgram):
             budget[replica] = TruncatedDiscreteLaplace(mechanism.epsilon2, mechanism.delta2).sample(
                 keys.generator(Stream.SERVER, replica))
             sigma[replica] = mechanism.noise_std
-            if self.mode == "exact":
-                bound[replica] = mean_deletion_sensitivity(points, mechanism.deletions)
-                certified = bound[replica] <= mechanism.sensitivity
-            else:
-                bound[replica] = mechanism.certificate(gamma, residual)
-                certified = bound[replica] <= mechanism.sensitivity
+            # S = {}'s check: Delta_{4 kappa} f(x) by the sorted formula, or App. C's certificate
+            bound[replica] = mean_deletion_sensitivity(points, mechanism.deletions) if self.mode == "exact" \
+                else mechanism.certificate(gamma, residual)
+            certified = bound[replica] <= mechanism.sensitivity
             if self.on_unstable == ABORT:
                 chosen = (0, params[0]) if certified else None        # not DP: the abort leaks
             elif self.mode == "exact":

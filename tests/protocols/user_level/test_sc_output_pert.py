@@ -251,3 +251,12 @@ def test_a_failed_certificate_runs_alg_1s_search_over_the_solver_map():
             z = (output - expected[1][0]) / mechanism.noise_std
             assert 0 < abs(z) < 6
     assert np.unique(result.outputs["released"][budgets > 0]).size == (budgets > 0).sum()
+
+
+def test_where_s_empty_passes_the_search_releases_the_fast_path_bit_for_bit():
+    """E1's preset passes S = {} on every replica: the DP search's outputs equal, bit for bit, those
+    of the abort mode (the code path every committed number came from)."""
+    searched = run(make_plan(compose(*MEANS, "repetitions=5")), inline=True)
+    aborted = run(make_plan(compose(*MEANS, "repetitions=5", "algorithm.on_unstable=abort_not_private")), inline=True)
+    assert np.all(searched.history[0]["deleted_users"] == 0)
+    assert np.array_equal(searched.outputs["released"], aborted.outputs["released"])
