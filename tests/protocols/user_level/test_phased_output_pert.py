@@ -72,6 +72,7 @@ def test_erm_charges_every_user_each_phase_at_eps_over_t():
     assert plan.privacy.planned_epsilon.max() == pytest.approx(1.0)
     history = result.history[-1]
     assert np.all(history["phases_without_release"] + history["phases_settled"] <= phases)
+    assert "phases_without_release" in result.diagnostics          # the abort's outcomes: not DP outputs
     assert np.all(np.linalg.norm(result.model[:, :, 0], axis=1) <= 5.0 + 1e-12)
 
 
