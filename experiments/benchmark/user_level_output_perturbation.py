@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--calls", type=int, default=20)
     args = parser.parse_args(argv)
-    plan = compose_plan(["experiment=sc_output_pert_means", "algorithm.mode=certificate",
+    plan = compose_plan(["experiment=sc_output_pert_means", "algorithm.mode=certificate", "algorithm.on_unstable=abort_not_private",
                          f"data.spec.num_silos={args.users}", f"data.spec.items_per_user={args.items}",
                          f"data.spec.dim={args.dim}", f"repetitions={args.replicas}", "progress=false",
                          f"runtime.num_actors={args.actors}"])

@@ -301,6 +301,31 @@ class PhaseAccountant(ComposedAccountant):
         return "each phase is one release at the run's (eps, delta)"
 
 
+@dataclass(frozen=True)
+class UnboundedAccountant:
+    """Releases with no finite guarantee (a mechanism whose output leaks beyond any (eps, delta),
+    e.g. seed 003's SCOutputPert with ``on_unstable=abort_not_private``): a unit charged once or
+    more has spent epsilon = inf (delta 1), an uncharged unit 0. Its plans set an infinite target,
+    which ``check_budget`` admits (for epsilon and delta alike)."""
+
+    name: str = "none (not DP)"
+
+    def charge(self, charge: np.ndarray) -> np.ndarray:
+        return charge
+
+    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
+        return counts
+
+    def epsilons(self, counts: np.ndarray) -> np.ndarray:
+        return np.where(np.asarray(counts) > 0, np.inf, 0.0)
+
+    def deltas(self, counts: np.ndarray) -> np.ndarray:
+        return np.where(np.asarray(counts) > 0, 1.0, 0.0)
+
+    def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
+        return ""
+
+
 def check_budget(ledger: Ledger, counts: np.ndarray, target: np.ndarray,
                  target_delta: np.ndarray | None = None) -> np.ndarray:
     """(P, N) planned epsilons for ``counts``; raises ``BudgetError`` if any exceeds its target, or
@@ -312,7 +337,8 @@ def check_budget(ledger: Ledger, counts: np.ndarray, target: np.ndarray,
     if target_delta is not None:
         deltas = ledger.deltas(counts)
         target_delta = np.broadcast_to(target_delta, deltas.shape)
-        over = deltas - target_delta
+        with np.errstate(invalid="ignore"):
+            over = np.where(np.isposinf(np.broadcast_to(target, deltas.shape)), 0.0, deltas - target_delta)
         if np.any(over > 1e-15):
             replica, unit = np.unravel_index(int(np.argmax(over)), over.shape)
             raise BudgetError(
@@ -320,7 +346,8 @@ def check_budget(ledger: Ledger, counts: np.ndarray, target: np.ndarray,
                 f"releases, {ledger.accountant.name} accountant) exceeds privacy.delta = "
                 f"{target_delta[replica, unit]:.4g}")
     target = np.broadcast_to(target, planned.shape)
-    excess = planned - target
+    with np.errstate(invalid="ignore"):         # inf - inf where an infinite target claims nothing
+        excess = np.where(np.isposinf(target), 0.0, planned - target)
     if np.all(excess <= 1e-9):
         return planned
     replica, unit = np.unravel_index(int(np.argmax(excess)), excess.shape)

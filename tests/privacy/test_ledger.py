@@ -83,3 +83,19 @@ def test_one_pass_ledger_charges_one_release_however_many():
         ledger.record(np.array([mask]))
     np.testing.assert_array_equal(ledger.epsilons(), [[1.5, 1.5, 0.0]])
     np.testing.assert_array_equal(ledger.deltas(), [[1e-6, 1e-6, 0.0]])
+
+
+def test_an_unbounded_accountant_reports_inf_and_an_infinite_target_admits_it():
+    """A mode with no finite guarantee (seed 003's abort_not_private): every charged unit has spent
+    epsilon = inf (delta 1), an uncharged one 0; an infinite target passes the budget guard, a
+    finite one refuses it."""
+    from fedray.privacy.ledger import UnboundedAccountant
+
+    ledger = Ledger(UnboundedAccountant(), (2, 3), "user")
+    counts = np.array([[1, 0, 2], [0, 0, 1]])
+    assert np.array_equal(ledger.epsilons(counts), [[np.inf, 0, np.inf], [0, 0, np.inf]])
+    assert np.array_equal(ledger.deltas(counts), [[1, 0, 1], [0, 0, 1]])
+    planned = check_budget(ledger, counts, np.full((2, 3), np.inf), np.full(3, 1e-5))
+    assert np.isinf(planned).sum() == 3
+    with pytest.raises(BudgetError):
+        check_budget(ledger, counts, np.ones((2, 3)), np.full(3, 1e-5))

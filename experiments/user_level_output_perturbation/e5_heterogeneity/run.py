@@ -40,7 +40,9 @@ DRAWS, LIPSCHITZ, DIAMETER = 10, 2.0, 2.0
 
 
 def run_cell(mode: str, concentration: float | None, m: int, d: int, seed: int) -> dict:
-    overrides = ["experiment=sc_output_pert_means", f"algorithm.mode={mode}", f"data.spec.num_silos={USERS}",
+    # the release rate measured is the stability check's pass rate: a failed check aborts (NOT DP)
+    overrides = ["experiment=sc_output_pert_means", f"algorithm.mode={mode}", "algorithm.on_unstable=abort_not_private",
+                 f"data.spec.num_silos={USERS}",
                  f"data.spec.items_per_user={m}", f"data.spec.dim={d}", f"seed={seed}", "progress=false"]
     if concentration is not None:
         overrides.append(f"data.spec.concentration={concentration}")

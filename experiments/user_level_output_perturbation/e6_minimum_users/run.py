@@ -51,7 +51,9 @@ def user_counts(eps: float, delta: float) -> list[int]:
 
 
 def run_cell(mode: str, eps: float, delta: float, n: int, d: int, seed: int) -> dict:
+    # the release rate measured is the stability check's pass rate: a failed check aborts (NOT DP)
     plan = compose_plan(["experiment=sc_output_pert_means", f"algorithm.mode={mode}", "algorithm.allow_few_users=true",
+                         "algorithm.on_unstable=abort_not_private",
                          f"privacy.epsilon={eps}", f"privacy.delta={delta}", f"data.spec.num_silos={n}",
                          f"data.spec.items_per_user={ITEMS}", f"data.spec.dim={d}", f"repetitions={REPLICAS}",
                          f"seed={seed}", "progress=false"])

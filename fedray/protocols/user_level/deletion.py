@@ -1,7 +1,9 @@
 """Output perturbation for functions of small local deletion sensitivity (seed-003 spec §2.1-2.3b):
 the shifted truncated discrete Laplace deletion budget, Alg. 1 (DelOutputPert) with its stable-set
-search, local deletion sensitivity (by enumeration, and the exact sorted formula of a 1-D mean),
-and the constants of SCOutputPert in its exact and certificate modes.
+search by enumeration (and its cost, ``enumeration_solves``), the 1-D mean's polynomial window
+search (``WindowSearch``, proved DP on its own), local deletion sensitivity (by enumeration, and
+the exact sorted formula of a 1-D mean), and the constants of SCOutputPert in its exact and
+certificate modes.
 
 Symbols: eps, delta the target (replace-one user-level), eps2 = eps/2, delta2 = delta/(e^eps + 2),
 kappa = 1 + ceil(ln(1/delta2)/eps2), r = 4 kappa deletions, N0 = 8 kappa + 2 the fewest users
@@ -130,6 +132,23 @@ class DelOutputPert:
                     return subset
         return None
 
+    def search(self, f: Callable[[tuple], np.ndarray], num_users: int, budget: int) -> tuple | None:
+        """(S*, f(x_{-S*})) for R1 = ``budget`` with Delta_r f(x_{-S}) by enumeration
+        (``deletion_sensitivity``), f memoised by the deleted set; None (BOT) if Stable(R1) is empty.
+        At most ``enumeration_solves(num_users, 4 kappa)`` evaluations of f."""
+        values: dict = {}
+
+        def cached(deleted: tuple) -> np.ndarray:
+            if deleted not in values:
+                values[deleted] = np.asarray(f(deleted), dtype=np.float64)
+            return values[deleted]
+
+        def local(subset: tuple, reach: int) -> float:
+            return deletion_sensitivity(cached, num_users, max(reach, 0), deleted=subset)
+
+        chosen = self.stable_set(num_users, local, budget)
+        return None if chosen is None else (chosen, cached(chosen))
+
     def release(self, f: Callable[[tuple], np.ndarray], local_sensitivity: Callable[[tuple, int], float],
                 num_users: int, rng: np.random.Generator) -> np.ndarray | None:
         budget = TruncatedDiscreteLaplace(self.epsilon2, self.delta2).sample(rng)
@@ -138,6 +157,87 @@ class DelOutputPert:
             return None
         value = np.asarray(f(chosen), dtype=np.float64)
         return value + self.noise_std * rng.standard_normal(value.shape)
+
+
+SOLVES_CAP = 10**18
+
+
+def enumeration_solves(num_users: int, deletions: int) -> int:
+    """How many distinct sub-datasets the enumerated stable-set search of Alg. 1 may evaluate f on
+    (each once, memoised): S* has at most 2 kappa users and its check Delta_{4 kappa - |S|} deletes
+    at most 4 kappa - |S| more and then one, so every evaluated x_{-T} has |T| <= ``deletions`` + 1
+    with ``deletions`` = 4 kappa: sum_{t <= min(n, 4 kappa + 1)} C(n, t). Data independent (the
+    worst case, whatever R1 and the data), so a plan may compare it with a budget. Counts past
+    ``SOLVES_CAP`` = 10^18 stop there: SOLVES_CAP + 1 stands for "more"."""
+    total = 0
+    for t in range(min(num_users, deletions + 1) + 1):
+        total += math.comb(num_users, t)
+        if total > SOLVES_CAP:
+            return SOLVES_CAP + 1
+    return total
+
+
+@dataclass(frozen=True)
+class WindowSearch:
+    """Alg. 1's stable-set search for f = the mean of 1-D points (one per user), restricted to
+    "windows": S deletes the j lowest and s - j highest points, and such an S counts as stable
+    when the n - s points it keeps span at most ``threshold`` = Delta (n - 4 kappa). Polynomial
+    (a sort, then O(n) per size s <= 2 kappa), and (eps, delta)-DP by Thm 3.3's own proof.
+
+    Why the search over all sets is not replaced exactly: the windows do not always contain the
+    smallest stable set (points -1.20, -1.06, -0.36, 1.65, 1.86, one deletion, Delta_0: deleting
+    the middle point -0.36 gives 0.516, every window at least 0.528), so this is a different
+    member of Alg. 1's family, proved on its own:
+
+    (A) Every window it accepts is stable in Alg. 1's sense. For y = x_{-S}, |S| = s, k = 4 kappa - s
+        (line 6's index; the proof's 4 kappa - R1 >= k only deletes fewer), any z = y_{-T} with
+        |T| <= k and user i of z: |mean(z) - mean(z_{-i})| = |z_i - mean(z_{-i})| / |z| <=
+        range(y) / (n - s - k) = range(y) / (n - 4 kappa). So range(y) <= Delta (n - 4 kappa)
+        gives Delta_{4 kappa - s} f(x_{-S}) <= Delta.
+    (B) Obs. 3.5 holds for it. Let rho_s(x) be the narrowest span of n - s consecutive sorted
+        points (the best window of s deletions; non-increasing in s). If x' = x with one user
+        replaced, the n - s points of x' in the interval I realising rho_s(x') include at most one
+        point x lacks, so x has n - s - 1 points in I, and n - s - 1 consecutive ones span at most
+        |I|: rho_{s+1}(x) <= rho_s(x'). A window of size <= r1 accepted on x' therefore gives one of
+        size <= r1 + 1 accepted on x.
+    (C) Thm 3.3's proof uses of Stable only (B), to bound the BOT mass (Pr[BOT | x] <= delta2 +
+        e^{eps2} Pr[BOT | x']), and that all members are stable, to place f on any member for x
+        and budget r1 and any member for x' and budget r1 + 1 within (2 r1 + 3) Delta <= 8 kappa
+        Delta (through the common sub-dataset x_{-S-S'-u}); the choice among members is any fixed
+        rule. With (A) and (B) the same argument gives (2 eps2, (e^{eps2} + 2) delta2)-DP.
+
+    S*: the smallest s <= R1 with rho_s(x) <= threshold (rho is non-increasing, so BOT exactly when
+    rho_{R1}(x) > threshold), then the narrowest window of that size (ties: fewer low deletions).
+    s* = 0 (all points within the threshold) releases f(x) for every R1: the fast path.
+    """
+
+    threshold: float
+    deletions: int              # 4 kappa (the largest budget, 2 kappa, is what the search reaches)
+
+    @classmethod
+    def for_mechanism(cls, sensitivity: float, kappa_: int, num_users: int) -> "WindowSearch":
+        return cls(sensitivity * (num_users - 4 * kappa_), 4 * kappa_)
+
+    def smallest(self, points: np.ndarray) -> tuple[int, int] | None:
+        """(s*, j*): the fewest deletions s <= 2 kappa (= ``deletions`` / 2) whose best window is
+        accepted, and its low deletions j*; None if no s <= 2 kappa is."""
+        a = np.sort(np.asarray(points, dtype=np.float64).reshape(-1))
+        n = a.size
+        for s in range(min(self.deletions // 2, n - 1) + 1):
+            spans = a[n - s - 1:] - a[:s + 1]            # window j keeps a[j .. j + n - s - 1]
+            j = int(np.argmin(spans))
+            if spans[j] <= self.threshold:
+                return s, j
+        return None
+
+    def release_point(self, points: np.ndarray, budget: int) -> tuple[int, np.ndarray] | None:
+        """For R1 = ``budget``: (|S*|, f(x_{-S*})) or None (BOT)."""
+        found = self.smallest(points)
+        if found is None or found[0] > budget:
+            return None
+        s, j = found
+        a = np.sort(np.asarray(points, dtype=np.float64).reshape(-1))
+        return s, np.array([a[j:a.size - s + j].mean()])
 
 
 @dataclass(frozen=True)
@@ -192,8 +292,7 @@ class _SCOutputPertConstants:
 class ExactPerturbation(_SCOutputPertConstants):
     """SCOutputPert's constants in exact mode (spec §2.3): Delta = 5 G sqrt((4 kappa + 1) ln n +
     ln(2/beta)) / (mu (n - 4 kappa - 1) sqrt(m)), Thm 3.6 with a union bound over the deletions.
-    The release is f(x) + N(0, sigma^2 I) when Delta_{4 kappa} f(x) <= Delta, computed exactly
-    (then S* = {} for every R1)."""
+    SCOutputPert's exact mode releases through ``WindowSearch`` at this Delta."""
 
     @property
     def sensitivity(self) -> float:

@@ -33,8 +33,14 @@ is deterministic), so ``erm`` is (eps, delta) by basic composition of T releases
 ``sco_eq`` by parallel composition over disjoint users, and with mu the localizing release adds
 (eps/2, delta/2) to phases at (eps/2, delta/2) (basic composition); the ledger charges each user
 every release it is in (a phase skipped for floating point, ``settled``, is charged all the same).
-As in SCOutputPert, a failed check releases nothing for that phase, and whether it did is
-outside the guarantee (the plan's statement says so). With ``noise_scale`` s < 1
+Each release is SCOutputPert's: a phase whose certificate fails runs Alg. 1's stable-set search
+over its users (``on_unstable=search``, priced at planning from public sizes and refused beyond
+``max_fallback_solves``), so whether and where it released is part of its DP output, and keeping
+the previous centre after BOT (or K' = K after a localization that released nothing) is
+post-processing: no unprivatised check steers a later phase. With
+``on_unstable=abort_not_private`` a failed check releases nothing instead; that outcome steers
+the later phases, so the whole run is NOT DP (ledger epsilon = inf; the statement says so;
+``phases_without_release`` and ``localized`` are diagnostics). With ``noise_scale`` s < 1
 every sigma_i is scaled by s: a diagnostic of the localization analysis, not DP, planned as such.
 """
 
@@ -50,8 +56,8 @@ from fedray.core.objective import DataObjective
 from fedray.core.program import ProgramRun
 from fedray.core.protocol import RoundKeys
 from fedray.objectives import LinearModelObjective
-from fedray.protocols.user_level.deletion import TruncatedDiscreteLaplace
-from fedray.protocols.user_level.phased_output_pert_planning import PhasedOutputPertRecipe
+from fedray.protocols.user_level.deletion import DelOutputPert, TruncatedDiscreteLaplace
+from fedray.protocols.user_level.phased_output_pert_planning import ABORT, PhasedOutputPertRecipe
 from fedray.protocols.user_level.solver import LinearModelProgram, minimize_ridge
 from fedray.rng import Stream, generator
 
@@ -92,12 +98,14 @@ class PhasedOutputPert(LinearModelProgram):
     ridge: float = 0.0                # mu of the item loss's (mu / 2) ||theta||^2 (Alg. 5 / 6), else 0
     localization: Phase | None = None  # Alg. 5 / 6's first release, at the centre 0
     fallback: tuple = ()              # (T,) Phase after a localization that released nothing (K' = K)
+    on_unstable: str = "search"       # or ABORT: a failed check releases nothing (not DP)
     recipe: ClassVar[PhasedOutputPertRecipe] = PhasedOutputPertRecipe()
 
     def run(self, oracle, keys: RoundKeys) -> ProgramRun:
         data = DataObjective(oracle, self.objective, self.num_units)
         centres = np.zeros((self.num_replicas,) + self.model_shape)
-        tally = {"failed": np.zeros(self.num_replicas), "settled": np.zeros(self.num_replicas), "calls": 0,
+        tally = {"failed": np.zeros(self.num_replicas), "settled": np.zeros(self.num_replicas),
+                 "searched": np.zeros(self.num_replicas), "calls": 0,
                  "charge": np.zeros((self.num_replicas, self.num_units), dtype=np.int64)}
         localized = np.zeros(self.num_replicas, dtype=bool)
         if self.localization is not None:
@@ -111,11 +119,13 @@ class PhasedOutputPert(LinearModelProgram):
                       for r in range(self.num_replicas)]
             self._release(data, phases, index, centres, keys, tally)
         released = _project(centres, self.radius)
-        metrics = {"phases_without_release": Metric(tally["failed"], released=True),
+        dp = self.on_unstable != ABORT      # under the abort which phases released is outside any guarantee
+        metrics = {"phases_without_release": Metric(tally["failed"], released=dp),
                    "phases_settled": Metric(tally["settled"], released=True),
+                   "phases_searched": Metric(tally["searched"], released=False),
                    "solver_calls": Metric(np.full(self.num_replicas, float(tally["calls"])), released=False)}
         if self.localization is not None:
-            metrics["localized"] = Metric(localized.astype(np.float64), released=True)
+            metrics["localized"] = Metric(localized.astype(np.float64), released=dp)
         return ProgramRun({"released": released}, tally["charge"], metrics)
 
     def _release(self, data, phases: list, index: int, centres: np.ndarray, keys: RoundKeys, tally: dict) -> np.ndarray:
@@ -161,15 +171,44 @@ class PhasedOutputPert(LinearModelProgram):
                 centres[replica], released[replica] = solution.params[0], True
                 continue
             phase_key = (*keys.streams[replica], keys.round, index)
-            TruncatedDiscreteLaplace(mechanism.epsilon2, mechanism.delta2).sample(
-                generator(keys.seed, Stream.SERVER, *phase_key))       # R1: drawn, unused when certified
+            budget = TruncatedDiscreteLaplace(mechanism.epsilon2, mechanism.delta2).sample(
+                generator(keys.seed, Stream.SERVER, *phase_key))       # R1: unused when certified
             if mechanism.certifies(spread, solution.gradient_norm):
+                chosen = solution.params[0]                          # S* = {} for every R1 (App. C)
+            elif self.on_unstable == ABORT:
+                chosen = None                                        # not DP: the abort leaks
+            else:                                                    # Alg. 1's search (the plan priced it)
+                tally["searched"][replica] += 1
+                found = DelOutputPert(mechanism.epsilon2, mechanism.delta2, mechanism.sensitivity).search(
+                    self._solver_map(data, phase, solution, shifted, total, strictest[key], tally),
+                    phase.users.size, budget)
+                chosen = None if found is None else found[1]
+            if chosen is not None:
                 noise = generator(keys.seed, Stream.OUTPUT_NOISE, *phase_key).standard_normal(self.model_shape)
-                centres[replica] = solution.params[0] + self.noise_scale * mechanism.noise_std * noise
+                centres[replica] = chosen + self.noise_scale * mechanism.noise_std * noise
                 released[replica] = True
             else:
-                tally["failed"][replica] += 1       # no release: the previous centre stays (spec A7)
+                # BOT: the previous centre stays (spec A7); in DP mode post-processing of a DP output
+                tally["failed"][replica] += 1
         return released
+
+    def _solver_map(self, data, phase: Phase, solution, shifted: np.ndarray, total: float, tolerance: float,
+                    tally: dict):
+        """f(x_{-S}) for S a tuple of positions in ``phase.users``: the phase's solve (same centre,
+        regularization and tolerance, from the same start) over the users kept; f(x) is ``solution``;
+        with no user left, the regularizer's minimiser ``shifted`` (public)."""
+        def f(deleted: tuple) -> np.ndarray:
+            if not deleted:
+                return solution.params[0]
+            if len(deleted) == phase.users.size:
+                return shifted.reshape(self.model_shape)
+            weights = np.zeros(self.num_units)
+            weights[np.delete(phase.users, list(deleted))] = 1.0
+            found = minimize_ridge(data, self.model_shape, total, self.objective.smoothness, tolerance, weights,
+                                   centre=shifted)
+            tally["calls"] += found.calls
+            return found.params[0]
+        return f
 
 
 def _project(models: np.ndarray, radius: float) -> np.ndarray:

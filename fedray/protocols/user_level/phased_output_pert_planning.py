@@ -33,10 +33,11 @@ from fedray.objectives import LinearModelObjective
 from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.ledger import ComposedAccountant, Ledger
 from fedray.privacy.statement import PrivacyPlan
-from fedray.protocols.user_level.deletion import CertifiedPerturbation
+from fedray.protocols.user_level.deletion import CertifiedPerturbation, enumeration_solves
+from fedray.protocols.user_level.planning import ABORT, check_fallback, not_dp_release, on_unstable_setting
 
 FIELDS = ("_target_", "name", "variant", "regularization", "radius", "feature_bound", "beta", "noise_scale",
-          "allow_few_users", "strong_convexity", "split_localization")
+          "allow_few_users", "strong_convexity", "split_localization", "on_unstable", "max_fallback_solves")
 VARIANTS = ("erm", "sco", "sco_eq")
 REGULARIZATIONS = ("paper", "balanced")
 
@@ -100,7 +101,7 @@ class PhasedPlan:
         model_shape = (self.shape.dim, self.objective.loss.num_outputs)
         return self.algorithm_class(self.objective, self.phases, self.noise_scale, self.radius, self.shape.num_silos,
                                     model_shape, self.replicas, dict(self.resolved), self.ridge, self.localization,
-                                    self.fallback)
+                                    self.fallback, self.resolved.get("on_unstable", "search"))
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ class PhasedOutputPertRecipe:
     """Checks as SCOutputPert (central user-level DP or none, every user in the one program run,
     a smooth loss with a bounded derivative, every user the same m, eps <= 1, the paper's
     calibration), then the phases, the refusals (T >= 1; every release's users >= its N0 unless
-    ``allow_few_users``; noise_scale in (0, 1]; split_localization only for Alg. 6) and the ledger."""
+    ``allow_few_users``; noise_scale in (0, 1]; split_localization only for Alg. 6), whether Alg. 1's
+    search is affordable for every release (``on_unstable=search``; else refused, or the NOT DP
+    ``abort_not_private``, planned with epsilon = inf) and the ledger."""
 
     trust_models: tuple[str, ...] = ("central", "none")
     privacy_keys: tuple[str, ...] = ()
@@ -122,6 +125,7 @@ class PhasedOutputPertRecipe:
 
         alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
         _check_program(self, config, context, FIELDS)
+        on_unstable, most_solves = on_unstable_setting(alg)
         variant = alg.get("variant")
         if variant not in VARIANTS:
             raise ConfigError("algorithm.variant", variant, f"one of {VARIANTS}")
@@ -207,7 +211,8 @@ class PhasedOutputPertRecipe:
         value = alg.get("regularization")
         lam = self._regularization(value, reference, groups, lipschitz, diameter, diameter, dim, m, n - offset, variant,
                                    scale)
-        resolved = {"phases": count, "regularization": lam, "lipschitz": lipschitz, "items_per_user": m,
+        resolved = {"on_unstable": on_unstable, "phases": count, "regularization": lam, "lipschitz": lipschitz,
+                    "items_per_user": m,
                     "beta": beta, "min_users": fewest, "phase_users_min": int(smallest),
                     "oracle_bound": bound(lam, diameter)}    # add beta R G for the failure event
         localization, fallback, first = None, (), phases(lam)
@@ -247,6 +252,17 @@ class PhasedOutputPertRecipe:
                               resolved, ridge=mu or 0.0, localization=localization, fallback=fallback)
         opening = localization or first[0]
         sigma_first = np.array([mech.noise_std / mech.sensitivity for mech in opening.mechanisms])
+        releases = [p for p in (localization, *first, *fallback) if p is not None]
+        # the enumerated search's worst case over every release the run may make, from public sizes
+        solves = max(enumeration_solves(p.users.size, mech.deletions) for p in releases for mech in p.mechanisms)
+        resolved["fallback_solves"] = float(solves)      # SOLVES_CAP + 1: more than 1e18
+        if on_unstable == ABORT:
+            privacy = not_dp_release(levels, delta, cells, sigma_first, {"phases": count, "min_users": fewest},
+                                     PHASED_NO_RELEASE)
+            return PhasedPlan(algorithm_class, objective, first, scale, radius, shape, replicas.count, privacy,
+                              resolved, ridge=mu or 0.0, localization=localization, fallback=fallback)
+        check_fallback(solves, most_solves, max(p.users.size for p in releases),
+                       max(mech.kappa for p in releases for mech in p.mechanisms), str(alg.get("name")))
         # one ledger unit is (eps / (stages share), delta / (stages share)): a phase charges 1, the localization share
         rule = ApproxDpComposition(levels[:, None] / (stages * share), delta / (stages * share), 0.0, route="basic")
         phased = "basic" if share > 1 else "parallel (disjoint phases)"
@@ -257,7 +273,7 @@ class PhasedOutputPertRecipe:
             trust_model="central", calibration="paper", accountant=accountant.name, unit=USER, relation="replace_one",
             delta=np.full(n, delta), noise_multiplier=np.broadcast_to(sigma_first[:, None], cells).copy(),
             target_epsilon=np.broadcast_to(levels[:, None], cells).copy(), ledger=Ledger(accountant, cells, "user"),
-            details={"phases": count, "min_users": fewest}, non_private_inputs=(PHASED_NO_RELEASE,))
+            details={"phases": count, "min_users": fewest})
         return PhasedPlan(algorithm_class, objective, first, scale, radius, shape, replicas.count, privacy, resolved,
                           ridge=mu or 0.0, localization=localization, fallback=fallback)
 
@@ -295,13 +311,14 @@ class PhasedOutputPertRecipe:
         return positive("algorithm.regularization", value)
 
 
-# SCOutputPert's caveat (planning.NO_RELEASE), once per release of the sequence
-PHASED_NO_RELEASE = ("which releases happened: each release's failed stability check (certificate) releases nothing "
-                     "instead of running Alg. 1's exponential search over deletion sets, and one user can flip that "
-                     "outcome; each release's (eps_i, delta_i) guarantee holds given the earlier releases, between "
-                     "neighbouring datasets on which its check passes for both. The run shows the outcomes "
-                     "(phases_without_release, and with strong_convexity `localized`, which also picks the phases' "
-                     "lambda and start)")
+# SCOutputPert's caveat (planning.NO_RELEASE) for the whole sequence: an abort steers what follows
+PHASED_NO_RELEASE = ("NOT DP (algorithm.on_unstable=abort_not_private), the whole run: each release's failed stability "
+                     "check releases nothing instead of running Alg. 1's stable-set search, and one user can flip that "
+                     "outcome, which then keeps the previous centre for the next phase (and with strong_convexity "
+                     "picks the phases' lambda and start); no finite epsilon holds (the ledger reports inf). The noise "
+                     "is calibrated for each release's (eps_i, delta_i), which holds given the earlier releases only "
+                     "between neighbouring datasets on which its check passes for both; `phases_without_release` and "
+                     "`localized` are diagnostics, not DP outputs")
 
 
 def _phase(users: np.ndarray, regularization: float, mechanisms: tuple, charge: int = 1):

@@ -23,9 +23,15 @@ from fedray.errors import ConfigError
 from fedray.objectives import LinearModelObjective
 from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.gaussian import analytic_sigma, classic_sigma
-from fedray.privacy.ledger import ComposedAccountant, Ledger
+from fedray.privacy.ledger import ComposedAccountant, Ledger, UnboundedAccountant
 from fedray.privacy.statement import PrivacyPlan
-from fedray.protocols.user_level.deletion import CertifiedPerturbation, ExactPerturbation, kappa
+from fedray.protocols.user_level.deletion import (
+    SOLVES_CAP,
+    CertifiedPerturbation,
+    ExactPerturbation,
+    enumeration_solves,
+    kappa,
+)
 
 USER = "user (all records of one silo)"
 FIELDS = ("_target_", "name", "regularization", "feature_bound", "gradient_tolerance")
@@ -110,7 +116,8 @@ class CertifiedPlan:
         model_shape = (self.shape.dim, self.objective.loss.num_outputs)
         return self.algorithm_class(self.objective, self.strong_convexity, self.mechanisms, self.tolerance,
                                     self.shape.num_silos, model_shape,
-                                    {k: v for k, v in self.resolved.items() if k != "mode"}, self.resolved["mode"])
+                                    {k: v for k, v in self.resolved.items() if k not in ("mode", "on_unstable")},
+                                    self.resolved["mode"], self.resolved["on_unstable"])
 
 
 @dataclass(frozen=True)
@@ -118,7 +125,10 @@ class CertifiedPerturbationRecipe:
     """SCOutputPert (certificate mode): checks as output perturbation, plus every user holding the
     same m items, beta in (0, 1), eps <= 1 (the paper's range; refused above), and n >= N0 =
     8 kappa + 2 unless ``algorithm.allow_few_users`` (then the utility guarantee is void; privacy
-    is not affected, Thm 3.3 holds for every n >= 4 kappa + 2, a floor always refused below)."""
+    is not affected, Thm 3.3 holds for every n >= 4 kappa + 2, a floor always refused below).
+    ``on_unstable=search`` (DP) needs Alg. 1's search to be affordable: free in exact mode (the
+    window search), at most ``max_fallback_solves`` sub-datasets in certificate mode, else the plan
+    is refused; ``abort_not_private`` is planned with an infinite epsilon and a NOT DP statement."""
 
     trust_models: tuple[str, ...] = ("central", "none")
     privacy_keys: tuple[str, ...] = ()
@@ -149,7 +159,8 @@ class CertifiedPerturbationRecipe:
                               f"the same number of items for every user ({alg.get('name')})")
         lipschitz = 2.0 * objective.lipschitz          # item loss + (mu/2)||theta||^2 on K = B(0, G_item/mu)
         cells, n, m = (replicas.count, shape.num_silos), shape.num_silos, items.pop()
-        resolved = {"lipschitz": lipschitz, "items_per_user": m, "mode": mode}
+        on_unstable, most_solves = on_unstable_setting(alg)
+        resolved = {"lipschitz": lipschitz, "items_per_user": m, "mode": mode, "on_unstable": on_unstable}
         if priv["trust_model"] == "none":
             return CertifiedPlan(algorithm_class, objective, mu, (None,) * replicas.count, 1e-9 * lipschitz, shape,
                                  not_private(cells), resolved)
@@ -172,22 +183,73 @@ class CertifiedPerturbationRecipe:
                               f"({float(levels.min()):g}, {delta:g}) (or algorithm.allow_few_users=true)")
         sigma = np.array([mech.noise_std for mech in mechanisms])
         sensitivity = np.array([mech.sensitivity for mech in mechanisms])
+        # the fallback's cost, before any data: the 1-D mean's window search is polynomial; the
+        # enumeration evaluates the solver on up to this many sub-datasets
+        solves = 0 if mode == "exact" else max(enumeration_solves(n, mech.deletions) for mech in mechanisms)
         resolved.update(kappa=max(mech.kappa for mech in mechanisms), min_users=fewest,
-                        sensitivity_max=float(sensitivity.max()), noise_std_max=float(sigma.max()))
-        privacy = _one_release("paper", levels, delta, cells, sigma / sensitivity,
-                               {"noise_std_max": float(sigma.max()), "min_users": fewest}, (NO_RELEASE,))
+                        sensitivity_max=float(sensitivity.max()), noise_std_max=float(sigma.max()),
+                        fallback_solves=float(solves))
+        details = {"noise_std_max": float(sigma.max()), "min_users": fewest}
+        if on_unstable == ABORT:
+            privacy = not_dp_release(levels, delta, cells, sigma / sensitivity, details, NO_RELEASE)
+        else:
+            check_fallback(solves, most_solves, n, max(mech.kappa for mech in mechanisms), str(alg.get("name")))
+            privacy = _one_release("paper", levels, delta, cells, sigma / sensitivity, details)
         tolerance = min(mech.strong_convexity * getattr(mech, "tolerance", math.inf) for mech in mechanisms)
         return CertifiedPlan(algorithm_class, objective, mu, mechanisms, tolerance, shape, privacy, resolved)
 
 
-# Alg. 1 would search the deletion sets when S = {} is not stable; that search is exponential, so a
-# failed check releases nothing instead (spec A16), and that event is not private
-NO_RELEASE = ("whether each release happened: a failed stability check (certificate or exact) releases nothing "
-              "instead of running Alg. 1's exponential search over deletion sets; one user can flip that outcome, "
-              "so the (eps, delta) guarantee covers the output only between neighbouring datasets on which the "
-              "check passes for both")
-CERTIFIED_FIELDS = ("_target_", "name", "strong_convexity", "feature_bound", "beta", "allow_few_users", "mode")
+# algorithm.on_unstable: what a release does when S = {} is not certified stable. ``search`` runs
+# Alg. 1's stable-set search (DP; the 1-D mean's window search in exact mode, else enumeration,
+# refused at planning when it would evaluate more than algorithm.max_fallback_solves sub-datasets);
+# ABORT releases nothing instead (spec A16), which is NOT DP: one user can flip whether it releases
+ABORT = "abort_not_private"
+ON_UNSTABLE = ("search", ABORT)
+MAX_FALLBACK_SOLVES = 100_000
+NO_RELEASE = ("NOT DP (algorithm.on_unstable=abort_not_private): a failed stability check releases nothing instead "
+              "of running Alg. 1's stable-set search, and one user can flip whether it releases, so no finite "
+              "epsilon holds for the run (the ledger reports inf); the noise is calibrated for (eps, delta), which "
+              "holds for the output only between neighbouring datasets on which the check passes for both; "
+              "`released` is a diagnostic, not a DP output")
+CERTIFIED_FIELDS = ("_target_", "name", "strong_convexity", "feature_bound", "beta", "allow_few_users", "mode",
+                    "on_unstable", "max_fallback_solves")
 MODES = ("certificate", "exact")
+
+
+def on_unstable_setting(alg: dict) -> tuple[str, int]:
+    """``algorithm.on_unstable`` (default search) and ``algorithm.max_fallback_solves``."""
+    on_unstable = alg.get("on_unstable", "search")
+    if on_unstable not in ON_UNSTABLE:
+        raise ConfigError("algorithm.on_unstable", on_unstable, f"one of {ON_UNSTABLE} (search: Alg. 1's stable-set "
+                          f"search, DP; {ABORT}: release nothing, NOT DP)")
+    most = alg.get("max_fallback_solves", MAX_FALLBACK_SOLVES)
+    return on_unstable, positive("algorithm.max_fallback_solves", most, int)
+
+
+def check_fallback(solves: int, most: int, users: int, kappa_: int, name: str) -> None:
+    """Refuse a DP plan whose stable-set search could not run: enumerating Alg. 1's search may
+    evaluate ``solves`` sub-datasets (``deletion.enumeration_solves``), more than ``most``."""
+    if solves > most:
+        raise ConfigError("algorithm.on_unstable", "search", f"{ABORT} for {name} (NOT DP) or a smaller problem: when "
+                          f"the certificate fails, Alg. 1's stable-set search may solve {_count(solves)} sub-datasets"
+                          f" (n = {users} users, up to 4 kappa + 1 = {4 * kappa_ + 1} deleted), more than "
+                          f"algorithm.max_fallback_solves = {most}; exact mode (a 1-D mean) searches in polynomial time")
+
+
+def _count(solves: int) -> str:
+    return "more than 1e18" if solves > SOLVES_CAP else f"{solves:,}"
+
+
+def not_dp_release(levels: np.ndarray, delta: float, cells: tuple, multiplier: np.ndarray, details: dict,
+                   caveat: str) -> PrivacyPlan:
+    """The abort variant's plan: noise calibrated for (eps, delta) (``nominal_epsilon``), a ledger
+    that prices every release at epsilon = inf (no finite guarantee), targets inf, and the caveat."""
+    return PrivacyPlan(
+        trust_model="central", calibration="paper", accountant="none (not DP)", unit=USER, relation="replace_one",
+        delta=np.full(cells[1], delta), noise_multiplier=np.broadcast_to(multiplier[:, None], cells).copy(),
+        target_epsilon=np.full(cells, np.inf), ledger=Ledger(UnboundedAccountant(), cells, "user"),
+        nominal_epsilon=np.broadcast_to(levels[:, None], cells).copy(), details={**details, "guarantee": "none"},
+        non_private_inputs=(caveat,))
 
 
 def _check_program(recipe, config: dict, context: PlanContext, fields: tuple) -> None:

@@ -16,7 +16,9 @@ from scipy import stats
 from fedray.protocols.user_level.deletion import (
     DelOutputPert,
     TruncatedDiscreteLaplace,
+    WindowSearch,
     deletion_sensitivity,
+    enumeration_solves,
     mean_deletion_sensitivity,
 )
 
@@ -271,3 +273,185 @@ def test_audit_catches_a_release_without_the_stability_test():
                 for x, y in neighbour_pairs(6, universe))
     assert worst > (math.exp(0.9) + 2) * budgets[0]
 
+
+
+# The 1-D mean's window search (``WindowSearch``, SCOutputPert's exact mode): its proof's three
+# steps checked against the enumerated Alg. 1 on small n (kappa = 2, 4 kappa = 8 deletions).
+
+
+def window_users(values: np.ndarray, s: int, j: int) -> tuple:
+    """The users a window deletes: the j lowest and s - j highest (ties by position)."""
+    order = np.argsort(values, kind="stable")
+    return tuple(sorted(order[:j].tolist() + order[values.size - (s - j):].tolist()))
+
+
+def genuine(values: np.ndarray, subset: tuple, reach: int) -> float:
+    """Delta_reach of the mean of x_{-S} by the sorted formula (checked against enumeration above)."""
+    return mean_deletion_sensitivity(np.delete(values, list(subset)), reach)
+
+
+def test_the_window_search_is_not_the_smallest_stable_set():
+    # why WindowSearch is proved on its own: deleting the middle point beats every window
+    values = np.array([-1.20386607, -1.06140844, -0.35540373, 1.65064784, 1.85824287])
+    best = min(genuine(values, (i,), 0) for i in range(5))
+    windows = min(genuine(values, window_users(values, 1, j), 0) for j in range(2))
+    assert best == pytest.approx(genuine(values, (2,), 0)) and windows > best + 0.01
+
+
+@pytest.mark.parametrize("index", ["listing", "proof"])
+def test_every_window_accepted_is_stable_and_the_empty_one_matches_alg_1(index):
+    """(A): a window the search accepts for budget R1 is in Alg. 1's Stable(R1), by the sorted
+    formula, on random 1-D data of n = 10..12 users; and when it accepts S = {} for every budget
+    (the fast path), the enumerated search picks S* = {} too."""
+    rng = np.random.default_rng(21)
+    mechanism = DelOutputPert(0.9, 0.41, 0.05, index)
+    checked = fast = 0
+    for _ in range(60):
+        n = int(rng.integers(10, 13))
+        values = rng.normal(0.5, rng.choice([0.01, 0.05, 0.2]), n)
+        values[rng.integers(n)] += rng.choice([0.0, 1.0])                         # sometimes an outlier
+        search = WindowSearch.for_mechanism(mechanism.sensitivity, mechanism.kappa, n)
+        for budget in range(2 * mechanism.kappa + 1):
+            found = search.release_point(values, budget)
+            if found is None:
+                continue
+            s = found[0]
+            reach = 4 * mechanism.kappa - (s if index == "listing" else budget)
+            j = [j for j in range(s + 1) if found[1][0] == np.sort(values)[j:n - s + j].mean()][0]
+            assert genuine(values, window_users(values, s, j), reach) <= mechanism.sensitivity
+            checked += 1
+        if search.smallest(values) == (0, 0):
+            fast += 1
+            local = lambda subset, reach: genuine(values, subset, reach)        # noqa: E731
+            assert all(mechanism.stable_set(n, local, b) == () for b in range(2 * mechanism.kappa + 1))
+    assert checked > 50 and fast > 5
+
+
+def window_family(values: np.ndarray, budget: int, sensitivity: float = 0.2, kappa_: int = 2) -> tuple:
+    """f on every window of at most ``budget`` deletions that the search's test accepts."""
+    search = WindowSearch.for_mechanism(sensitivity, kappa_, values.size)
+    a, n = np.sort(values), values.size
+    return tuple(sorted({float(a[j:n - s + j].mean()) for s in range(budget + 1) for j in range(s + 1)
+                         if a[n - s + j - 1] - a[j] <= search.threshold}))
+
+
+def test_observation_3_5_holds_for_the_windows_on_every_neighbour_pair():
+    """(B), and (C)'s distance: for every pair of multisets of 10 values of {0, 0.3, 1} one user
+    apart and every r1 < 2 kappa, an accepted window of x' within r1 deletions gives one of x within
+    r1 + 1, and f on the two lies within (2 r1 + 3) Delta."""
+    implications = 0
+    for x, x_prime in neighbour_pairs(10):
+        for r1 in range(4):
+            near, far = window_family(x_prime, r1), window_family(x, r1 + 1)
+            if near:
+                implications += 1
+                assert far
+                assert max(abs(a - b) for a in near for b in far) <= (2 * r1 + 3) * 0.2 + 1e-12
+    assert implications > 100
+
+
+def test_the_narrowest_window_moves_by_one_deletion_between_real_neighbours():
+    # rho_{s+1}(x) <= rho_s(x'), x' = x with one user moved anywhere (to the extremes too)
+    rng = np.random.default_rng(22)
+    for _ in range(300):
+        x = rng.normal(size=int(rng.integers(6, 30)))
+        x_prime = x.copy()
+        x_prime[rng.integers(x.size)] = rng.choice([rng.normal(), 50.0, -50.0])
+        for s in range(x.size - 2):
+            a, b = np.sort(x), np.sort(x_prime)
+            rho = lambda v, k: float((v[v.size - k - 1:] - v[:k + 1]).min())      # noqa: E731
+            assert rho(a, s + 1) <= rho(b, s) + 1e-12
+
+
+def window_law(values: np.ndarray, budgets: np.ndarray, abort: bool = False) -> tuple[float, list]:
+    """The exact mode's output law on ``values`` (kappa = 2, Delta = 0.2): BOT mass and Gaussian
+    components; ``abort`` gives the non-private variant (f(x) when Delta_8 f(x) <= Delta, else BOT)."""
+    search = WindowSearch.for_mechanism(0.2, 2, values.size)
+    if abort:
+        passed = mean_deletion_sensitivity(values, 8) <= 0.2
+        return (0.0, [(1.0, float(values.mean()))]) if passed else (1.0, [])
+    bot, components = 0.0, []
+    for budget, weight in enumerate(budgets):
+        found = search.release_point(values, budget)
+        if found is None:
+            bot += weight
+        else:
+            components.append((weight, float(found[1][0])))
+    return bot, components
+
+
+def window_laws_on_every_pair():
+    """The exact laws of the window search and of the abort variant on every neighbouring pair
+    of 10 users with values in {0, 0.3, 1}, and the budget's law."""
+    budgets = TruncatedDiscreteLaplace(0.9, 0.41).pmf()
+    laws = {}
+    for x, y in neighbour_pairs(10):
+        for v in (x, y):
+            for abort in (False, True):
+                if (counts_of(v), abort) not in laws:
+                    laws[counts_of(v), abort] = window_law(v, budgets, abort)
+    return budgets, laws
+
+
+def test_the_release_bit_of_the_window_search_is_private_and_the_abort_is_caught():
+    """The BOT half of the audit, exactly and fast: Pr[BOT | x] - e^{2 eps2} Pr[BOT | x'] over
+    every neighbouring pair is within (e^{eps2} + 2) delta_eff (0.344) for the window search, and
+    1 for the abort variant (BOT on one side, a release on the other)."""
+    budgets, laws = window_laws_on_every_pair()
+    bound = (math.exp(0.9) + 2) * budgets[0]
+
+    def worst(abort):
+        return max(laws[counts_of(a), abort][0] - math.exp(1.8) * laws[counts_of(b), abort][0]
+                   for x, y in neighbour_pairs(10) for a, b in ((x, y), (y, x)))
+
+    assert worst(False) <= bound and worst(True) == 1.0
+
+
+@pytest.mark.slow
+def test_exact_audit_of_the_window_search_and_of_the_abort():
+    """(C) end to end: over every neighbouring pair of 10 users with values in {0, 0.3, 1}, the
+    hockey-stick divergence at e^{2 eps2} of the window search's exact output laws is within
+    (e^{eps2} + 2) delta_eff (Thm 3.3's bound with kappa = 2: 0.344); the abort variant on the same
+    pairs reaches 1 (released on one side, BOT on the other). About 25 s."""
+    budgets = TruncatedDiscreteLaplace(0.9, 0.41).pmf()
+    sigma = math.sqrt(2 * math.log(2 / budgets[0])) * 8 * 2 * 0.2 / 0.9
+    bound = (math.exp(0.9) + 2) * budgets[0]
+    pairs = list(neighbour_pairs(10))
+    laws = {abort: {} for abort in (False, True)}
+
+    def law(x, abort):
+        key = counts_of(x)
+        if key not in laws[abort]:
+            laws[abort][key] = window_law(np.repeat(VALUES, key), budgets, abort)
+        return laws[abort][key]
+
+    def worst(abort):
+        return max(hockey_stick(law(a, abort), law(b, abort), sigma, math.exp(1.8))
+                   for x, y in pairs for a, b in ((x, y), (y, x)))
+
+    searched, aborted = worst(False), worst(True)
+    assert searched <= bound and aborted == pytest.approx(1.0)
+
+
+def test_the_enumerated_search_memoises_f_within_its_priced_count():
+    """``DelOutputPert.search`` (certificate mode's fallback) returns Alg. 1's S* and f(x_{-S*})
+    with f evaluated at most once per sub-dataset, within ``enumeration_solves(n, 4 kappa)``, the
+    count the plan prices (sum_{t <= 4 kappa + 1} C(n, t) = 1,023 for n = 10, kappa = 2)."""
+    values = np.array([0.0, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 1.0, 1.0])
+    mechanism = DelOutputPert(0.9, 0.41, 0.05)
+    calls = []
+
+    def f(deleted):
+        calls.append(deleted)
+        return mean_of(values)(deleted)
+
+    assert enumeration_solves(10, 8) == sum(math.comb(10, t) for t in range(10)) == 1023
+    for budget in range(5):
+        calls.clear()
+        found = mechanism.search(f, 10, budget)
+        expected = mechanism.stable_set(10, local_sensitivity(values), budget)
+        assert (found is None) == (expected is None)
+        if found is not None:
+            assert found[0] == expected and found[1][0] == pytest.approx(mean_of(values)(expected)[0])
+        assert len(calls) == len(set(calls)) <= enumeration_solves(10, 8)
+    assert mechanism.search(f, 10, 0) is None and mechanism.search(f, 10, 4) is not None

@@ -20,6 +20,25 @@ SMALL = ["experiment=phased_erm_synthetic", "data.spec.num_silos=2000", "data.sp
          "data.spec.dim=3", "algorithm.allow_few_users=true", "progress=false"]
 
 
+def dp_plan(*overrides):
+    """The DP plan (on_unstable=search) at a size whose search the planner refuses, with that
+    refusal lifted: for its ledger and statement only (its search could never finish)."""
+    from fedray.protocols.user_level import phased_output_pert_planning
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(phased_output_pert_planning, "check_fallback", lambda *args: None)
+        return make_plan(compose(*overrides, "algorithm.on_unstable=search"))
+
+
+def dp_priced(*overrides):
+    """The presets' run (aborting on a failed check: not DP, epsilon inf) and the same run priced
+    by the DP plan's ledger: the charges are the program's, the pricing Alg. 1's composition."""
+    from dataclasses import replace
+
+    aborting = make_plan(compose(*overrides))
+    return aborting, replace(aborting, protocol=replace(aborting.protocol, privacy=dp_plan(*overrides).privacy))
+
+
 def test_worked_phase_constants():
     # T2: eps = 1, delta = 1e-5, n = 1e4, m = 100 -> T = 20 phases, per-phase kappa = 626, N0 = 5010
     plan = make_plan(compose("experiment=phased_erm_synthetic", "data.spec.samples_per_silo=100"))
@@ -45,13 +64,15 @@ def test_balanced_regularization_has_the_closed_form_for_erm():
 
 
 def test_erm_charges_every_user_each_phase_at_eps_over_t():
-    plan = make_plan(compose(*SMALL, "repetitions=2"))
+    aborting, plan = dp_priced(*SMALL, "repetitions=2")
     phases = plan.protocol.resolved["phases"]
+    assert np.all(np.isinf(aborting.privacy.planned_epsilon))
     result = run(plan, inline=True, groups=InlineGroups(plan, 3))
     assert np.allclose(result.epsilon_spent, 1.0)          # T charges of eps / T each (basic composition)
     assert plan.privacy.planned_epsilon.max() == pytest.approx(1.0)
     history = result.history[-1]
     assert np.all(history["phases_without_release"] + history["phases_settled"] <= phases)
+    assert "phases_without_release" in result.diagnostics          # the abort's outcomes: not DP outputs
     assert np.all(np.linalg.norm(result.model[:, :, 0], axis=1) <= 5.0 + 1e-12)
 
 
@@ -61,8 +82,11 @@ def test_sco_uses_disjoint_halving_batches_and_charges_each_user_at_most_once():
     program = plan.protocol.build(None)
     assert len(program.phases) == math.floor(math.log2(1000 / 226)) == 2
     assert [list(p.users[[0, -1]]) for p in program.phases] == [[500, 999], [250, 499]]
-    result = run(plan, inline=True)
+    result = run(dp_priced(*SMALL, "algorithm.variant=sco", "data.spec.num_silos=1000", "data.spec.samples_per_silo=4",
+                           "algorithm.allow_few_users=false")[1], inline=True)
     assert np.allclose(result.epsilon_spent[0, 250:], 1.0) and np.all(result.epsilon_spent[0, :250] == 0.0)
+    aborted = run(plan, inline=True).epsilon_spent[0]
+    assert np.all(np.isinf(aborted[250:])) and np.all(aborted[:250] == 0.0)
 
 
 def test_a_diagnostic_noise_scale_is_planned_as_not_private():
@@ -72,7 +96,18 @@ def test_a_diagnostic_noise_scale_is_planned_as_not_private():
     assert "not DP" in plan.privacy.details["diagnostic"]
     private = make_plan(compose(*SMALL)).protocol.resolved["regularization"]
     assert plan.protocol.resolved["regularization"] == pytest.approx(1e-6 * private, rel=1e-6)   # balanced for s sigma
-    assert any("which releases happened" in t for t in make_plan(compose(*SMALL)).privacy.non_private_inputs)
+    assert any(t.startswith("NOT DP") for t in make_plan(compose(*SMALL)).privacy.non_private_inputs)
+
+
+def test_dp_mode_is_refused_where_the_search_could_not_run():
+    """The plan (public sizes only) finds Alg. 1's enumerated search out of reach for a phase of
+    2,000 users, so a DP run (on_unstable=search) is refused in one line; without that refusal
+    the DP plan claims (eps, delta) and names nothing outside its guarantee."""
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*SMALL, "algorithm.on_unstable=search"))
+    assert err.value.key == "algorithm.on_unstable" and "more than 1e18" in str(err.value)
+    plan = dp_plan(*SMALL)
+    assert plan.privacy.non_private_inputs == () and plan.privacy.planned_epsilon.max() == pytest.approx(1.0)
 
 
 def test_float64_settles_a_phase_only_when_the_regularizer_outruns_its_resolution():
@@ -131,7 +166,7 @@ def test_strongly_convex_erm_halves_the_budget_between_the_localization_and_the_
     """T11 for Alg. 5: theta0 at (eps/2, delta/2, beta, G, mu), the T phases at (eps/2T, delta/2T,
     beta/T, 2G, lambda_i), beta = 1/(2 n^2 m), R' = sigma0 (sqrt(d) + sqrt(2 ln(1/beta))); the
     ledger sums to (eps, delta) for every user."""
-    plan = make_plan(compose(*STRONG, "algorithm.allow_few_users=true", "repetitions=2"))
+    plan = dp_priced(*STRONG, "algorithm.allow_few_users=true", "repetitions=2")[1]
     program, resolved = plan.protocol.build(None), plan.protocol.resolved
     n, m, big_t = 4000, 5, resolved["phases"]
     local = program.localization.mechanisms[0]
@@ -151,7 +186,7 @@ def test_strongly_convex_erm_halves_the_budget_between_the_localization_and_the_
 
 
 def test_split_localization_keeps_the_localizing_users_out_of_the_phases():
-    plan = make_plan(compose(*STRONG, "algorithm.variant=sco", "algorithm.split_localization=true"))
+    plan = dp_priced(*STRONG, "algorithm.variant=sco", "algorithm.split_localization=true")[1]
     program = plan.protocol.build(None)
     assert list(program.localization.users[[0, -1]]) == [0, 999]
     phase_users = np.concatenate([p.users for p in program.phases])
@@ -159,7 +194,7 @@ def test_split_localization_keeps_the_localizing_users_out_of_the_phases():
     result = run(plan, inline=True)
     # disjoint parts, each at (eps/2, delta/2): no user spends more than half
     assert np.allclose(result.epsilon_spent[0, :1000], 0.5) and result.epsilon_spent.max() == pytest.approx(0.5)
-    together = run(make_plan(compose(*STRONG, "algorithm.variant=sco")), inline=True)
+    together = run(dp_priced(*STRONG, "algorithm.variant=sco")[1], inline=True)
     assert together.epsilon_spent.max() == pytest.approx(1.0) and together.epsilon_spent.min() == pytest.approx(0.5)
 
 
@@ -236,3 +271,55 @@ def test_replicas_sharing_a_solve_get_the_strictest_of_their_tolerances(monkeypa
     assert own[0] > own[1]
     run(plan, inline=True)
     assert asked[0] == min(own)
+
+
+
+@pytest.mark.slow
+def test_a_phase_whose_certificate_fails_runs_alg_1s_search_from_its_centre():
+    """The DP fallback in a phase (about 25 s): 10 users of 5 records, one phase at lambda_1 = 4
+    with a kappa = 2 mechanism (eps2 = 0.9, delta2 = 0.41) whose gamma0 is half the users' actual
+    gradient spread, so the certificate fails while S = {} is still stable; the program searches
+    the phase's sub-datasets (solves centred as the phase's) and moves the centre to
+    f(x_{-S*}) + sigma z (then projected onto K), S* = {}, exactly as an independent Alg. 1 over
+    the same solver map says."""
+    from dataclasses import replace
+
+    from fedray.core.objective import DataObjective
+    from fedray.protocols.user_level.deletion import CertifiedPerturbation, DelOutputPert, TruncatedDiscreteLaplace
+    from fedray.protocols.user_level.solver import minimize_ridge
+    from fedray.rng import Stream, generator
+
+    plan = make_plan(compose(*SMALL, "privacy=none", "data.spec.num_silos=10", "data.spec.samples_per_silo=5",
+                             "data.spec.dim=2", "algorithm.regularization=1.0"))
+    first = plan.protocol.phases[0]
+    program = plan.protocol.build(None)
+    data = DataObjective(InlineGroups(plan, 1), program.objective, 10)
+    solves: dict = {}
+
+    def f(deleted, tolerance=1e-9):
+        if deleted not in solves:
+            weights = np.ones(10)
+            weights[list(deleted)] = 0.0
+            solves[deleted] = np.zeros(program.model_shape) if not weights.any() else minimize_ridge(
+                data, program.model_shape, first.regularization, program.objective.smoothness, tolerance, weights,
+                centre=np.zeros(program.model_shape)).params[0]
+        return solves[deleted]
+
+    per_user = data.unit_gradients(f(())[None])[:, 0].reshape(10, -1)
+    spread = float(np.linalg.norm(per_user - per_user.mean(axis=0), axis=1).max())
+    items = int((5 * 2.0 * math.sqrt(math.log(10 / 0.5)) / (spread / 2)) ** 2)      # gamma0 = spread / 2
+    mechanism = CertifiedPerturbation(1.8, 0.41 * (math.exp(1.8) + 2), 0.5, 2.0, first.regularization, 10, items)
+    assert mechanism.kappa == 2 and not mechanism.certifies(spread, 0.0)
+    solves.clear()
+    tolerance = mechanism.strong_convexity * mechanism.tolerance
+    searching = replace(plan, protocol=replace(plan.protocol, phases=(replace(first, mechanisms=(mechanism,)),),
+                                               resolved={**plan.protocol.resolved, "on_unstable": "search"}))
+    result = run(searching, inline=True)
+    assert result.history[-1]["phases_searched"][0] == 1
+    phase_key = (*searching.replicas.streams[0], 0, 0)
+    budget = TruncatedDiscreteLaplace(0.9, 0.41).sample(generator(searching.seed, Stream.SERVER, *phase_key))
+    expected = DelOutputPert(0.9, 0.41, mechanism.sensitivity).search(lambda s: f(s, tolerance), 10, budget)
+    assert expected is not None and expected[0] == ()
+    z = generator(searching.seed, Stream.OUTPUT_NOISE, *phase_key).standard_normal(program.model_shape)
+    centre = expected[1] + mechanism.noise_std * z
+    np.testing.assert_allclose(result.model[0], centre * min(1.0, 5.0 / np.linalg.norm(centre)), rtol=1e-9)

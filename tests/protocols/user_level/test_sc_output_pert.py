@@ -87,18 +87,20 @@ def test_release_is_the_certified_solution_plus_independent_noise():
     noise = (result.outputs["released"] - exact[None]) / sigma                   # 40 x 4 draws
     assert abs(noise.std() - 1) < 0.15 and abs(noise.mean()) < 0.15
     assert np.unique(noise[:, 0, 0]).size == 40
-    assert np.all(result.epsilon_spent == 1.0)
+    assert np.all(np.isinf(result.epsilon_spent))       # the preset aborts on a failed check: not DP
 
 
-def test_a_failed_certificate_releases_nothing():
-    """Heterogeneous users (gradient spread above gamma0) fail the certificate: the output is no
-    release (NaN, released = 0), never the unprotected solution, and the budget is still spent."""
+def test_a_failed_certificate_aborts_only_in_the_non_private_mode():
+    """Heterogeneous users (gradient spread above gamma0) fail the certificate: with
+    on_unstable=abort_not_private the output is no release (NaN, released = 0), never the
+    unprotected solution; the ledger reports epsilon = inf and `released` is a diagnostic."""
     plan = make_plan(compose(*USERS, "data.spec.samples_per_silo=2000", "data.spec.heterogeneity=3.0",
                              "algorithm.beta=0.5"))
     result = run(plan, inline=True)
     assert result.history[0]["released"][0] == 0
     assert result.history[0]["certificate"][0] > plan.protocol.resolved["sensitivity_max"]
-    assert np.all(np.isnan(result.outputs["released"])) and np.all(result.epsilon_spent == 1.0)
+    assert np.all(np.isnan(result.outputs["released"])) and np.all(np.isinf(result.epsilon_spent))
+    assert "released" in result.diagnostics and "noise_std" not in result.diagnostics
 
 
 @pytest.mark.parametrize("override, key", [
@@ -157,11 +159,33 @@ def test_exact_mode_needs_a_linear_loss_in_one_dimension(overrides):
     assert err.value.key == "algorithm.mode"
 
 
-@pytest.mark.parametrize("overrides", [USERS, [*MEANS, "algorithm.mode=exact"]])
-def test_the_statement_names_the_release_decision_as_outside_the_guarantee(overrides):
-    # spec A16: a failed check releases nothing instead of Alg. 1's search; that bit is not private
-    statement = make_plan(compose(*overrides)).privacy.statement()
-    assert any("whether each release happened" in text for text in statement["non_private_inputs"])
+@pytest.mark.parametrize("overrides", [USERS, [*MEANS, "algorithm.on_unstable=abort_not_private"]])
+def test_the_abort_mode_says_it_is_not_dp(overrides):
+    # spec A16: releasing nothing on a failed check instead of Alg. 1's search leaks that bit
+    plan = make_plan(compose(*overrides))
+    statement = plan.privacy.statement()
+    assert any(text.startswith("NOT DP") for text in statement["non_private_inputs"])
+    assert statement["epsilon_per_unit_max"] == np.inf and np.all(plan.privacy.nominal_epsilon == 1.0)
+    assert "NOT DP" in plan.privacy.summary()
+
+
+def test_exact_mode_searches_and_claims_its_budget():
+    plan = make_plan(compose(*MEANS))
+    statement = plan.privacy.statement()
+    assert statement["non_private_inputs"] == [] and statement["epsilon_per_unit_max"] == 1.0
+    assert plan.protocol.resolved["on_unstable"] == "search" and plan.protocol.resolved["fallback_solves"] == 0
+
+
+def test_certificate_mode_without_an_affordable_search_is_refused():
+    """The plan decides from public sizes alone whether Alg. 1's enumerated search could run: at
+    n = 300, (eps, delta) = (1, 1e-5) it could evaluate more than 1e18 sub-datasets, so a DP run is refused."""
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*USERS, "algorithm.on_unstable=search"))
+    assert err.value.key == "algorithm.on_unstable" and "abort_not_private" in str(err.value)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*USERS, "algorithm.on_unstable=abort"))
+    assert err.value.key == "algorithm.on_unstable"
 
 
 def test_a_linear_loss_is_solved_in_closed_form_with_its_residual_computed():
@@ -185,3 +209,54 @@ def test_refusals_allow_few_users_cannot_lift(override, key, named):
 def test_the_statement_says_replicas_compose():
     statement = make_plan(compose(*MEANS, "repetitions=3")).privacy.statement()
     assert "per replica" in statement["replicas"] and "sum of their epsilons" in statement["replicas"]
+
+
+
+def test_a_failed_certificate_runs_alg_1s_search_over_the_solver_map():
+    """The DP fallback end to end in certificate mode on a federation small enough to enumerate:
+    10 users of m = 10^10 items (d = 1, closed-form solves), user 0's items all +1, fail the
+    certificate; with a mechanism of kappa = 2 (eps2 = 0.9, delta2 = 0.41: at most 1,023 solves)
+    each replica draws R1 and releases f(x_{-S*}) + sigma z with S* Alg. 1's enumerated choice
+    ({0}: deleting the extreme user), or BOT when R1 = 0 leaves Stable(R1) empty."""
+    from dataclasses import replace
+
+    from fedray.protocols.user_level.deletion import DelOutputPert
+    from tests.protocols.user_level.test_sc_output_pert_audit import ExtremeUser
+
+    plan = make_plan(compose(*MEANS, "algorithm.mode=certificate", "privacy=none", "data.spec.num_silos=10",
+                             "repetitions=4"))
+    mechanism = CertifiedPerturbation(1.8, 0.41 * (math.exp(1.8) + 2), 1e-3, 2.0, 1.0, 10, 10**10)
+    assert mechanism.kappa == 2 and mechanism.delta2 == pytest.approx(0.41)
+    searching = replace(plan, dataset=ExtremeUser(**vars(plan.dataset)),
+                        protocol=replace(plan.protocol, mechanisms=(mechanism,) * 4,
+                                         resolved={**plan.protocol.resolved, "on_unstable": "search"}))
+    result = run(searching, inline=True)
+    history = result.history[0]
+    assert np.all(history["certificate"] > mechanism.sensitivity)                   # the fast path fails
+    points = searching.dataset.load(plan.seed, plan.trial).x_train[:, 0, 0]
+    assert points[0] == 1.0
+
+    def f(deleted):
+        return np.array([np.delete(points, list(deleted)).mean()])
+
+    budgets = history["deletion_budget"].astype(int)
+    for replica, budget in enumerate(budgets):
+        expected = DelOutputPert(0.9, 0.41, mechanism.sensitivity).search(f, 10, int(budget))
+        output = result.outputs["released"][replica, 0, 0]
+        assert (expected is None) == (budget == 0)
+        if expected is None:
+            assert history["released"][replica] == 0 and np.isnan(output)
+        else:
+            assert expected[0] == (0,) and history["deleted_users"][replica] == 1
+            z = (output - expected[1][0]) / mechanism.noise_std
+            assert 0 < abs(z) < 6
+    assert np.unique(result.outputs["released"][budgets > 0]).size == (budgets > 0).sum()
+
+
+def test_where_s_empty_passes_the_search_releases_the_fast_path_bit_for_bit():
+    """E1's preset passes S = {} on every replica: the DP search's outputs equal, bit for bit, those
+    of the abort mode (the code path every committed number came from)."""
+    searched = run(make_plan(compose(*MEANS, "repetitions=5")), inline=True)
+    aborted = run(make_plan(compose(*MEANS, "repetitions=5", "algorithm.on_unstable=abort_not_private")), inline=True)
+    assert np.all(searched.history[0]["deleted_users"] == 0)
+    assert np.array_equal(searched.outputs["released"], aborted.outputs["released"])
