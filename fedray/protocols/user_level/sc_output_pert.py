@@ -86,11 +86,12 @@ class SCOutputPert(LinearModelProgram):
             calls += 1
         num_replicas = len(self.mechanisms)
         released = np.repeat(params, num_replicas, axis=0)
-        passed, bound, budget, sigma = (np.ones(num_replicas) for _ in range(4))
+        passed, bound, budget, sigma, limit = (np.ones(num_replicas) for _ in range(5))
         for replica, mechanism in enumerate(self.mechanisms):
             if mechanism is None:
-                sigma[replica], bound[replica], budget[replica] = 0.0, np.nan, np.nan
+                sigma[replica], bound[replica], budget[replica], limit[replica] = 0.0, np.nan, np.nan, np.nan
                 continue
+            limit[replica] = mechanism.sensitivity
             budget[replica] = TruncatedDiscreteLaplace(mechanism.epsilon2, mechanism.delta2).sample(
                 keys.generator(Stream.SERVER, replica))
             if self.mode == "exact":
@@ -107,6 +108,7 @@ class SCOutputPert(LinearModelProgram):
         metrics = {"released": Metric(passed, released=True),
                    "noise_std": Metric(sigma, released=True),
                    "certificate": Metric(bound, released=False),
+                   "certificate_limit": Metric(limit, released=True),    # public: what the noise is calibrated for
                    "gradient_spread": Metric(np.full(num_replicas, gamma), released=False),
                    "residual": Metric(np.full(num_replicas, residual), released=False),
                    "deletion_budget": Metric(budget, released=False),
