@@ -106,7 +106,8 @@ def final_status(plan: Plan, result: RunResult) -> str:
     status = ""
     if first is not None:
         label = "gap" if first == "gap" else first.split("_")[-1]
-        status = f"final {label} {float(np.nanmean(result.final[first])):.4f}"
+        mean = f" (mean of {plan.num_replicas})" if plan.num_replicas > 1 else ""
+        status = f"final {label} {float(np.nanmean(result.final[first])):.4f}{mean}"
     if result.epsilon_spent is not None:
         status += f"  eps {float(np.max(result.epsilon_spent)):.3f}"
     halted = halting_rounds(result)

@@ -109,7 +109,7 @@ def test_the_summary_says_which_replicas_halted_and_when():
     assert halting_rounds(result).tolist() == [2, 1]
     (note,) = outcome_notes(_plan(), result)
     assert note.startswith("halted: all 2 replicas at round 1-2 of at most 10")
-    assert final_status(_plan(), result) == "final loss 0.5000  halted 2/2"
+    assert final_status(_plan(), result) == "final loss 0.5000 (mean of 2)  halted 2/2"
 
 
 def test_the_summary_says_when_nothing_was_released_and_why():
