@@ -138,3 +138,22 @@ def test_a_real_halting_run_has_a_halted_column():
     table = summary_table(plan, result)
     assert [c.header for c in table.columns][-1] == "halted"
     assert outcome_notes(plan, result)[0].startswith("halted: all 2 replicas at round")
+
+
+def test_silo_actors_are_built_from_arguments_ray_passes_inline(ray_local):
+    """Ray stores a constructor argument past 100 KB as an object and, with restarts on, prints an
+    error-level line that a restart may fail (P_SGD's 100,000 users did): each actor's setup,
+    pickled, stays far below that."""
+    import pickle
+
+    from fedray.runtime.driver import RayGroups
+
+    plan = make_plan(compose("experiment=p_sgd_synthetic", "progress=false"))
+    groups = RayGroups(plan, 2)
+    try:
+        sizes = [len(pickle.dumps(setup)) for setup in groups.setups]
+        assert max(sizes) < 10_000, sizes
+        assert [list(setup[3][:2]) + [setup[3][-1]] for setup in groups.setups] == [[0, 1, 49_999], [50_000, 50_001, 99_999]]
+        assert groups.map(lambda federation: federation.num_silos) == [50_000, 50_000]     # each loaded its block
+    finally:
+        groups.close()

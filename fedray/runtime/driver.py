@@ -64,6 +64,11 @@ class RunResult:
 RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
+def _drop_auth_default_warning(record: logging.LogRecord) -> bool:
+    """False for Ray's "Token authentication is enabled for this Ray cluster" warning."""
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
 def connect(runtime: dict) -> None:
     """Join ``runtime.address``, or start a private local Ray: ``address="local"`` never joins a
     cluster somebody else started on this machine (which a bare ``ray.init()`` would)."""
@@ -72,18 +77,19 @@ def connect(runtime: dict) -> None:
     address = runtime.get("address")
     if not address:
         # Ray 2.60 turns token authentication on for a new local instance when RAY_AUTH_MODE is
-        # unset, and says so in a warning on every run that asks nothing of the user; that logger
-        # is quiet while the private instance starts (the protection stays on). Setting the
-        # variable here instead would come too late: Ray's config is read when ray is imported.
+        # unset, and says so in a warning on every run that asks nothing of the user; that one
+        # warning is dropped while the private instance starts (the protection stays on; the
+        # one-time note that a token was written to ~/.ray stays). Setting the variable here
+        # instead comes too late: Ray reads its config when ray is imported, and the driver then
+        # sends no token to a GCS that wants one.
         auth_log = logging.getLogger(RAY_AUTH_LOGGER)
-        level = auth_log.level
-        auth_log.setLevel(logging.ERROR)
+        auth_log.addFilter(_drop_auth_default_warning)
         try:
             # the dashboard costs a second of start-up and a process: opt in with runtime.dashboard
             ray.init(address="local", num_cpus=runtime.get("num_cpus"), include_dashboard=bool(runtime.get("dashboard")),
                      log_to_driver=False)
         finally:
-            auth_log.setLevel(level)
+            auth_log.removeFilter(_drop_auth_default_warning)
         return
     _reachable(str(address), float(runtime.get("connect_timeout") or 30.0))
     try:
