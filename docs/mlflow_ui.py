@@ -5,7 +5,7 @@ are what ``tests/test_mlflow_ui.py`` checks.
 
 It runs a two-job sweep (P_SGD at eps = 1 and 4) into a fresh SQLite store, serves it with
 ``mlflow ui`` and loads three pages in Chromium (Debian's ``chromium``): the runs table (the parent
-run ``sweep`` with its children folded under it), the comparison of the two children (their names,
+run ``p_sgd_synthetic: privacy.epsilon=1,4`` with its children folded under it), the comparison of the two children (their names,
 parameters and metrics), and the parent's artifacts (the sweep's table and figure, the figure open). MLflow 3 opens
 on its GenAI views unless the URL asks for ``workflowType=machine_learning``; fedray prints such
 URLs at the end of every run.

@@ -17,8 +17,8 @@ from fedray.errors import BudgetError, ConfigError
 from fedray.plan import Plan, make_plan
 from fedray.runtime import checkpoint
 from fedray.runtime.driver import ActorPool, RunResult, run, start
-from fedray.sweep import parent_run_id
-from fedray.tracking import finish_deferred, run_name, tracker_from_config
+from fedray.sweep import job_label, parent_run_id
+from fedray.tracking import browse_hint, finish_deferred, run_name, tracker_from_config
 
 console = Console()
 
@@ -54,6 +54,68 @@ def shown_replicas(plan: Plan, result: RunResult) -> tuple[np.ndarray, str]:
     return np.array(best), note
 
 
+def column_label(name: str, plan: Plan) -> str:
+    """A metric's column: its name, where regression's test error is its mean squared error."""
+    if plan.shape.task == "regression" and name.startswith("test_error"):
+        name = "test_mse" + name[len("test_error"):]
+    return name.replace("_", " ")
+
+
+def halting_rounds(result: RunResult) -> np.ndarray | None:
+    """(P,) the round at which each replica halted, -1 if it ran on; None if the protocol never halts."""
+    if not result.history or "halted" not in result.history[-1]:
+        return None
+    halted = np.array([np.broadcast_to(h.get("halted", 0.0), np.shape(result.history[-1]["halted"]))
+                       for h in result.history]) > 0.5                 # (rounds, P)
+    return np.where(halted.any(axis=0), halted.argmax(axis=0), -1)
+
+
+def outcome_notes(plan: Plan, result: RunResult) -> list[str]:
+    """What the table alone does not say: replicas that halted, releases that did not happen, and why."""
+    notes, p = [], plan.num_replicas
+    halted = halting_rounds(result)
+    if halted is not None and (halted >= 0).any():
+        stopped = np.flatnonzero(halted >= 0)
+        when = f" at round {_span(halted[stopped])} of at most {plan.num_rounds}" if len(result.history) > 1 else ""
+        who = f"all {p} replicas" if stopped.size == p else f"{stopped.size} of {p} replicas ({_ids(stopped)})"
+        notes.append(f"halted: {who}{when}: the protocol's halting test failed and a halted replica takes no more steps"
+                     + ("; the run ended when every replica had halted" if stopped.size == p else ""))
+    last = result.history[-1] if result.history else {}
+    if "released" in last:
+        failed = np.flatnonzero(np.broadcast_to(last["released"], (p,)) < 0.5)
+        if failed.size:
+            who = f"all {p} replicas" if failed.size == p else f"{failed.size} of {p} replicas ({_ids(failed)})"
+            why = ""
+            if "certificate" in last and "certificate_limit" in last:
+                bound = np.broadcast_to(last["certificate"], (p,))[failed]
+                limit = np.broadcast_to(last["certificate_limit"], (p,))[failed]
+                why = (f": the stability check failed (deletion sensitivity bound {_span(bound)} > "
+                       f"{_span(limit)}, the sensitivity the noise is calibrated for)")
+            notes.append(f"no release: {who} released nothing{why}; their metrics are NaN")
+    return notes
+
+
+def _ids(indices: np.ndarray) -> str:
+    shown = ", ".join(str(int(i)) for i in indices[:8])
+    return shown + (", ..." if indices.size > 8 else "")
+
+
+def final_status(plan: Plan, result: RunResult) -> str:
+    """The progress bar's last words: the final value of the first headline metric and the spend."""
+    first = headline_metrics(result)[0] if result.final else None
+    status = ""
+    if first is not None:
+        label = "gap" if first == "gap" else first.split("_")[-1]
+        mean = f" (mean of {plan.num_replicas})" if plan.num_replicas > 1 else ""
+        status = f"final {label} {float(np.nanmean(result.final[first])):.4f}{mean}"
+    if result.epsilon_spent is not None:
+        status += f"  eps {float(np.max(result.epsilon_spent)):.3f}"
+    halted = halting_rounds(result)
+    if halted is not None and (halted >= 0).any():
+        status += f"  halted {int((halted >= 0).sum())}/{plan.num_replicas}"
+    return status
+
+
 def summary_table(plan: Plan, result: RunResult) -> Table:
     """One row per shown replica; narrow enough for 80 columns (the algorithm, accountant and wall
     time are in the title and caption, not in every row). Columns: the first output's metrics, and
@@ -67,8 +129,11 @@ def summary_table(plan: Plan, result: RunResult) -> Table:
     table = Table(title=f"fedray: {plan.algorithm_name} on {plan.dataset_name} ({priv.trust_model}){note}",
                   caption=f"{spent}wall time {result.wall_time:.1f} s", box=box.SIMPLE_HEAD, padding=(0, 1))
     clips = plan.l2_clips
+    halted = halting_rounds(result)
+    released = result.history[-1].get("released") if result.history else None
+    outcome = ((("halted",) if halted is not None else ()) + (("released",) if released is not None else ()))
     for column in ("step", *(("clip",) if clips is not None else ()), "eps", "eps paper", "eps spent",
-                   *(name.replace("_", " ") for name in headline + extra)):
+                   *(column_label(name, plan) for name in headline + extra), *outcome):
         table.add_column(column, justify="right")
     for p in rows:
         private = priv.private
@@ -79,6 +144,10 @@ def summary_table(plan: Plan, result: RunResult) -> Table:
             _span(priv.nominal_epsilon[p]) if private and priv.nominal_epsilon is not None else "-",
             f"{float(result.epsilon_spent[p].max()):.3f}" if private else "inf",
             *(f"{result.final[name][p]:.4f}" for name in headline + extra),
+            *((("-" if halted[p] < 0 else f"round {halted[p]}" if len(result.history) > 1 else "yes"),)
+              if halted is not None else ()),
+            *(("yes" if np.broadcast_to(released, (plan.num_replicas,))[p] > 0.5 else "no",)
+              if released is not None else ()),
         )
     return table
 
@@ -122,7 +191,9 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
         console.print(f"[bold yellow]note:[/] {note}", soft_wrap=True)
 
     def open_tracker():
-        tracker = tracker_from_config(plan.tracking, run_name=run_name(plan),
+        in_sweep = parent_run_id() is not None
+        label = job_label(job_overrides().split()) if in_sweep else ""     # the swept values first
+        tracker = tracker_from_config(plan.tracking, run_name=run_name(plan, label),
                                       parent_run_id=parent_run_id(),  # set by fedray.sweep.ParentRun
                                       resumed=resumed)                # its MLflow run goes on
         tracker.log_plan(plan)
@@ -164,6 +235,7 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
         except BaseException:
             tracker.fail()
             raise
+        bar.update(task, status=final_status(plan, result))     # the released model's values, not a round's
     try:
         finish_deferred()               # the previous job's run, written during these rounds
     except BaseException:
@@ -174,13 +246,11 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
     if result.stopped is not None:
         console.print(f"[bold yellow]stopped:[/] {result.stopped}", soft_wrap=True)
     console.print(summary_table(plan, result))
+    for note in outcome_notes(plan, result):
+        console.print(f"[bold yellow]{note.split(':')[0]}:[/]{note.split(':', 1)[1]}", soft_wrap=True)
     diagnostics = ", ".join(sorted(result.diagnostics)) or "none"
     console.print(f"privacy: {plan.privacy.summary()}; diagnostic metrics (read data a deployment's server would not see): {diagnostics}",
                   soft_wrap=True)
-    page = f"#/experiments/{tracker.experiment_id}/runs/{tracker.run_id}?workflowType=machine_learning"
-    if tracker.uri.startswith(("http://", "https://")):
-        where = f"open {tracker.uri.rstrip('/')}/{page}"
-    else:   # MLflow 3's UI opens on its GenAI views unless the URL asks for the model-training one
-        where = f"browse with: mlflow ui --backend-store-uri {tracker.uri}, then open http://127.0.0.1:5000/{page}"
+    where = browse_hint(tracker.uri, tracker.experiment_id, tracker.run_id)
     console.print(f"MLflow run [bold]{tracker.run_id}[/] in [bold]{tracker.uri}[/]; {where}", soft_wrap=True)
     return result

@@ -18,12 +18,55 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 PARENT_ENV = "FEDRAY_PARENT_RUN_ID"
+SWEPT_ENV = "FEDRAY_SWEPT_KEYS"         # the keys the sweep varies, space-separated (for run names)
 LAUNCHED_ENV = "FEDRAY_LAUNCHED_JOB"     # set by the ray_jobs launcher in every job it starts
 
 
 def parent_run_id() -> str | None:
     """The parent run id of the sweep this job belongs to, if any."""
     return os.environ.get(PARENT_ENV) or None
+
+
+def swept_overrides(overrides: list[str]) -> list[str]:
+    """The overrides of a multirun command line that sweep (``key=a,b``, ``range(...)``, ...)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    return [o.input_line for o in parsed if o.is_sweep_override()]
+
+
+def _grid_keys(config: DictConfig) -> list[str]:
+    """The keys of the sweeper's own grid: ``params``, and each of fedray's ``grids``' keys."""
+    sweeper = config.hydra.sweeper
+    keys = [str(key) for key in (sweeper.get("params") or {})]
+    for grid in sweeper.get("grids") or ():
+        keys += [str(key) for key in grid if str(key) not in keys]
+    return keys
+
+
+def swept_keys(config: DictConfig) -> list[str]:
+    """The keys a sweep varies: its sweeping command-line overrides and its sweeper's grid."""
+    keys = [line.split("=", 1)[0].lstrip("+~") for line in swept_overrides(config.hydra.overrides.task)]
+    return keys + [key for key in _grid_keys(config) if key not in keys]
+
+
+def sweep_name(config: DictConfig, name: str | None = None) -> str:
+    """What a sweep is, for its parent run: the experiment (or ``name``) and what it varies, e.g.
+    ``isrl_dp_convex: privacy.epsilon=1,3`` (the sweeper's own grid by its keys)."""
+    choices = config.hydra.runtime.choices
+    what = name or choices.get("experiment") or choices.get("algorithm") or "fedray"
+    swept = swept_overrides(config.hydra.overrides.task)
+    swept += [key for key in _grid_keys(config) if not any(line.startswith(f"{key}=") for line in swept)]
+    text = f"{what}: {' '.join(swept)}" if swept else what
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
+def job_label(overrides: list[str]) -> str:
+    """In a sweep's job, the values of the keys the sweep varies (``FEDRAY_SWEPT_KEYS``), each as its
+    last name part: ``epsilon=1 step_size=0.3``; empty outside a sweep."""
+    keys = os.environ.get(SWEPT_ENV, "").split()
+    values = dict(line.lstrip("+~").split("=", 1) for line in overrides if "=" in line)
+    return " ".join(f"{key.rsplit('.', 1)[-1].rsplit('/', 1)[-1]}={values[key]}" for key in keys if key in values)
 
 
 try:  # Hydra is a dependency of the CLI; keep the module importable without it for the report.
@@ -38,10 +81,12 @@ class ParentRun(Callback):
     Parameters
     ----------
     name:
-        Run name of the parent (the experiment config's name, e.g. ``e1_mnist``).
+        What the parent's run name starts with (e.g. ``e1_mnist``); by default the experiment
+        preset (or the algorithm). The run name goes on with what the sweep varies
+        (``isrl_dp_convex: privacy.epsilon=1,3``), so sweeps look different in the runs table.
     """
 
-    def __init__(self, name: str = "sweep") -> None:
+    def __init__(self, name: str | None = None) -> None:
         self.name = name
         self._client = None
         self._run_id: str | None = None
@@ -55,13 +100,16 @@ class ParentRun(Callback):
         # The tracker creates the experiment if needed; the run it opens is the parent.
         tracker = MlflowTracker(uri=tracking["uri"], experiment_name=tracking["experiment_name"],
                                 artifact_location=tracking.get("artifact_location"))
-        tracker.start_run(self.name)
+        name = sweep_name(config, self.name)
+        tracker.start_run(name)
         overrides = " ".join(config.hydra.overrides.task)
-        tags = {"sweep": "parent", "sweep.name": self.name, "sweep.overrides": overrides[:5000],
+        tags = {"sweep": "parent", "sweep.name": name, "sweep.overrides": overrides[:5000],
                 "sweep.dir": str(config.hydra.sweep.dir), "sweep.command": " ".join(sys.argv)[:5000]}
         tracker.client.log_batch(tracker.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         self._client, self._run_id = tracker.client, tracker.run_id
+        self._where = (tracker.uri, tracker.experiment_id)
         os.environ[PARENT_ENV] = tracker.run_id
+        os.environ[SWEPT_ENV] = " ".join(swept_keys(config))
         atexit.register(self._abandoned)
 
     def _abandoned(self) -> None:
@@ -88,7 +136,13 @@ class ParentRun(Callback):
             self._log_comparison(table)
             print(markdown(table))
         self._client.set_terminated(self._run_id, "FINISHED" if failed == 0 else "FAILED")
+        from fedray.tracking import browse_hint
+
+        uri, experiment_id = self._where
+        print(f"MLflow parent run {self._run_id} ({len(children)} jobs) in {uri}; "
+              f"{browse_hint(uri, experiment_id, self._run_id)}")
         os.environ.pop(PARENT_ENV, None)
+        os.environ.pop(SWEPT_ENV, None)
         self._run_id = None
 
     def _log_comparison(self, table) -> None:

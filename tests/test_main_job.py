@@ -20,7 +20,8 @@ def test_main_job_writes_an_mlflow_run_with_round_metrics(tmp_path):
         capture_output=True, text=True, cwd=REPO, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "mlflow ui --backend-store-uri" in proc.stdout
+    assert "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow ui --workers 1 --backend-store-uri" in proc.stdout
+    assert "Token authentication" not in proc.stderr        # Ray's warning that asks nothing of the user
     client = MlflowClient(tracking_uri=uri)
     (run,) = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])
     assert run.info.status == "FINISHED"
@@ -37,7 +38,7 @@ def test_main_job_writes_an_mlflow_run_with_round_metrics(tmp_path):
     assert all(a <= b for a, b in zip(eps, eps[1:])) and 0 < eps[-1] < 3.0
     assert 0 < run.data.metrics["final_test_error"] < 0.5
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"config.json", "summary.json", "loss_and_epsilon.png", "privacy_statement.json"} <= artifacts
+    assert {"config.json", "summary.json", "loss_and_epsilon.png", "privacy_statement.json", "output.npz"} <= artifacts
     assert run.data.tags["diagnostic_metrics"] == "test_error,test_error_avg,train_loss,train_loss_avg"
     assert "outside the guarantee" not in run.data.tags["privacy_statement"]        # a fixed clip
     assert "simulation (the driver holds the noise seed)" in run.data.tags["privacy_statement"]
@@ -106,7 +107,9 @@ def test_a_sweep_is_a_parent_run_and_a_refused_job_is_a_failed_child_that_does_n
     assert set(children) == {"FAILED", "FINISHED"}
     assert "privacy.epsilon must be a positive number" in children["FAILED"].data.tags["refused"]
     assert "privacy.epsilon=-1" in children["FAILED"].data.tags["overrides"]
-    assert children["FINISHED"].info.run_name == "isrl_dp_mb_sgd mnist eps=3 M=12 t0"
+    assert children["FINISHED"].info.run_name == "epsilon=3 · isrl_dp_mb_sgd eps=3 M=12 mnist t0"
+    assert parent.info.run_name == "isrl_dp_convex: privacy.epsilon=-1,3"
+    assert f"MLflow parent run {parent.info.run_id} (2 jobs)" in proc.stdout
     assert parent.data.metrics["jobs"] == 2 and parent.data.metrics["jobs_failed"] == 1
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"sweep_table.csv", "sweep_table.md", "sweep_figure.png"} <= artifacts

@@ -26,8 +26,8 @@ def test_the_ui_shows_the_sweep_by_name(tmp_path, data_dir):
     with ui.serve(uri) as base, ThreadPoolExecutor(4) as pool:
         urls = ui.pages(base, uri)            # four browsers at once: each mostly waits on the page's scripts
         runs, compare, child, parent = pool.map(ui.page_text, [urls[k] for k in ("runs", "compare", "child", "parent")])
-    assert "Runs" in runs and " sweep " in runs and "3 matching runs" in runs
-    assert "p_sgd synthetic eps=1 M=1000 t0" in compare and "p_sgd synthetic eps=4 M=1000 t0" in compare
+    assert "Runs" in runs and "p_sgd_synthetic: privacy.epsilon=1,4" in runs and "3 matching runs" in runs
+    assert "epsilon=1 · p_sgd eps=1 M=1000 synthetic t0" in compare and "epsilon=4 · p_sgd eps=4 M=1000 synthetic t0" in compare
     assert "final_test_error" in compare and "epsilon_spent_max" in compare
-    assert "Parent run sweep" in child
+    assert "Parent run p_sgd_synthetic: privacy.epsilon=1,4" in child
     assert all(name in parent for name in ("sweep_table.csv", "sweep_table.md", "sweep_figure.png"))

@@ -71,10 +71,11 @@ def test_runs_are_named_apart_and_log_the_values_used_for_defaults(tmp_path):
     from fedray.tracking import run_name
 
     plan = make_plan(compose(*SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db", f"tracking.artifact_location={tmp_path}/a"))
-    assert run_name(plan) == "isrl_dp_mb_sgd synthetic eps=1,4 M=2 t0"
+    assert run_name(plan) == "isrl_dp_mb_sgd eps=1,4 M=2 synthetic t0"
     single = make_plan(compose(*SMALL, "privacy.epsilon_grid=null", "privacy.epsilon=3", "trial=2"))
-    assert run_name(single) == "isrl_dp_mb_sgd synthetic eps=3 M=2 t2"
-    assert run_name(make_plan(compose(*SMALL, "privacy=none"))) == "isrl_dp_mb_sgd synthetic non-private M=2 t0"
+    assert run_name(single) == "isrl_dp_mb_sgd eps=3 M=2 synthetic t2"
+    assert run_name(make_plan(compose(*SMALL, "privacy=none"))) == "isrl_dp_mb_sgd non-private M=2 synthetic t0"
+    assert run_name(single, "epsilon=3") == "epsilon=3 · isrl_dp_mb_sgd eps=3 M=2 synthetic t2"
     tracker = tracker_from_config(plan.tracking, run_name=run_name(plan))
     tracker.log_plan(plan)
     tracker.wait()

@@ -138,6 +138,17 @@ class SphereRegression:
             return distance**2 / (2.0 * self.dim)
         return self._absolute_risk(distance) - self.noise / 2.0
 
+    def population_excess_risk(self, params: np.ndarray, seed: int, trial: int, loss) -> np.ndarray | None:
+        """F(w) - F* of the released models ``params`` (P, d, 1) of the run (seed, trial) under the
+        run's ``loss`` (a ``fedray.losses.Squared``, a ``fedray.smoothing.Absolute``, or a Moreau
+        envelope of either, whose excess is that of its base: the problem the smoothing solves); None
+        where this population's risk has no closed form here (another loss, a shifted minority)."""
+        base = getattr(loss, "base", loss)
+        name = {"Squared": "squared", "Absolute": "absolute"}.get(type(base).__name__)
+        if name is None or self.shifted_users > 0:
+            return None
+        return self.excess_risk(params, self.optimum(seed, trial), name)
+
     def _absolute_risk(self, distance: np.ndarray) -> np.ndarray:
         """E h(||v|| t) with q = t^2 ~ Beta(1/2, (d - 1)/2) and c = min(1, s / ||v||):
         (s/2) P(q <= c^2) + (||v||^2 / (2 s)) E[q; q <= c^2] + ||v|| E[sqrt q; q > c^2], each an

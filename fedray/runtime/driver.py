@@ -12,6 +12,7 @@ is behind ``fedray.core.protocol.RoundProtocol``.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -60,6 +61,14 @@ class RunResult:
         return next(iter(self.outputs.values()))
 
 
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def _drop_auth_default_warning(record: logging.LogRecord) -> bool:
+    """False for Ray's "Token authentication is enabled for this Ray cluster" warning."""
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
 def connect(runtime: dict) -> None:
     """Join ``runtime.address``, or start a private local Ray: ``address="local"`` never joins a
     cluster somebody else started on this machine (which a bare ``ray.init()`` would)."""
@@ -67,9 +76,20 @@ def connect(runtime: dict) -> None:
         return
     address = runtime.get("address")
     if not address:
-        # the dashboard costs a second of start-up and a process: opt in with runtime.dashboard
-        ray.init(address="local", num_cpus=runtime.get("num_cpus"), include_dashboard=bool(runtime.get("dashboard")),
-                 log_to_driver=False)
+        # Ray 2.60 turns token authentication on for a new local instance when RAY_AUTH_MODE is
+        # unset, and says so in a warning on every run that asks nothing of the user; that one
+        # warning is dropped while the private instance starts (the protection stays on; the
+        # one-time note that a token was written to ~/.ray stays). Setting the variable here
+        # instead comes too late: Ray reads its config when ray is imported, and the driver then
+        # sends no token to a GCS that wants one.
+        auth_log = logging.getLogger(RAY_AUTH_LOGGER)
+        auth_log.addFilter(_drop_auth_default_warning)
+        try:
+            # the dashboard costs a second of start-up and a process: opt in with runtime.dashboard
+            ray.init(address="local", num_cpus=runtime.get("num_cpus"), include_dashboard=bool(runtime.get("dashboard")),
+                     log_to_driver=False)
+        finally:
+            auth_log.removeFilter(_drop_auth_default_warning)
         return
     _reachable(str(address), float(runtime.get("connect_timeout") or 30.0))
     try:
@@ -158,6 +178,24 @@ def _fit_block(protocol, spec, ranges: list) -> tuple[object, int | None]:
     return spec, owner
 
 
+def _cut_at_evaluation(protocol, spec, evaluate_every: int, num_steps: int):
+    """A block of sequential steps that starts at an evaluated step (a multiple of
+    ``evaluate_every``, or the last step) shortened to that one step, evaluated at its start like
+    an ordinary round; any other block ends before the next evaluated step. So the model is
+    evaluated and logged at the steps ``evaluate_every`` names, whatever the block sizes (uncut, a
+    block of every step is one history entry, evaluated at its start: the starting model)."""
+    first = spec.round
+    if first % evaluate_every == 0 or first == num_steps - 1:
+        steps = 1
+    else:
+        steps = min(spec.steps, (first // evaluate_every + 1) * evaluate_every - first, num_steps - 1 - first)
+    if steps >= spec.steps:
+        return spec
+    participation = np.zeros_like(spec.participation)
+    participation[:, protocol.step_units(first)[0]:protocol.step_units(first + steps - 1)[1]] = True
+    return replace(spec, steps=steps, participation=participation)
+
+
 def _evaluate_stacked(protocol, groups, models: list, num_replicas: int) -> tuple[list[dict], set]:
     """Several (P, ...) models evaluated in one call per actor, stacked along the replica axis:
     each model's metric values, in order, and the names of the diagnostic metrics."""
@@ -215,8 +253,11 @@ class RayGroups(GroupOracle):
     def __init__(self, plan: Plan, num_actors: int, pooled: tuple | None = None):
         blocks = np.array_split(np.arange(plan.shape.num_silos), num_actors)
         self.num_units = plan.shape.num_silos
-        self.setups = [(plan.dataset, plan.seed, plan.trial, block, plan.replicas.streams, plan.privacy.faithful)
-                       for block in blocks]
+        # Each block's silo ids as a range (the blocks are contiguous): an id array past Ray's 100 KB
+        # inline limit (P_SGD's 100,000 users) would make the constructor's arguments objects in the
+        # store, which Ray answers with an error-level line that a restart may fail.
+        self.setups = [(plan.dataset, plan.seed, plan.trial, range(lo, hi), plan.replicas.streams, plan.privacy.faithful)
+                       for lo, hi in _ranges(blocks)]
         self.max_restarts = int(plan.runtime.get("max_restarts", 3))
         self.fault = plan.runtime.get("fault_injection")
         self.protocol, self.replays = None, 0
@@ -539,6 +580,7 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
         """Whether history entry ``index``, whose last step is ``last_step``, is evaluated."""
         return index % plan.evaluate_every == 0 or last_step + 1 == plan.num_rounds
 
+    stepped = hasattr(protocol, "step_units")       # SequentialSteps: history entries are blocks of steps
     rounds_per_call = int(plan.runtime.get("rounds_per_call") or ROUNDS_PER_CALL)
     whole = len(groups.ranges) == 1 and getattr(protocol, "round_blocks", False) and rounds_per_call > 1 \
         and groups.shuffler is None and not plan.privacy.faithful
@@ -556,6 +598,8 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             spec, owner = protocol.configure(ahead, keys), None
         if spec.operation == "client_block":
             spec, owner = _fit_block(protocol, spec, groups.ranges)
+        if spec.operation == "client_block":
+            spec = _cut_at_evaluation(protocol, spec, plan.evaluate_every, plan.num_rounds)
         if budget is not None and spec.operation == "client_rounds":
             # round by round, as one round per call would: the block ends before the first refused round
             charges = [protocol.charge(ahead, protocol.round_in(spec, i, ahead)[0]) for i in range(spec.steps)]
@@ -579,7 +623,8 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             evaluate = False
             payload = RoundPayload(spec, None, tuple(t for t in range(r, r + spec.steps) if due(t, t)))
         else:
-            evaluate = due(r, spec.round + spec.steps - 1)
+            # sequential steps are evaluated by step (a block is one history entry of many steps)
+            evaluate = due(spec.round if stepped else r, spec.round + spec.steps - 1)
             model = next(iter(protocol.output(ahead).values())) if evaluate else None
             if faithful and model is not None:
                 # The driver sees no per-unit statistic while the protocol runs: the model is evaluated
@@ -657,9 +702,16 @@ def _finish(plan: Plan, protocol, groups, outputs: dict, result: RunResult, ledg
     """Evaluate the released models (the first is the model; the others' metrics get its name as a
     suffix) and close the result."""
     evaluated, diagnostics = _evaluate_stacked(protocol, groups, list(outputs.values()), plan.num_replicas)
+    # Data whose population risk is known in closed form (``population_excess_risk``) give each
+    # output's excess risk, a diagnostic (it reads the population's optimum, which no server knows).
+    excess_risk = getattr(plan.dataset, "population_excess_risk", None)
     for i, (name, values) in enumerate(zip(outputs, evaluated)):
         suffix = "" if i == 0 else f"_{name}"
         result.final.update({f"{key}{suffix}": value for key, value in values.items()})
+        excess = None if excess_risk is None else excess_risk(outputs[name], plan.seed, plan.trial, plan.loss)
+        if excess is not None:
+            result.final[f"excess_risk{suffix}"] = np.asarray(excess, dtype=np.float64)
+            result.diagnostics = result.diagnostics | {f"excess_risk{suffix}"}
     diagnostics = set(evaluated[0]) if plan.privacy.faithful else diagnostics
     diagnostics |= {f"{key}_{name}" for name in list(outputs)[1:] for key in diagnostics}
     result.outputs, result.diagnostics = outputs, result.diagnostics | diagnostics

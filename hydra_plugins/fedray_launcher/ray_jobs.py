@@ -37,11 +37,11 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from fedray.data.download import CACHE_DIR_ENV, DATA_DIR_ENV
-from fedray.sweep import LAUNCHED_ENV, PARENT_ENV
+from fedray.sweep import LAUNCHED_ENV, PARENT_ENV, SWEPT_ENV
 
 log = logging.getLogger(__name__)
 
-FORWARDED = (DATA_DIR_ENV, CACHE_DIR_ENV, PARENT_ENV)
+FORWARDED = (DATA_DIR_ENV, CACHE_DIR_ENV, PARENT_ENV, SWEPT_ENV)
 
 
 @dataclass

@@ -109,6 +109,8 @@ def test_blocks_of_sequential_steps_get_their_deferred_evaluations_in_place():
     evaluated = []
     for faithful in ("false", "true"):
         plan = make_plan(compose(*users, f"runtime.faithful={faithful}"))
-        result = run(plan, inline=True, groups=InlineGroups(plan, 6))      # six blocks of 10 steps
+        result = run(plan, inline=True, groups=InlineGroups(plan, 6))      # six actors of 10 steps each
         evaluated.append([i for i, h in enumerate(result.history) if "train_loss" in h])
-    assert evaluated[0] == evaluated[1] == [0, 2, 4, 5]
+    # Blocks are cut at the evaluated steps (every 2nd, and the last), each evaluated step a block
+    # of its own: 60 history entries, one per step here, evaluated at the steps evaluate_every names.
+    assert evaluated[0] == evaluated[1] == [*range(0, 60, 2), 59]

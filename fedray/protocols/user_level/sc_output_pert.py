@@ -125,12 +125,13 @@ class SCOutputPert(LinearModelProgram):
 
         num_replicas = len(self.mechanisms)
         released = np.repeat(params, num_replicas, axis=0)
-        passed, bound, budget, sigma = (np.ones(num_replicas) for _ in range(4))
+        passed, bound, budget, sigma, limit = (np.ones(num_replicas) for _ in range(5))
         deleted = np.zeros(num_replicas)               # |S*| (diagnostic: not part of the output)
         for replica, mechanism in enumerate(self.mechanisms):
             if mechanism is None:
-                sigma[replica], bound[replica], budget[replica] = 0.0, np.nan, np.nan
+                sigma[replica], bound[replica], budget[replica], limit[replica] = 0.0, np.nan, np.nan, np.nan
                 continue
+            limit[replica] = mechanism.sensitivity
             budget[replica] = TruncatedDiscreteLaplace(mechanism.epsilon2, mechanism.delta2).sample(
                 keys.generator(Stream.SERVER, replica))
             sigma[replica] = mechanism.noise_std
@@ -164,6 +165,7 @@ class SCOutputPert(LinearModelProgram):
                    "noise_std": Metric(sigma, released=True),
                    "certificate": Metric(bound, released=False),
                    "deleted_users": Metric(deleted, released=False),
+                   "certificate_limit": Metric(limit, released=True),    # public: what the noise is calibrated for
                    "gradient_spread": Metric(np.full(num_replicas, gamma), released=False),
                    "residual": Metric(np.full(num_replicas, residual), released=False),
                    "deletion_budget": Metric(budget, released=False),
