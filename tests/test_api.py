@@ -27,7 +27,7 @@ def test_import_fedray_exports_the_api_lazily():
 
     code = "import sys, fedray; print('ray' in sys.modules, sorted(fedray.__all__))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False ['Run', 'config', 'make_plan', 'run', 'run_sweep']"
+    assert out.strip() == "False ['Run', 'config', 'load_output', 'make_plan', 'run', 'run_sweep']"
 
 
 def test_a_mapping_composes_like_the_same_overrides():
