@@ -294,6 +294,8 @@ def _fewest_bits(epsilon: float, delta: float, dim: int, num_users: int, scale: 
     def bound(bits: int) -> float:
         return _trials_delta(epsilon, dim, num_users, scale, bits)
 
+    delta = delta * (1.0 - 1e-9)          # room for the floating-point sums' rounding (relative ~1e-13)
+
     def too_many(bits: int) -> bool:
         return num_users * bits > MAX_TRIALS
 
