@@ -94,6 +94,7 @@ from fedray.privacy.vector_sum import VectorSumParameters
 
 __all__ = [
     "TIGHT_PROBABILITY",
+    "axis_pair_bits",
     "TightVectorSumParameters",
     "coordinate_delta",
     "coordinate_profile",
@@ -325,6 +326,14 @@ def _fewest_bits(epsilon: float, delta: float, dim: int, num_users: int, scale: 
         else:
             low = mid
     return high, value
+
+
+def axis_pair_bits(epsilon: float, delta: float, num_users: int, scale: int) -> int:
+    """The fewest trials b (p = 1/2) at which the pair x = Delta2 e_1, x' = -Delta2 e_1 alone meets
+    (epsilon, delta). That pair exists for every d, and its view is the d = 1 worst pair's (the other
+    coordinates encode identically; an identical factor leaves H unchanged), so no sound calibration of
+    P_vec at p = 1/2 can use fewer trials: it brackets how loose the d > 1 relaxation is."""
+    return _fewest_bits(float(epsilon), float(delta), 1, int(num_users), int(scale))[0]
 
 
 def tight_vector_sum_parameters(epsilon: float, delta: float, dim: int, num_users: int,

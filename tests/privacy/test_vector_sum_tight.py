@@ -15,7 +15,7 @@ from fedray.errors import ConfigError
 from fedray.privacy import audit_epsilon
 from fedray.privacy.vector_sum import aggregate_counts, analyze_counts, randomize_counts, vector_sum_parameters
 from fedray.privacy.vector_sum_tight import (
-    coordinate_delta, invocation_delta, invocation_epsilon, relaxed_delta, relaxed_epsilon,
+    axis_pair_bits, coordinate_delta, invocation_delta, invocation_epsilon, relaxed_delta, relaxed_epsilon,
     tight_vector_sum_parameters, unit_shift_count,
 )
 
@@ -161,6 +161,7 @@ def test_one_coordinate_calibration_is_the_fewest_trials_meeting_the_target(epsi
     assert invocation_delta(epsilon, tight) == tight.certified_delta <= delta
     assert invocation_delta(epsilon, fewer) > delta
     assert invocation_epsilon(delta, tight) <= epsilon
+    assert axis_pair_bits(epsilon, delta, users, tight.scale) == tight.noise_bits      # d = 1: the worst pair
 
 
 def test_hand_number_one_coordinate():
@@ -177,6 +178,9 @@ def test_several_coordinates_calibration_meets_the_target_by_the_relaxation():
     assert tight.route == "unit_shifts" and tight.certified_delta <= 1e-5
     assert relaxed_delta(1.0, 4, 200 * tight.noise_bits, 0.5, tight.scale) <= 1e-5
     assert relaxed_delta(1.0, 4, 200 * (tight.noise_bits - 1), 0.5, tight.scale) > 1e-5
+    # The pair +-Delta2 e_1 alone needs 235 trials: the relaxation costs sqrt(502 / 235) = 1.46 in noise std.
+    floor = axis_pair_bits(1.0, 1e-5, 200, tight.scale)
+    assert floor < tight.noise_bits < 2.5 * floor
 
 
 def test_tight_estimate_is_unbiased():
