@@ -185,3 +185,18 @@ def test_pld_composition_affords_a_larger_eps0_and_spends_at_most_the_target():
     with pytest.raises(ConfigError) as err:
         make_plan(compose(*USERS, "+privacy.composition=rdp"))
     assert err.value.key == "privacy.composition"
+
+
+def test_tight_calibration_meets_each_rounds_budget_and_composes_as_the_papers():
+    from fedray.privacy.vector_sum_tight import invocation_delta
+
+    paper, tight = (make_plan(compose(*USERS, "algorithm.parameters=paper", f"privacy.calibration={c}"))
+                    for c in ("paper", "tight"))
+    eps0, delta0 = (tight.protocol.resolved[k] for k in ("eps0", "delta0"))
+    assert (eps0, delta0) == tuple(paper.protocol.resolved[k] for k in ("eps0", "delta0"))
+    params = tight.protocol.algorithm.vector_sum.params
+    assert (params.epsilon, params.delta, params.num_users) == (eps0, delta0, 400)
+    assert invocation_delta(eps0, params) <= delta0
+    assert params.noise_bits < paper.protocol.algorithm.vector_sum.params.noise_bits / 100
+    np.testing.assert_array_equal(tight.privacy.planned_epsilon, paper.privacy.planned_epsilon)
+    assert tight.privacy.statement()["calibration"] == "tight"

@@ -126,3 +126,28 @@ def test_gaussian_baselines_refuse_p_vecs_settings(override, key):
     with pytest.raises(ConfigError) as err:
         make_plan(compose(*USERS, "privacy=local_gaussian", "algorithm.radius=1", override))
     assert err.value.key == key
+
+
+def test_tight_calibration_plans_p_vec_by_its_exact_loss_runs_and_names_itself():
+    from fedray.privacy.vector_sum import vector_sum_parameters
+    from fedray.privacy.vector_sum_tight import invocation_delta
+
+    plan, result = _run("privacy.calibration=tight")
+    params = plan.protocol.algorithm.vector_sum.params
+    paper = vector_sum_parameters(4.0, 1e-6, 3, 7, 1.0)
+    assert plan.privacy.statement()["calibration"] == "tight" and plan.privacy.accountant == "parallel"
+    assert (params.dim, params.num_users, params.scale, params.bit_probability) == (3, 7, paper.scale, 0.5)
+    assert plan.protocol.resolved["invocation_delta_bound"] <= 1e-6 and invocation_delta(4.0, params) <= 1e-6
+    assert params.noise_bits < paper.noise_bits / 1e4            # 65 against 4,529,564 trials per user
+    assert result.epsilon_spent.max() == 4.0                     # one invocation per user, as the paper's
+    assert result.final["train_loss_avg"][0] < 1.0               # the paper's noise: ~12.7
+
+
+def test_exact_mode_takes_the_tight_sums_error():
+    base = [*USERS, "algorithm.parameters=exact", "algorithm.radius=1", "privacy.epsilon=4", "data.spec.num_silos=6000"]
+    paper, tight = (make_plan(compose(*base, f"privacy.calibration={c}")) for c in ("paper", "tight"))
+    params = tight.protocol.algorithm.vector_sum.params
+    b, t = tight.protocol.algorithm.batch_size, tight.num_rounds
+    eta = 2.0 / np.sqrt(t * (1.0 + params.mse_bound() / b**2))
+    assert tight.protocol.algorithm.step_size[0] == pytest.approx(eta, rel=1e-12)
+    assert tight.protocol.algorithm.step_size[0] > 10 * paper.protocol.algorithm.step_size[0]

@@ -21,6 +21,11 @@ the sum, ``CentralGaussianSum``), each step at the same (eps, delta), or (eps_0,
 as P_vec, so the ledgers compose exactly as above; ``none`` sums exactly. ``parameters=exact``
 gives each its own step size from its own sum error (``hyperparameters``); ``paper`` is P_vec's
 formulas and is refused for the Gaussian baselines.
+
+P_vec's calibration (``privacy.calibration``): ``paper`` (the default; seed-000 §2.2's b and p) or
+``tight`` (p = 1/2 and the fewest trials b whose invocation is (eps, delta)-DP, or (eps_0,
+delta_0) for P_GD, by its exact privacy loss: ``fedray.privacy.vector_sum_tight``). Either gives
+the same per-invocation (eps, delta), so the accountants above compose it unchanged.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from fedray.privacy.gaussian_sum import CentralGaussianSum, LocalGaussianSum, pa
 from fedray.privacy.ledger import ComposedAccountant, Ledger, one_pass_ledger
 from fedray.privacy.statement import PrivacyPlan
 from fedray.privacy.vector_sum import ExactSum, SplitVectorSum, vector_sum_parameters
+from fedray.privacy.vector_sum_tight import tight_vector_sum_parameters
 from fedray.protocols.shuffle_sco.hyperparameters import (
     MODES, agd_phase_schedule, gd_phase_schedule, gd_schedule, gd_smoothing_parameter, sgd_schedule, smoothing_parameter,
 )
@@ -55,8 +61,11 @@ RESOLVED_KEYS = ("_target_", "name", "step_size", "trust_model", "block_steps", 
 USER = "user (one record) anywhere in the population"
 TRUST_MODELS = ("sdp", "local", "central", "none")
 SEQUENTIAL_TRUST_MODELS = TRUST_MODELS + ("pan_private",)      # App. C's online curator: sequential protocols only
-# P_vec's own calibration; the Gaussian baselines' analytic one; App. C's classic Gaussian (Lemma C.5)
-CALIBRATION = {"sdp": "paper", "local": "analytic", "central": "analytic", "pan_private": "paper"}
+# P_vec's own calibration (the paper's, the default, or its exact privacy loss); the Gaussian
+# baselines' analytic one; App. C's classic Gaussian (Lemma C.5)
+CALIBRATION = {"sdp": ("paper", "tight"), "local": ("analytic",), "central": ("analytic",),
+               "pan_private": ("paper",)}
+PVEC_PARAMETERS = {"paper": vector_sum_parameters, "tight": tight_vector_sum_parameters}
 ROUTING = {"sdp": Routing.SHUFFLE_SUM, "local": Routing.DIRECT, "central": Routing.DIRECT,
            "pan_private": Routing.DIRECT, "none": Routing.SHUFFLE_SUM}
 
@@ -369,10 +378,11 @@ def _clip(priv: dict) -> float:
 
 
 def _budget(priv: dict) -> tuple[float, float]:
-    trust, calibration = priv["trust_model"], CALIBRATION[priv["trust_model"]]
-    if priv["calibration"] != calibration:
-        raise ConfigError("privacy.calibration", priv["calibration"], f"{calibration} for trust_model={trust} "
-                          "(P_vec: seed-000 §2.2; the Gaussian baselines: the analytic Gaussian)")
+    trust, calibrations = priv["trust_model"], CALIBRATION[priv["trust_model"]]
+    if priv["calibration"] not in calibrations:
+        raise ConfigError("privacy.calibration", priv["calibration"], f"{' or '.join(calibrations)} for "
+                          f"trust_model={trust} (P_vec: seed-000 §2.2, or tight: its exact privacy loss; "
+                          "the Gaussian baselines: the analytic Gaussian)")
     eps = number_in("privacy.epsilon", priv.get("epsilon"), 0.0, 15.0, "a number in (0, 15] (seed 000's range)",
                     closed_high=True)
     delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "an explicit number in (0, 1/2)")
@@ -380,12 +390,12 @@ def _budget(priv: dict) -> tuple[float, float]:
 
 
 def _sum_step(trust: str, eps: float, delta: float, dim: int, users: int, l2_clip: float, seed: int = 0,
-              streams: np.ndarray | None = None):
+              streams: np.ndarray | None = None, calibration: str = "paper"):
     """The step's sum for the trust model, each release (eps, delta)-DP for a user; ``seed`` and
-    ``streams`` key a server's draws (central, pan-private)."""
+    ``streams`` key a server's draws (central, pan-private); ``calibration`` picks P_vec's b and p."""
     streams = np.zeros((1, 1), dtype=np.int64) if streams is None else streams
     if trust == "sdp":
-        return SplitVectorSum(vector_sum_parameters(eps, delta, dim, users, l2_clip))
+        return SplitVectorSum(PVEC_PARAMETERS[calibration](eps, delta, dim, users, l2_clip))
     if trust == "pan_private":
         return CentralGaussianSum(pan_private_sigma(_below_one(eps), delta, l2_clip), seed, streams, draws=2)
     if trust == "local":
@@ -405,13 +415,19 @@ def _private_sum(priv: dict, context: PlanContext, eps: float, delta: float, dim
     would change) if P_vec cannot serve it."""
     trust = priv["trust_model"]
     try:
-        step = _sum_step(trust, eps, delta, dim, users, _clip(priv), context.seed, context.replicas.streams)
+        step = _sum_step(trust, eps, delta, dim, users, _clip(priv), context.seed, context.replicas.streams,
+                         priv["calibration"])
     except ConfigError as err:
         if trust != "sdp":
             raise
         raise ConfigError(key, value, f"a value whose P_vec invocations can be served ({err})") from err
     if trust == "sdp":
-        return step, {"messages_per_user": step.params.messages_per_user}
+        params = step.params
+        details = {"messages_per_user": params.messages_per_user, "noise_bits": params.noise_bits,
+                   "bit_probability": params.bit_probability}
+        if priv["calibration"] == "tight":        # the bound computed at these b, p: <= the invocation's delta
+            details |= {"invocation_delta_bound": params.certified_delta, "tight_route": params.route}
+        return step, details
     return step, {"noise_std": step.sigma, "noise_placement": PLACEMENT[trust]}
 
 
@@ -428,7 +444,13 @@ def _sum_mse(priv: dict, mode: str):
     if trust in ("local", "central", "pan_private") and mode == "paper":
         raise ConfigError("algorithm.parameters", mode, f"exact or manual for trust_model={trust} (the paper's "
                           "formulas are P_vec's)")
-    return lambda eps, delta, dim, batch, l2: _sum_step(trust, eps, delta, dim, batch, l2).sum_mse(batch, dim)
+    calibration = "paper"
+    if trust == "sdp":
+        calibration = priv.get("calibration")
+        if calibration not in CALIBRATION["sdp"]:
+            raise ConfigError("privacy.calibration", calibration, "paper or tight for trust_model=sdp (P_vec)")
+    return lambda eps, delta, dim, batch, l2: _sum_step(trust, eps, delta, dim, batch, l2,
+                                                        calibration=calibration).sum_mse(batch, dim)
 
 
 def _not_private(priv: dict, context: PlanContext) -> PrivacyPlan:
