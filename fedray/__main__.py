@@ -15,7 +15,7 @@ register()  # before Hydra composes the config
 POOL = ActorPool()
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path="pkg://fedray.conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     # A job the ray_jobs launcher started keeps no actors: idle ones would hold CPUs other jobs need.
     run_job(cfg, None if os.environ.get(LAUNCHED_ENV) else POOL)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fedray.plan import Plan, make_plan
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 
 
 def compose_plan(overrides: list[str]) -> Plan:

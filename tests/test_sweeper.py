@@ -111,7 +111,7 @@ def test_a_sweep_reads_each_config_file_once_and_composes_what_hydra_alone_compo
     from fedray.resolvers import register
 
     register()
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(REPO / "conf")))
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(REPO / "fedray" / "conf")))
     master = loader.load_configuration("config", overrides=["experiment=e2_insurance"], run_mode=RunMode.MULTIRUN)
     jobs = [["experiment=e2_insurance", f"trial={t}", f"algorithm={a}", *extra]
             for t in (0, 1) for a, extra in (("isrl_dp_mb_sgd", []), ("mb_sgd", ["privacy=none"]))] * 2
