@@ -13,6 +13,7 @@ is behind ``fedray.core.protocol.RoundProtocol``.
 from __future__ import annotations
 
 import os
+import sys
 import socket
 import time
 from dataclasses import dataclass, field, replace
@@ -179,8 +180,10 @@ def _layout_key(plan: Plan, num_actors: int) -> tuple:
 
 
 def _data_key(plan: Plan) -> tuple:
-    """What fixes the records themselves: the same key means the same loaded silos."""
-    return (repr(plan.dataset), plan.seed, plan.trial)
+    """What fixes the records themselves: the same key means the same loaded silos (every element
+    and digit of an array-valued spec field, such as a game's payoff, in the repr)."""
+    with np.printoptions(threshold=sys.maxsize, floatmode="unique"):
+        return (repr(plan.dataset), plan.seed, plan.trial)
 
 
 def _shuffler_args(plan: Plan) -> tuple | None:
