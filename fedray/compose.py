@@ -13,14 +13,23 @@ CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 
 
 def compose_plan(overrides: list[str]) -> Plan:
-    """Compose the config for ``overrides`` as the command line would, and plan it."""
+    """Compose the config for ``overrides`` as the command line would, and plan it; an unknown key
+    or option is a ``ConfigError`` with a did-you-mean, as on the command line."""
     from hydra import compose, initialize_config_dir
 
+    from fedray.override_errors import as_config_error
     from fedray.resolvers import register
 
     register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return make_plan(compose("config", overrides=list(overrides)))
+        try:
+            cfg = compose("config", overrides=list(overrides))
+        except Exception as err:
+            error = as_config_error(err, list(overrides))
+            if error is None:
+                raise
+            raise error from err
+        return make_plan(cfg)
 
 
 @contextmanager
