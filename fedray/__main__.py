@@ -1,11 +1,16 @@
 """Hydra entry point: `python -m fedray experiment=isrl_dp_convex [key=value ...]`."""
 
 import os
+import signal
+import sys
+import time
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-from fedray.cli import run_job
+from fedray.cli import console, run_job
+from fedray.override_errors import as_config_error, one_line
 from fedray.runtime.driver import ActorPool
 from fedray.resolvers import register
 from fedray.sweep import LAUNCHED_ENV
@@ -15,11 +20,84 @@ register()  # before Hydra composes the config
 POOL = ActorPool()
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path="pkg://fedray.conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     # A job the ray_jobs launcher started keeps no actors: idle ones would hold CPUs other jobs need.
     run_job(cfg, None if os.environ.get(LAUNCHED_ENV) else POOL)
 
 
+def _descendants() -> list[int]:
+    """The ids of this process's children and their children (Linux /proc; elsewhere none)."""
+    parents = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(entry.parent.name))
+    found, frontier = [], [os.getpid()]
+    while frontier:
+        frontier = [child for pid in frontier for child in parents.get(pid, [])]
+        found += frontier
+    return found
+
+
+def _end_started_processes(grace: float = 3.0) -> list[int]:
+    """Stop this process's Ray session and end the processes it started that are still alive (a
+    Ctrl-C during ``ray.init`` leaves its GCS server and raylet running for a minute): each one by
+    its id, SIGTERM, then SIGKILL for those alive after ``grace`` seconds. Returns the ids ended."""
+    if "ray" in sys.modules:
+        import ray
+
+        try:
+            ray.shutdown()
+        except BaseException:   # a half-started session: its processes are ended below
+            pass
+    started = _descendants()
+    alive = started
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in alive:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while (alive := [pid for pid in _descendants() if pid in started]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not alive:
+            break
+    return started
+
+
+def cli() -> None:
+    """``main`` with Hydra's composition errors (a misspelt key or option, bad override syntax)
+    as one ``error:`` line, a did-you-mean where a name is unknown, and exit status 2, as fedray's
+    own config errors; ``HYDRA_FULL_ERROR=1`` set by the user keeps Hydra's full report. Ctrl-C
+    ends with one line (the run is marked KILLED by ``run_job``), status 130, and no process left."""
+    try:
+        _main()
+    except KeyboardInterrupt:
+        _end_started_processes()
+        console.print("[bold red]stopped:[/] interrupted (Ctrl-C); the run, if one had opened, is marked KILLED "
+                      "in MLflow", soft_wrap=True, highlight=False)
+        sys.exit(130)
+
+
+def _main() -> None:
+    if os.environ.get("HYDRA_FULL_ERROR"):
+        main()
+        return
+    os.environ["HYDRA_FULL_ERROR"] = "1"        # Hydra raises its errors here instead of printing them
+    try:
+        main()
+    except Exception as err:
+        error = as_config_error(err, [arg for arg in sys.argv[1:] if not arg.startswith("-")])
+        line = str(error) if error is not None else one_line(err)
+        if line is None:
+            raise
+        console.print(f"[bold red]error:[/] {line}", soft_wrap=True, markup=True, highlight=False)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
-    main()
+    cli()

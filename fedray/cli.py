@@ -15,6 +15,7 @@ from rich.table import Table
 from fedray.data import ChecksumError, DownloadError
 from fedray.errors import BudgetError, ConfigError
 from fedray.plan import Plan, make_plan
+from fedray.preflight import tracking_store
 from fedray.runtime import checkpoint
 from fedray.runtime.driver import ActorPool, RunResult, run, start
 from fedray.sweep import job_label, parent_run_id
@@ -172,9 +173,16 @@ def job_overrides() -> str:
     return " ".join(HydraConfig.get().overrides.task)[:5000]
 
 
+def _ended(err: BaseException) -> str:
+    """The MLflow status of a run that ``err`` ended: KILLED for Ctrl-C, else FAILED."""
+    return "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED"
+
+
 def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
     """One job: plan, start (or reuse ``pool``'s) actors while the MLflow run opens, rounds, summary."""
     try:
+        if parent_run_id() is None:         # a sweep's parent run has asked the store already
+            tracking_store(cfg.tracking.uri)    # an MLflow server that does not answer: before planning and Ray
         plan = make_plan(cfg)
         resumed = checkpoint.resumable(plan.runtime, plan.config)     # one of another config is refused here
         prepare = getattr(plan.dataset, "prepare", None)  # fetch public files once, before actors start
@@ -208,7 +216,7 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
             with console.status(f"starting Ray and the actors of {plan.shape.num_silos:,} units", spinner="dots"):
                 groups = start(plan, pool)
         except BaseException as err:
-            pending.result().fail()          # the run opened meanwhile: never leave it RUNNING
+            pending.result().fail(_ended(err))     # the run opened meanwhile: never leave it RUNNING
             if isinstance(err, ConnectionError):
                 console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
                 sys.exit(1)
@@ -232,8 +240,8 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
         try:
             tracker.client.set_tag(tracker.run_id, "ray.actor_nodes", str(len(set(groups.node_ids()))))
             result = run(plan, tracker=tracker, progress=on_round, groups=groups, pool=pool)
-        except BaseException:
-            tracker.fail()
+        except BaseException as err:
+            tracker.fail(_ended(err))
             raise
         bar.update(task, status=final_status(plan, result))     # the released model's values, not a round's
     try:

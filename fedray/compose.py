@@ -9,18 +9,26 @@ from pathlib import Path
 
 from fedray.plan import Plan, make_plan
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 
 
 def compose_config(overrides: list[str]):
-    """The config the command line composes for ``overrides``."""
+    """The config the command line composes for ``overrides``; an unknown key or option is a
+    ``ConfigError`` with a did-you-mean, as on the command line."""
     from hydra import compose, initialize_config_dir
 
+    from fedray.override_errors import as_config_error
     from fedray.resolvers import register
 
     register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+        try:
+            return compose("config", overrides=list(overrides))
+        except Exception as err:
+            error = as_config_error(err, list(overrides))
+            if error is None:
+                raise
+            raise error from err
 
 
 def compose_plan(overrides: list[str]) -> Plan:

@@ -251,6 +251,32 @@ def _instantiate(key: str, node: dict):
                           f"the fields of {node.get('_target_')} ({cause})") from err
 
 
+def _list_fields_as_arrays(dataset):
+    """``dataset`` with each list-valued field (one whose default is a tuple or list, e.g. a dense
+    game's payoff) as a read-only float64 ndarray: Hydra's ``instantiate`` hands lists over as
+    OmegaConf ``ListConfig``s, which numpy converts anew on every product (3.5 ms instead of
+    microseconds for a 2 x 3 payoff). A ragged or non-numeric list stays as given, for the spec's
+    ``validate`` to name."""
+    from dataclasses import is_dataclass
+
+    if not is_dataclass(dataset):
+        return dataset
+    arrays = {}
+    for spec_field in fields(dataset):
+        value = getattr(dataset, spec_field.name)
+        if not spec_field.init or not isinstance(spec_field.default, (tuple, list)):
+            continue
+        if OmegaConf.is_list(value):
+            value = OmegaConf.to_container(value, resolve=True)
+        try:
+            array = np.array(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            continue
+        array.flags.writeable = False
+        arrays[spec_field.name] = array
+    return replace(dataset, **arrays) if arrays else dataset
+
+
 def _loss(data: dict):
     """The data's loss, or None for data that define their own objective (a game's payoffs). Its
     settings (a margin clip, a Huber threshold, the number of outputs) are positive numbers."""
@@ -289,7 +315,7 @@ def make_plan(cfg: DictConfig) -> Plan:
     natural("seed", config.get("seed"))
     natural("trial", config.get("trial"))
     _check_epsilon_magnitude(config["privacy"])
-    dataset = _instantiate("data.spec", config["data"]["spec"])
+    dataset = _list_fields_as_arrays(_instantiate("data.spec", config["data"]["spec"]))
     dataset.validate()
     shape = dataset.describe()
     loss = _loss(config["data"])

@@ -94,9 +94,16 @@ class ParentRun(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from mlflow.entities import RunTag
 
+        from fedray.errors import ConfigError
+        from fedray.preflight import tracking_store
         from fedray.tracking import MlflowTracker
 
         tracking = OmegaConf.to_container(config.tracking, resolve=True)
+        try:
+            tracking_store(tracking["uri"])
+        except ConfigError as err:      # Hydra turns a callback's exception into a warning: exit here
+            print(f"error: {err}", flush=True)
+            raise SystemExit(2) from None
         # The tracker creates the experiment if needed; the run it opens is the parent.
         tracker = MlflowTracker(uri=tracking["uri"], experiment_name=tracking["experiment_name"],
                                 artifact_location=tracking.get("artifact_location"))
@@ -144,6 +151,10 @@ class ParentRun(Callback):
         os.environ.pop(PARENT_ENV, None)
         os.environ.pop(SWEPT_ENV, None)
         self._run_id = None
+        if failed:              # the sweep's exit status says so (Hydra turns exceptions here into warnings)
+            print(f"error: {failed} of {len(children)} jobs of the sweep failed or were refused (the table above)",
+                  flush=True)
+            raise SystemExit(1)
 
     def _log_comparison(self, table) -> None:
         """The parent's artifacts: the table as CSV and Markdown, and the final test error of every

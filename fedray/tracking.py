@@ -351,12 +351,13 @@ class MlflowTracker:
         self.client.set_terminated(self.run_id, status)
         self._writer.shutdown()
 
-    def fail(self) -> None:
+    def fail(self, status: str = "FAILED") -> None:
+        """End the run as ``status``: FAILED, or KILLED when the user stopped it (Ctrl-C)."""
         try:
             self.wait()
         finally:
             self._writer.shutdown()
-            self.client.set_terminated(self.run_id, "FAILED")
+            self.client.set_terminated(self.run_id, status)
 
 
 # Finishes handed over by ``MlflowTracker.finish(defer=True)``, written one at a time, in order.

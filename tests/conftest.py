@@ -41,7 +41,7 @@ def compose(*overrides: str):
 
     register()
 
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO / "fedray" / "conf"), version_base="1.3"):
         return hydra_compose("config", overrides=list(overrides))
 
 

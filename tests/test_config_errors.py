@@ -73,6 +73,58 @@ def test_protocol_fields_and_unknown_keys_are_refused_at_planning(overrides, mes
     assert str(err.value) == message
 
 
+PRIVACY_KEYS = "accountant, calibration, delta, enforce_budget, epsilon, epsilon_grid, l2_clip, trust_model"
+EXPERIMENTS = ", ".join(sorted(p.stem for p in (REPO / "fedray" / "conf" / "experiment").glob("*.yaml")))
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [   # Hydra refuses these while composing ("Key 'epsilonn' is not in struct"; a 32-line option list)
+        ("privacy.epsilonn=3", f"privacy.epsilonn must be a known key of privacy (did you mean privacy.epsilon?): "
+                               f"{PRIVACY_KEYS}; got 3"),
+        ("algorithm.stepsize=0.3", "algorithm.stepsize must be a known key of algorithm (did you mean "
+                                   "algorithm.step_size?): average_last, batch_size, name, radius, step_size; got 0.3"),
+        ("data.spec.pca_dimm=20", "data.spec.pca_dimm must be a known key of data.spec (did you mean data.spec.pca_dim?): "
+                                  "cache, directory, download, heterogeneity, images_per_digit, pca_dim, train_fraction; "
+                                  "got 20"),
+        ("algoritm=mb_sgd", "algoritm must be a known key at the top level (did you mean algorithm?): algorithm, data, "
+                            "evaluate_every, num_rounds, participation, privacy, progress, repetitions, replicas, "
+                            "runtime, seed, tracking, trial; got 'mb_sgd'"),
+        ("experiment=isrl_dp_convx", "experiment must be one of the options of experiment (did you mean "
+                                     f"experiment=isrl_dp_convex?): {EXPERIMENTS}; got 'isrl_dp_convx'"),
+        ("privacy=acountant", "privacy must be one of the options of privacy (did you mean privacy=accountant?): "
+                              "accountant, central_gaussian, central_sampling, central_user, hybrid_silo_level, "
+                              "local_gaussian, none, pan_private, paper, shuffle, shuffle_vector_sum; got 'acountant'"),
+    ],
+)
+def test_misspelt_keys_and_options_hydra_refuses_get_a_did_you_mean(override, message):
+    from fedray.compose import compose_plan
+
+    with pytest.raises(ConfigError) as err:
+        compose_plan([override] if override.startswith("experiment=") else ["experiment=isrl_dp_convex", override])
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("args,line", [
+    (["experiment=isrl_dp_convex", "privacy.epsilonn=3"],
+     f"error: privacy.epsilonn must be a known key of privacy (did you mean privacy.epsilon?): {PRIVACY_KEYS}; got 3"),
+    (["experiment=isrl_dp_convx"], "error: experiment must be one of the options of experiment (did you mean "
+                                   f"experiment=isrl_dp_convex?): {EXPERIMENTS}; got 'isrl_dp_convx'"),
+    (["-m", "experiment=isrl_dp_convex", "privacy.epsilon=1,3", "algorithm.stepsize=0.3,1"],   # a sweep
+     "error: algorithm.stepsize must be a known key of algorithm (did you mean algorithm.step_size?): average_last, "
+     "batch_size, name, radius, step_size; got '0.3,1'"),
+])
+def test_the_cli_prints_hydras_refusals_in_one_line(tmp_path, args, line):
+    proc = subprocess.run([sys.executable, "-m", "fedray", *args, f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+                           f"hydra.sweep.dir={tmp_path}/multirun"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert [text for text in proc.stdout.splitlines() if text.strip()] == [line]
+    assert "Traceback" not in proc.stderr and "Set the environment variable HYDRA_FULL_ERROR" not in proc.stderr
+    assert args[0] == "-m" or not (tmp_path / "mlflow.db").exists()    # a sweep's parent run is already open
+
+
 def test_missing_data_directory_is_named(tmp_path):
     with pytest.raises(ConfigError, match=str(tmp_path / "nowhere")):
         make_plan(compose("experiment=isrl_dp_convex", f"data.spec.directory={tmp_path / 'nowhere'}", "data.spec.download=false"))

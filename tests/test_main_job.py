@@ -99,7 +99,10 @@ def test_a_sweep_is_a_parent_run_and_a_refused_job_is_a_failed_child_that_does_n
          f"hydra.sweep.dir={tmp_path}/multirun", "runtime.num_cpus=2"],
         capture_output=True, text=True, cwd=REPO, timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]      # a refused job fails the sweep, after its table
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines[-1] == "error: 1 of 2 jobs of the sweep failed or were refused (the table above)"
+    assert lines[-5].startswith("| run | status | overrides |")
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])
     (parent,) = [r for r in runs if r.data.tags.get("sweep") == "parent"]

@@ -2,7 +2,7 @@
 configure / client step / aggregate in the driver loop): with privacy off it reaches a direct
 solver's optimum, a run is deterministic in its seed and sensitive to it, results are
 bit-identical with 1 and 3 silo groups, only the protocol's messages leave a group, and config
-errors come from planning (before any actor). Registered = every preset in conf/algorithm."""
+errors come from planning (before any actor). Registered = every preset in fedray/conf/algorithm."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from fedray.runtime.silo_group import RoundPayload
 from fedray.rng import SiloDraws
 from tests.conftest import REPO, compose
 
-ALGORITHMS = sorted(p.stem for p in (REPO / "conf" / "algorithm").glob("*.yaml"))
+ALGORITHMS = sorted(p.stem for p in (REPO / "fedray" / "conf" / "algorithm").glob("*.yaml"))
 # Noisy labels (noise 2): a well-conditioned logistic problem whose optimum is near the origin.
 SILOS = ["data=synthetic", "data.spec.num_silos=6", "data.spec.samples_per_silo=240", "data.spec.dim=4",
          "data.spec.test_samples_per_silo=20", "+data.spec.noise=2.0", "participation.silos_per_round=6",

@@ -43,8 +43,9 @@ def test_a_bad_value_anywhere_in_the_grid_stops_the_sweep_before_its_first_job(t
          f"hydra.sweep.dir={tmp_path}/multirun"],
         capture_output=True, text=True, cwd=REPO, timeout=300,
     )
-    assert proc.returncode != 0
-    assert "no_such_algorithm" in proc.stderr
+    assert proc.returncode == 2
+    (line,) = [text for text in proc.stdout.splitlines() if text.strip()]       # one line, with the options
+    assert line.startswith("error: algorithm must be one of the options of algorithm") and "no_such_algorithm" in line
     assert "Started a local Ray instance" not in proc.stderr
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 def compose(overrides: list[str]):
     """The config `python -m fedray OVERRIDES` would build (as tests/conftest.py does), from the
-    conf/ tree next to the fedray package that is imported."""
+    fedray/conf tree of the fedray package that is imported."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
@@ -32,7 +32,7 @@ def compose(overrides: list[str]):
 
     import fedray
 
-    conf = Path(fedray.__file__).resolve().parents[1] / "conf"
+    conf = Path(fedray.__file__).resolve().parent / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         return hydra_compose("config", overrides=list(overrides))
 

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
                  f"participation.batch_size={args.batch}", f"data.spec.num_silos={users}", f"data.spec.dim={args.dim}",
                  "algorithm.step_size=0.05", f"algorithm.block_steps={args.block_steps}", "progress=false",
                  f"evaluate_every={args.steps + 1}", "runtime.num_actors=2"]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO / "fedray" / "conf"), version_base="1.3"):
         plan = make_plan(compose("config", overrides=overrides))
 
     fed = plan.dataset.load(plan.seed, plan.trial)

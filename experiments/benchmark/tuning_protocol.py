@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-CONF = HERE.parents[1] / "conf"
+CONF = HERE.parents[1] / "fedray" / "conf"
 # What a job's overrides add to the sweep's and the benchmark's own (store and output places):
 # the rest names the job's setting, shared by its trials.
 NOT_SETTING = ("trial=", "tracking.", "hydra.")

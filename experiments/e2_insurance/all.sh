@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # E2 at the paper's scale: every (N, M) of the authors' code, 20 trials each, then one report.
-# One Hydra multirun over the union of conf/experiment/e2_insurance_all.yaml's grids: for each
+# One Hydra multirun over the union of fedray/conf/experiment/e2_insurance_all.yaml's grids: for each
 # setting, the private algorithms, then the non-private baselines (privacy=none); one interpreter,
 # one Ray and one MLflow parent run for the whole protocol. run.sh runs a single setting.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # E2 sweeps (seed-004 §5) for one (N, M): the private algorithms (each job carries the eps grid x
-# clip grid x step grid x 3 repetitions as replicas, conf/experiment/e2_insurance.yaml), then the
+# clip grid x step grid x 3 repetitions as replicas, fedray/conf/experiment/e2_insurance.yaml), then the
 # non-private baselines (clip grid x step grid x 3 repetitions), trials 0..TRIALS-1 (the paper:
 # 20). Then the report.
 # The paper's (N, M) settings: N=10 M=5 (main), N=M=3 (Fig. 9): N=3 M=3 ./run.sh; all.sh runs all.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import socket
 import time
 from dataclasses import dataclass, field, replace
@@ -109,11 +110,24 @@ def _reachable(address: str, timeout: float) -> None:
     if address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    started = time.monotonic()
     try:
         socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
     except (OSError, ValueError) as err:
         raise ConnectionError(f"runtime.address={address}: no Ray cluster answered within {timeout:g} s "
                               f"({err.__class__.__name__}: {err})") from None
+    # Something listens; a Ray GCS (or Ray Client server) speaks gRPC. Anything else would keep
+    # ray.init retrying for minutes, printing a gcs_client warning every 30 s.
+    import grpc
+
+    channel = grpc.insecure_channel(f"{host or '127.0.0.1'}:{int(port)}")
+    try:
+        grpc.channel_ready_future(channel).result(timeout=max(timeout - (time.monotonic() - started), 0.1))
+    except grpc.FutureTimeoutError:
+        raise ConnectionError(f"runtime.address={address}: something listens there, but no Ray cluster answered "
+                              f"within {timeout:g} s (it does not speak Ray's gRPC protocol)") from None
+    finally:
+        channel.close()
 
 
 SINGLE_ACTOR_WORK = 4e6     # records x dim x replicas of a federation whose round takes a few ms on one core
@@ -217,8 +231,10 @@ def _layout_key(plan: Plan, num_actors: int) -> tuple:
 
 
 def _data_key(plan: Plan) -> tuple:
-    """What fixes the records themselves: the same key means the same loaded silos."""
-    return (repr(plan.dataset), plan.seed, plan.trial)
+    """What fixes the records themselves: the same key means the same loaded silos (every element
+    and digit of an array-valued spec field, such as a game's payoff, in the repr)."""
+    with np.printoptions(threshold=sys.maxsize, floatmode="unique"):
+        return (repr(plan.dataset), plan.seed, plan.trial)
 
 
 def _shuffler_args(plan: Plan) -> tuple | None:

@@ -96,3 +96,38 @@ def test_a_replaced_sample_takes_its_payoff_and_bad_payoffs_are_refused():
         samples.replace(0, 2 * adversarial)
     with pytest.raises(ConfigError, match="data.spec.payoff"):
         DenseMatrixGame(payoff=[[1.0, 2.0], [3.0]]).validate()
+
+
+DENSE = ["algorithm=smd", "privacy=central_sampling", "participation=sequential", "data=dense_game"]
+
+
+def test_a_payoff_given_on_the_command_line_is_planned_as_a_read_only_array():
+    """Hydra hands config lists over as OmegaConf ListConfigs, which numpy converted on every
+    product (3.5 ms instead of 3.5 us for this 2 x 3 payoff); the plan converts them once."""
+    from fedray.plan import make_plan
+    from tests.conftest import compose
+
+    listed = [[0.5, -0.5, 0.1], [-0.25, 0.25, 0.0]]
+    game = make_plan(compose(*DENSE, f"data.spec.payoff={listed}")).dataset
+    assert type(game.payoff) is np.ndarray and game.payoff.dtype == np.float64 and not game.payoff.flags.writeable
+    np.testing.assert_array_equal(game.payoff, listed)
+    y = np.array([[0.2, 0.3, 0.5]])
+    np.testing.assert_array_equal(game.times(y), DenseMatrixGame(payoff=listed, num_samples=10).times(y))
+    with pytest.raises(ConfigError, match="data.spec.payoff"):       # a ragged list is still named
+        make_plan(compose(*DENSE, "data.spec.payoff=[[1.0,2.0],[3.0]]"))
+
+
+def test_payoffs_that_differ_in_any_element_or_digit_load_different_silos():
+    """The actor pool reuses loaded silos for an equal data key (the spec's repr): an array field
+    must not be summarised ("...") or rounded there."""
+    from fedray.plan import make_plan
+    from fedray.runtime.driver import _data_key
+    from tests.conftest import compose
+
+    big = np.zeros((40, 40))
+    keys = set()
+    for change in (0.0, 1e-12):
+        payoff = big.copy()
+        payoff[20, 20] = 0.5 + change
+        keys.add(_data_key(make_plan(compose(*DENSE, f"data.spec.payoff={payoff.tolist()}"))))
+    assert len(keys) == 2

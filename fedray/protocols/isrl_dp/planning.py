@@ -264,7 +264,7 @@ class ShuffledVectorSum(SiloGaussian):
     """Shuffle DP through P_vec (seed-004 §3.8): one invocation per round over its M K record
     gradients, each record in at most one (one pass), so the run spends (epsilon, delta) by
     parallel composition. The silos calibrate P_vec from the same privacy.epsilon, privacy.delta
-    and M (``conf/algorithm/sdp_one_pass_accelerated.yaml``); the planner refuses other inputs."""
+    and M (``fedray/conf/algorithm/sdp_one_pass_accelerated.yaml``); the planner refuses other inputs."""
 
     calibrations: Mapping[str, Callable] = field(default_factory=dict)
     one_pass: bool = True

@@ -58,7 +58,7 @@ class ShuffledOnePassAcceleratedSGD(AcSaFields, AcSaRounds):
 
     ``noise`` is unused: P_vec's binomial noise is the only privacy noise. ``target_epsilon``,
     ``target_delta`` and ``silos_per_round`` come from the privacy and participation config (see
-    ``conf/algorithm/sdp_one_pass_accelerated.yaml``); the planner accounts the same values.
+    ``fedray/conf/algorithm/sdp_one_pass_accelerated.yaml``); the planner accounts the same values.
     """
 
     target_epsilon: float | None = None   # None: no privacy, exact sums
