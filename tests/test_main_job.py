@@ -102,7 +102,8 @@ def test_a_sweep_is_a_parent_run_and_a_refused_job_is_a_failed_child_that_does_n
     assert proc.returncode == 1, proc.stderr[-3000:]      # a refused job fails the sweep, after its table
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     assert lines[-1] == "error: 1 of 2 jobs of the sweep failed or were refused (the table above)"
-    assert lines[-5].startswith("| run | status | overrides |")
+    table = [i for i, line in enumerate(lines) if line.startswith("| run | status | overrides |")]
+    assert len(table) == 1 and table[0] < len(lines) - 4        # the table (2 rows), then the parent's line
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])
     (parent,) = [r for r in runs if r.data.tags.get("sweep") == "parent"]
