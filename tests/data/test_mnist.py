@@ -262,6 +262,7 @@ def test_paper_p1_silos_mix_all_digits(shared_data):
     assert all(len(set(row)) == 10 for row in train_digits)
 
 
+@pytest.mark.slow
 def test_paper_load_is_deterministic(paper, shared_data):
     spec, data = paper
 
@@ -285,6 +286,7 @@ def test_paper_images_per_digit_cannot_exceed_the_files(shared_data):
         MnistPairs(images_per_digit=893).validate()
 
 
+@pytest.mark.slow
 def test_mnist_users_are_one_image_each_with_features_from_public_images_only(shared_data_dir):
     """Public, test and user images are disjoint parts of one seeded permutation; the PCA basis
     and the scale come from the public part alone (recomputed here), and every ||x|| <= 1."""

@@ -81,6 +81,7 @@ def test_running_average_ratios_stay_within_4_tau_l0_over_b_on_a_worst_case_neig
 FW = [*SCO, "algorithm=frank_wolfe", "participation=all"]
 
 
+@pytest.mark.slow
 def test_frank_wolfe_spends_its_rounds_by_cor_3_6_and_is_layout_free():
     import math
 
@@ -94,6 +95,7 @@ def test_frank_wolfe_spends_its_rounds_by_cor_3_6_and_is_layout_free():
     np.testing.assert_allclose(one.epsilon_spent, float(pure_advanced_composition(eps0, steps, 1e-6)[0]))
 
 
+@pytest.mark.slow
 def test_exact_frank_wolfe_approaches_the_empirical_optimum():
     plan = make_plan(compose(*FW, "privacy=none", "num_rounds=400"))
     result = run(plan, inline=True)
