@@ -36,6 +36,7 @@ def test_a_job_on_the_same_records_reuses_the_actors_and_gets_the_result_of_fres
     assert first.last_iterate.shape[0] == 1
 
 
+@pytest.mark.slow
 def test_another_trial_reloads_its_records_into_the_same_actors(ray_local):
     POOL.drop_all()
     run(pool=POOL, plan=make_plan(compose(*SMALL, "trial=0")))
@@ -48,6 +49,7 @@ def test_another_trial_reloads_its_records_into_the_same_actors(ray_local):
     assert [h["train_loss"][0] for h in reloaded.history] == [h["train_loss"][0] for h in fresh.history]
 
 
+@pytest.mark.slow
 def test_another_layout_starts_new_actors(ray_local):
     run(pool=POOL, plan=make_plan(compose(*SMALL)))
     before = {a._actor_id for a in POOL.actors}
