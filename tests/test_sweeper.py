@@ -36,6 +36,7 @@ def test_each_override_is_composed_once_before_any_job():
     assert set().union(*composed) == set().union(*grid)
 
 
+@pytest.mark.slow
 def test_a_bad_value_anywhere_in_the_grid_stops_the_sweep_before_its_first_job(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "-m", "experiment=isrl_dp_convex", "trial=0,1,2",

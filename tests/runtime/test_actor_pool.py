@@ -22,6 +22,7 @@ SMALL = ["data=synthetic", "data.spec.num_silos=6", "data.spec.samples_per_silo=
          "privacy.enforce_budget=false", "runtime.num_actors=2"]
 
 
+@pytest.mark.slow
 def test_a_job_on_the_same_records_reuses_the_actors_and_gets_the_result_of_fresh_ones(ray_local):
     POOL.drop_all()
     first = run(pool=POOL, plan=make_plan(compose(*SMALL, "algorithm=isrl_dp_local_sgd", "algorithm.step_size=0.1")))
