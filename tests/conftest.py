@@ -7,6 +7,29 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true",
+                     help="run the whole suite, the slow tier too (what .ci/run runs); by default tests "
+                          "marked slow are deselected unless -m names a marker expression")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The fast tier by default: tests marked ``slow`` are deselected (``--all`` or any ``-m``
+    expression keeps them)."""
+    if config.getoption("--all") or config.option.markexpr:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not (config.getoption("--all") or config.option.markexpr):
+        terminalreporter.write_line("fast tier: tests marked slow were deselected; `python -m pytest --all` "
+                                    "runs the whole suite")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def data_dir(tmp_path_factory):
     """Offline copies of the datasets, unless the caller pointed FEDRAY_DATA_DIR elsewhere; built

@@ -176,6 +176,7 @@ def test_a_federation_too_large_to_hold_names_its_largest_factor():
     assert err.value.key == "data.loss"
 
 
+@pytest.mark.slow
 def test_e2s_clip_grid_is_planned_and_one_past_it_refused(data_dir):
     """E2 carries the authors' clip grid as replicas; its last value 1e32 means "no clipping": the
     grid must plan, private and not, and what lies past it is refused."""

@@ -28,7 +28,7 @@ def _participants(plan, r):
     return plan.sampler.sample(plan.seed, plan.repetitions, r, plan.shape.num_silos)
 
 
-@pytest.mark.parametrize("calibration", ["paper", "accountant"])
+@pytest.mark.parametrize("calibration", ["paper", pytest.param("accountant", marks=pytest.mark.slow)])
 def test_each_budget_block_gets_the_noise_and_spend_of_a_plan_with_that_epsilon(calibration):
     grid = make_plan(compose(*SMALL, f"privacy.calibration={calibration}", "privacy.epsilon_grid=[0.5,4]"))
     for level in (0.5, 4.0):

@@ -8,10 +8,10 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.slow
-
 
 def test_main_job_writes_an_mlflow_run_with_round_metrics(tmp_path):
+    """The fast tier's end-to-end run: the README's first command (6 rounds) through the CLI, Ray
+    and MLflow; catches a main job that fails, logs no round metrics or overspends its budget."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "experiment=isrl_dp_convex", "num_rounds=6", "progress=false",
@@ -46,6 +46,7 @@ def test_main_job_writes_an_mlflow_run_with_round_metrics(tmp_path):
     assert "privacy: isrl_dp: unit = record of one silo" in proc.stdout
 
 
+@pytest.mark.slow
 def test_an_unreachable_address_fails_fast_in_one_line_and_marks_the_run_failed(tmp_path):
     import socket
     import time
@@ -70,6 +71,7 @@ def test_an_unreachable_address_fails_fast_in_one_line_and_marks_the_run_failed(
     assert run.info.status == "FAILED"
 
 
+@pytest.mark.slow
 def test_without_an_address_a_run_starts_its_own_ray_even_beside_a_running_cluster(tmp_path):
     """A cluster on this machine, advertised in RAY_ADDRESS (as `ray start` leaves it), which a
     bare ray.init() would join: the run starts a private local Ray instead."""
@@ -91,6 +93,7 @@ def test_without_an_address_a_run_starts_its_own_ray_even_beside_a_running_clust
     assert "Started a local Ray instance" in proc.stderr and "Connecting to existing Ray cluster" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_sweep_is_a_parent_run_and_a_refused_job_is_a_failed_child_that_does_not_stop_it(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     proc = subprocess.run(

@@ -26,6 +26,7 @@ E1, E6 = _script("mirror_descent/e1_bilinear"), _script("mirror_descent/e6_audit
 TRUST = {"vertex": "central", "vertex_bound": "central", "gaussian": "central", "non_private": "none"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("quick", [True, False])
 def test_e1_cells_plan_with_their_arms_privacy(quick):
     for cell in E1.cells(quick):

@@ -136,6 +136,12 @@ TOLERANCE = {"user_dp_sgd": SINGLE_PASS, "phased_sgd": SINGLE_PASS, "sdp_mb_sgd"
              "sdp_one_pass_accelerated": SINGLE_PASS, "p_sgd": SINGLE_PASS, "p_agd": SINGLE_PASS}
 
 
+# The contract's runs in the fast tier: one algorithm per protocol package and one driver-side
+# program; the whole suite (--all) runs them for every preset.
+FAST_RUNS = {"isrl_dp_mb_sgd", "p_sgd", "smd", "user_dp_sgd", "output_perturbation"}
+RUNS = [a if a in FAST_RUNS else pytest.param(a, marks=pytest.mark.slow) for a in ALGORITHMS]
+
+
 def _plan(algorithm: str, *overrides: str):
     return make_plan(compose(*DATA.get(algorithm, SILOS), f"algorithm={algorithm}",
                              *PRIVATE_ONLY.get(algorithm, ["privacy=none"]), *NON_PRIVATE[algorithm], *overrides))
@@ -155,6 +161,7 @@ def _optimum(plan) -> float:
 
 def test_every_preset_is_covered():
     assert set(NON_PRIVATE) == set(ALGORITHMS)
+    assert FAST_RUNS <= set(ALGORITHMS)          # a renamed preset must not leave the fast tier without runs
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -188,7 +195,7 @@ def test_non_private_run_reaches_the_direct_optimum(algorithm):
     assert -1e-9 <= gap < TOLERANCE.get(algorithm, 2e-3)
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", RUNS)
 def test_deterministic_in_the_seed_and_sensitive_to_it(algorithm):
     few = [] if algorithm in PROGRAMS else PARTIAL.get(algorithm) or ["num_rounds=4"]
     a = run(_plan(algorithm, *few, "seed=1"), inline=True).model
@@ -196,7 +203,7 @@ def test_deterministic_in_the_seed_and_sensitive_to_it(algorithm):
     assert not np.array_equal(a, run(_plan(algorithm, *few, "seed=2"), inline=True).model)
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", RUNS)
 def test_one_and_three_groups_give_bit_identical_runs(algorithm):
     few = [] if algorithm in PROGRAMS else ["num_rounds=4"]
     plan = _plan(algorithm, *few, *PARTIAL.get(algorithm, ["participation.silos_per_round=4"]))
@@ -210,7 +217,7 @@ def test_one_and_three_groups_give_bit_identical_runs(algorithm):
     assert one.final[headline].tolist() == three.final[headline].tolist()
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", RUNS)
 def test_only_the_protocols_messages_leave_a_group(algorithm):
     """A group's reply is the protocol's client messages for its units (same draws), its units
     and mask, and no evaluation unless asked: nothing else crosses the actor boundary. A

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -74,19 +72,25 @@ def test_summary_gives_mean_and_percentiles_over_trials():
     assert row["metric_p95"] == pytest.approx(np.percentile([0.1, 0.2, 0.3, 0.4, 0.5], 95))
 
 
-def test_obesity_claim_verdicts():
+@pytest.mark.parametrize("mb_sgd, local_sgd, verdict", [
+    (0.4, 0.5, "holds"),              # (0.5 - 0.4) / 0.5 = +20%: inside 10-30%
+    (0.48, 0.5, "does not hold"),     # +4%: too small a gain
+    (0.3, 0.5, "does not hold"),      # +40%: more than the paper claims
+    (0.5, 0.4, "does not hold"),      # -25%: the ratio taken the wrong way round would read +20%
+])
+def test_obesity_claim_verdicts(mb_sgd, local_sgd, verdict):
+    """Catches a claim that compares the wrong pair, inverts the gain or holds whatever the numbers."""
     results = pd.DataFrame([
         {"num_silos": 7, "silos_per_round": 3, "algorithm": a, "private": True, "epsilon": 1.0, "metric_mean": m}
-        for a, m in (("isrl_dp_mb_sgd", 0.4), ("isrl_dp_local_sgd", 0.5))
+        for a, m in (("isrl_dp_mb_sgd", mb_sgd), ("isrl_dp_local_sgd", local_sgd))
     ])
 
     (claim,) = claims_obesity(results)
     table = claims_table([claim])
 
-    assert claim[2] == "holds"                # (0.5 - 0.4) / 0.5 = 20%
-    assert "+20%" in claim[1]
-    assert table.startswith("| claim | our numbers | holds / does not hold |")
-    assert not math.isnan(results["metric_mean"].sum())
+    assert claim[2] == verdict
+    assert f"{100 * (local_sgd - mb_sgd) / local_sgd:+.0f}%" in claim[1]
+    assert table.splitlines()[2] == f"| {claim[0]} | {claim[1]} | {verdict} |"
 
 
 def test_incomplete_trials_are_left_out_of_the_summary():
@@ -99,12 +103,27 @@ def test_incomplete_trials_are_left_out_of_the_summary():
     assert dropped == [(7, 3, 2, 1)]
 
 
-def test_an_extra_private_curve_is_summarised_and_drawn_without_claims(tmp_path):
+def test_an_extra_private_curve_is_drawn_as_a_curve_and_gets_no_claim(tmp_path, monkeypatch):
+    """Catches the extra algorithm (isrl_dp_accelerated) dropped from the figure, drawn as a
+    non-private horizontal baseline, or entering the paper's claims."""
+    import matplotlib.pyplot as plt
+
     from experiments.report import figure
 
     jobs = [_job(alg, eps, 0, [0.9, 0.6, 0.7, 1.2], [0.3, 0.1, 0.5, 0.1])
-            for alg in ("isrl_dp_mb_sgd", "isrl_dp_accelerated") for eps in (1.0, 3.0)]
+            for alg in ("isrl_dp_mb_sgd", "isrl_dp_local_sgd", "isrl_dp_accelerated") for eps in (1.0, 3.0)]
     results = summarise(select(jobs, _cache(jobs)))
-    assert results.loc[results["algorithm"] == "isrl_dp_accelerated", "private"].all()
+    drawn = []
+    monkeypatch.setattr(plt, "close", drawn.append)     # keep the figure to read its lines
+
     figure(results, tmp_path / "f.png", "test error", "t")
+
+    (ax,) = drawn[0].axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    extra = lines["ISRL-DP accelerated MB-SGD (extra)"]
+    assert list(extra.get_xdata()) == [1.0, 3.0]        # one point per budget, not a flat baseline
+    assert extra.get_linestyle() == ":"
     assert (tmp_path / "f.png").stat().st_size > 0
+    claims = claims_obesity(results)
+    assert len(claims) == 2 and not any("accelerated" in claim for row in claims for claim in row)
+    plt.close(drawn[0])

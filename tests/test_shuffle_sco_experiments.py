@@ -22,7 +22,7 @@ X2, X3 = _script("x2_optimization"), _script("x3_mnist_users")
 TRUST = {"shuffle": "sdp", "local": "local", "central": "central", "none": "none"}
 
 
-@pytest.mark.parametrize("arm", list(X2.ARMS))
+@pytest.mark.parametrize("arm", [a if i == 0 else pytest.param(a, marks=pytest.mark.slow) for i, a in enumerate(X2.ARMS)])  # fast tier: the first arm
 def test_x2_arms_plan(arm):
     problem, overrides, output, interactive, kind = X2.ARMS[arm]
     for n in (X2.GD_NS if interactive else (X2.NS[0], X2.NS[-1])):

@@ -36,6 +36,7 @@ def test_each_override_is_composed_once_before_any_job():
     assert set().union(*composed) == set().union(*grid)
 
 
+@pytest.mark.slow
 def test_a_bad_value_anywhere_in_the_grid_stops_the_sweep_before_its_first_job(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "-m", "experiment=isrl_dp_convex", "trial=0,1,2",
@@ -79,6 +80,7 @@ def test_a_key_both_in_a_grid_and_on_the_command_line_is_refused_with_its_name()
         jobs_of(["trial=0,1", "data.n=5"], [{"algorithm": "a"}, {"data.n": 3}])
 
 
+@pytest.mark.slow
 def test_the_default_launcher_runs_each_job_with_its_own_config_while_composing_the_next(tmp_path):
     small = ["data=synthetic", "data.spec.num_silos=4", "data.spec.samples_per_silo=40", "data.spec.dim=3",
              "participation.silos_per_round=2", "num_rounds=2", "algorithm.batch_size=8", "progress=false",

@@ -28,6 +28,7 @@ def _tracked_run(tmp_path, replica_curves):
     return plan, result, MlflowClient(tracking_uri=tracker.uri), tracker.run_id
 
 
+@pytest.mark.slow
 def test_past_the_cap_rounds_and_finals_are_logged_as_min_mean_max_and_every_replica_in_artifacts(tmp_path):
     plan, result, client, run_id = _tracked_run(tmp_path, replica_curves=3)
     metrics = client.get_run(run_id).data.metrics
@@ -61,6 +62,7 @@ def test_a_replica_list_too_long_for_a_param_is_named_not_truncated():
     assert len(text) <= MAX_PARAM_LENGTH and text == "2000 values: replicas.step_sizes in summary.json"
 
 
+@pytest.mark.slow
 def test_under_the_cap_every_replica_has_its_curve(tmp_path):
     _, result, client, run_id = _tracked_run(tmp_path, replica_curves=30)
     history = client.get_metric_history(run_id, "epsilon_max/replica_3")

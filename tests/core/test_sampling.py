@@ -88,6 +88,7 @@ def test_phased_batches_are_disjoint_consecutive_and_counted_once():
         PhasedBatches((3,), (2, 3)).validate(30)
 
 
+@pytest.mark.slow
 def test_phased_subsets_draw_k_of_each_phases_fresh_units_uniformly():
     from fedray.core.sampling import PhasedSubsets
 

@@ -122,6 +122,7 @@ def test_first_images_by_default_and_fresh_ones_when_shuffled(tmp_path):
     assert len(set().union(*(zeros_used(shuffled, trial) for trial in range(5)))) > 3
 
 
+@pytest.mark.slow
 def test_download_only_when_no_pair_is_present(tmp_path, monkeypatch):
     server = tmp_path / "server"
     server.mkdir()
@@ -229,6 +230,7 @@ def paper(shared_data_dir, tmp_path_factory):
         yield spec, spec.load(seed=3, trial=0)
 
 
+@pytest.mark.slow
 def test_paper_scale_shape(paper, shared_data):
     spec, data = paper
 
@@ -240,6 +242,7 @@ def test_paper_scale_shape(paper, shared_data):
     np.testing.assert_allclose(data.x_train.reshape(-1, 50).mean(axis=0), 0.0, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_paper_labels_are_one_for_even_digits(paper, shared_data):
     spec, data = paper
     train_digits, test_digits = spec.digits(seed=3, trial=0)
@@ -248,6 +251,7 @@ def test_paper_labels_are_one_for_even_digits(paper, shared_data):
     np.testing.assert_array_equal(data.y_test, (test_digits % 2 == 0).astype(float))
 
 
+@pytest.mark.slow
 def test_paper_p0_silos_hold_only_their_pair(paper, shared_data):
     spec, _ = paper
     train_digits, test_digits = spec.digits(seed=3, trial=0)
@@ -262,6 +266,7 @@ def test_paper_p1_silos_mix_all_digits(shared_data):
     assert all(len(set(row)) == 10 for row in train_digits)
 
 
+@pytest.mark.slow
 def test_paper_load_is_deterministic(paper, shared_data):
     spec, data = paper
 
@@ -271,6 +276,7 @@ def test_paper_load_is_deterministic(paper, shared_data):
     np.testing.assert_array_equal(again.y_test, data.y_test)
 
 
+@pytest.mark.slow
 def test_trials_and_seeds_draw_fresh_data(paper, shared_data):
     spec, _ = paper
     first, _ = spec.digits(seed=3, trial=0)
@@ -285,6 +291,7 @@ def test_paper_images_per_digit_cannot_exceed_the_files(shared_data):
         MnistPairs(images_per_digit=893).validate()
 
 
+@pytest.mark.slow
 def test_mnist_users_are_one_image_each_with_features_from_public_images_only(shared_data_dir):
     """Public, test and user images are disjoint parts of one seeded permutation; the PCA basis
     and the scale come from the public part alone (recomputed here), and every ||x|| <= 1."""

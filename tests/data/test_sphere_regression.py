@@ -10,7 +10,7 @@ from fedray.data.sphere_regression import SphereRegression
 from fedray.errors import ConfigError
 
 
-@pytest.mark.parametrize("dim", [1, 2, 3, 10])
+@pytest.mark.parametrize("dim", [3, *(pytest.param(d, marks=pytest.mark.slow) for d in (1, 2, 10))])  # fast tier: dim 3
 @pytest.mark.parametrize("loss", ["squared", "absolute"])
 def test_closed_form_excess_risk_matches_monte_carlo(dim, loss):
     spec = SphereRegression(num_silos=100_000, dim=dim, signal=0.5, noise=0.5)

@@ -98,8 +98,8 @@ def test_no_noise_means_infinite_epsilon():
     assert np.isinf(ledger.epsilons()[0, 0])
 
 
-@pytest.mark.parametrize("accountant", ["rdp", "pld"])
-@pytest.mark.parametrize("target", [0.75, 3.0])
+@pytest.mark.parametrize("accountant", [pytest.param("rdp", marks=pytest.mark.slow), "pld"])
+@pytest.mark.parametrize("target", [0.75, pytest.param(3.0, marks=pytest.mark.slow)])
 def test_calibration_round_trip_lands_on_the_private_side(accountant, target):
     n, k, rounds, delta = 1238, 182, 35, 1 / 1238**2
     z = calibrate_noise_multiplier(target, delta, k, n, 1, rounds, accountant)

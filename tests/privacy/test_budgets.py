@@ -26,6 +26,7 @@ def test_paper_mode_reproduces_the_formula_and_reports_both_epsilons():
     assert priv.planned_epsilon.max() <= 3.0
 
 
+@pytest.mark.slow
 def test_budget_guard_refuses_an_overspending_schedule_and_says_what_fits():
     # With every silo in all 35 rounds, the paper's noise costs 3.003 > 3 under the RDP accountant.
     with pytest.raises(BudgetError) as err:
@@ -45,7 +46,7 @@ def test_enforce_budget_false_runs_and_reports_the_overspend():
     assert plan.privacy.planned_epsilon.max() == pytest.approx(3.003, abs=1e-3)
 
 
-@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+@pytest.mark.parametrize("accountant", [pytest.param("rdp", marks=pytest.mark.slow), "pld"])
 def test_accountant_mode_meets_the_target_with_less_noise_than_the_paper(accountant):
     paper = make_plan(compose(*E1, "privacy.epsilon=0.75", f"privacy.accountant={accountant}",
                               "participation.silos_per_round=25", "privacy.enforce_budget=false"))

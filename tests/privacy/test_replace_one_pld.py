@@ -31,7 +31,7 @@ def _one_direction_at_a_time(z, k):
 
 # E1's shape: K = ceil(n sqrt(eps / 4R)) of n = 1238 records, R = 35 rounds, delta = 1/n^2; z is what
 # the previous accountant calibrated for the target.
-@pytest.mark.parametrize("target,k,z,audited", [(3.0, 182, 1.7529, 3.14), (18.0, 444, 0.9675, 18.83),
+@pytest.mark.parametrize("target,k,z,audited", [(3.0, 182, 1.7529, 3.14), pytest.param(18.0, 444, 0.9675, 18.83, marks=pytest.mark.slow),
                                                 (0.75, 91, 2.8414, 0.782)])
 def test_noise_the_old_accountant_called_enough_spends_the_audited_epsilon(target, k, z, audited):
     assert _one_direction_at_a_time(z, k) == pytest.approx(target, abs=2e-3)
@@ -40,7 +40,7 @@ def test_noise_the_old_accountant_called_enough_spends_the_audited_epsilon(targe
     assert spent > 1.03 * target
 
 
-@pytest.mark.parametrize("z,q", [(1.753, 182 / 1238), (2.8414, 91 / 1238)])
+@pytest.mark.parametrize("z,q", [pytest.param(1.753, 182 / 1238, marks=pytest.mark.slow), (2.8414, 91 / 1238)])
 def test_symmetrised_composition_dominates_every_fixed_mix_of_directions(z, q):
     rounds = 12
     symmetric = release_pld(z, q).self_compose(rounds).get_epsilon_for_delta(DELTA)

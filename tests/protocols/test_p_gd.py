@@ -163,6 +163,7 @@ def test_private_phases_charge_each_user_its_phases_rounds_only():
     assert expected <= 8.0 and np.all(result.epsilon_spent[:, used:] == 0)
 
 
+@pytest.mark.slow
 def test_pld_composition_affords_a_larger_eps0_and_spends_at_most_the_target():
     """privacy.composition=pld: the T rounds' (eps_0, delta_0) composed by their privacy loss
     distribution (dp-accounting) instead of advanced composition: never above it for the same eps_0,

@@ -22,6 +22,7 @@ SMALL = ["data=synthetic", "data.spec.num_silos=6", "data.spec.samples_per_silo=
          "privacy.enforce_budget=false", "runtime.num_actors=2"]
 
 
+@pytest.mark.slow
 def test_a_job_on_the_same_records_reuses_the_actors_and_gets_the_result_of_fresh_ones(ray_local):
     POOL.drop_all()
     first = run(pool=POOL, plan=make_plan(compose(*SMALL, "algorithm=isrl_dp_local_sgd", "algorithm.step_size=0.1")))
@@ -36,6 +37,7 @@ def test_a_job_on_the_same_records_reuses_the_actors_and_gets_the_result_of_fres
     assert first.last_iterate.shape[0] == 1
 
 
+@pytest.mark.slow
 def test_another_trial_reloads_its_records_into_the_same_actors(ray_local):
     POOL.drop_all()
     run(pool=POOL, plan=make_plan(compose(*SMALL, "trial=0")))
@@ -48,6 +50,7 @@ def test_another_trial_reloads_its_records_into_the_same_actors(ray_local):
     assert [h["train_loss"][0] for h in reloaded.history] == [h["train_loss"][0] for h in fresh.history]
 
 
+@pytest.mark.slow
 def test_another_layout_starts_new_actors(ray_local):
     run(pool=POOL, plan=make_plan(compose(*SMALL)))
     before = {a._actor_id for a in POOL.actors}

@@ -25,6 +25,7 @@ JOB = ["data=synthetic", "data.spec.num_silos=8", "data.spec.samples_per_silo=40
        "progress=false"]
 
 
+@pytest.mark.slow
 def test_a_run_stops_before_the_round_its_budget_cannot_pay_for():
     with pytest.raises(BudgetError):
         make_plan(compose(*JOB))
@@ -41,6 +42,7 @@ def test_a_run_stops_before_the_round_its_budget_cannot_pay_for():
         assert all(np.array_equal(kept[k], full[k]) for k in kept)
 
 
+@pytest.mark.slow
 def test_the_statement_and_the_mlflow_run_record_why_the_run_stopped(tmp_path):
     from mlflow.tracking import MlflowClient
 

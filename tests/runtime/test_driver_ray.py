@@ -45,6 +45,7 @@ def _walk_arrays(obj):
             yield from _walk_arrays(getattr(obj, name))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["isrl_dp_mb_sgd", "isrl_dp_local_sgd"])
 def test_same_seed_gives_bit_identical_models_with_1_and_4_actors(ray_local, algorithm):
     results = []

@@ -47,6 +47,7 @@ def _same(a, b) -> None:
     assert all(np.array_equal(a.final[k], b.final[k], equal_nan=True) for k in a.final)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_killed_silo_actor_is_restarted_and_the_run_ends_bit_identical(ray_local, case):
     reference = make_plan(compose(*CASES[case]))
@@ -59,6 +60,7 @@ def test_a_killed_silo_actor_is_restarted_and_the_run_ends_bit_identical(ray_loc
     _same(disturbed, undisturbed)
 
 
+@pytest.mark.slow
 def test_without_restarts_a_killed_actor_fails_the_run(ray_local):
     plan = make_plan(compose(*CASES["direct"], "runtime.num_actors=2", "runtime.max_restarts=0",
                              "runtime.fault_injection={actor:0,round:2}"))

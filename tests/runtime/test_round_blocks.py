@@ -40,6 +40,7 @@ def _run(*overrides: str, participation=POISSON):
     return run(plan, inline=True, groups=groups), groups.blocks
 
 
+@pytest.mark.slow
 def test_blocks_of_rounds_report_exactly_what_one_round_per_call_does():
     blocked, blocks = _run()
     single, singles = _run("runtime.rounds_per_call=1")

@@ -155,6 +155,7 @@ def test_malformed_blocks_are_refused(blocks, key):
     assert str(err.value).startswith(f"{key} must be ")
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_shuffler_actor_takes_object_refs_from_silo_group_actors(ray_local):
     """The driver's wiring: silo actors' RoundReply refs go straight into the shuffler actor."""

@@ -215,6 +215,7 @@ def test_ledger_spends_the_invocation_epsilon_once():
     assert (fields["target_epsilon"], fields["target_delta"], fields["silos_per_round"]) == (8, 1e-6, 6)
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_synthetic_job_through_the_shuffler_actor_decreases_the_loss(ray_local):
     from fedray.runtime.driver import run

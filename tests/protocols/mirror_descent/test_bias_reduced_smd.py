@@ -41,6 +41,7 @@ def test_schedules_stay_within_u_and_n(seed):
         assert np.all(np.diff(starts) == np.ceil(np.maximum(1, 2.0**levels / params.batch_factor)))
 
 
+@pytest.mark.slow
 def test_replicas_stop_on_their_own_and_the_ledger_charges_the_realised_draws():
     plan = make_plan(compose(*ALG3))
     result = run(plan, inline=True)
@@ -60,6 +61,7 @@ def test_replicas_stop_on_their_own_and_the_ledger_charges_the_realised_draws():
     np.testing.assert_allclose(output * np.array(steps)[:, None], np.round(output * np.array(steps)[:, None]), atol=1e-9)
 
 
+@pytest.mark.slow
 def test_actor_layout_changes_no_bit():
     plan = make_plan(compose(*ALG3))
     one, four = run(plan, inline=True), run(plan, inline=True, groups=InlineGroups(plan, 4))

@@ -30,6 +30,7 @@ def _mlmc(x: np.ndarray, gradient, levels: int, reps: int, rng) -> np.ndarray:
     return np.array(out)
 
 
+@pytest.mark.slow
 def test_mlmc_matches_the_bias_of_2_to_the_m_plus_1_draws_on_a_cubic():
     # F(u) = sum_i c_i u_i^3: the gradient at the mean of m draws has mean 3 c (x^2 + x (1 - x) / m).
     rng = np.random.default_rng(1)

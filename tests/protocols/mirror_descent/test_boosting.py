@@ -52,6 +52,7 @@ def test_what_alg4_cannot_run_is_refused(override, key):
     assert err.value.key == key
 
 
+@pytest.mark.slow
 def test_the_range_runner_reproduces_frank_wolfe_through_the_driver():
     plan = make_plan(compose(*GAME, "data.spec.tasks=1", "algorithm=frank_wolfe", "~algorithm.regime",
                              "participation=all", "repetitions=2", "privacy.epsilon=1.0"))
@@ -102,6 +103,7 @@ def test_one_replaced_sample_of_s4_moves_every_score_by_at_most_4_bf_over_s4():
     assert value_sums(holder._fed, 0, 1, x[0], program.columns) is None   # no sample of [0, 1) here
 
 
+@pytest.mark.slow
 def test_alg4_runs_end_to_end_and_releases_one_of_its_candidates(ray_local):
     plan = make_plan(compose(*BOOSTED))
     result = run(plan)

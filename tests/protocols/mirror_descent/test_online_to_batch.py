@@ -81,11 +81,14 @@ def test_running_average_ratios_stay_within_4_tau_l0_over_b_on_a_worst_case_neig
 FW = [*SCO, "algorithm=frank_wolfe", "participation=all"]
 
 
+@pytest.mark.slow
 def test_frank_wolfe_spends_its_rounds_by_cor_3_6_and_is_layout_free():
     import math
 
-    plan = make_plan(compose(*FW))
-    steps = int((20000 * 1.0) ** (2 / 3))
+    # n = 2,000 samples (T = 158 steps): a layout or composition bug shows from the first step;
+    # the 20,000 of the other tests gave T = 736 at 4.6x the time.
+    plan = make_plan(compose(*FW, "data.spec.num_samples=2000"))
+    steps = int((2000 * 1.0) ** (2 / 3))
     assert plan.num_rounds == steps
     eps0 = 1.0 / (2 * math.sqrt(2 * steps * math.log(1e6)))
     assert plan.protocol.algorithm.round_epsilon == pytest.approx(eps0, rel=1e-12)
@@ -94,7 +97,9 @@ def test_frank_wolfe_spends_its_rounds_by_cor_3_6_and_is_layout_free():
     np.testing.assert_allclose(one.epsilon_spent, float(pure_advanced_composition(eps0, steps, 1e-6)[0]))
 
 
+@pytest.mark.slow
 def test_exact_frank_wolfe_approaches_the_empirical_optimum():
-    plan = make_plan(compose(*FW, "privacy=none", "num_rounds=400"))
+    # 100 steps: gap 3.1e-5 (8.6e-5 at 60); the vertex taken the wrong way (argmax) stays at 0.41.
+    plan = make_plan(compose(*FW, "privacy=none", "num_rounds=100"))
     result = run(plan, inline=True)
     assert result.epsilon_spent is None and np.all(result.final["gap"] < 0.02)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from fedray.protocols.mirror_descent.simplex import draw_vertices, gumbel_vertices, maurey, softmax
 
 
+@pytest.mark.slow
 def test_vertex_draws_are_unbiased_maurey_estimators():
     rng = np.random.default_rng(1)
     x = rng.dirichlet(np.ones(50))

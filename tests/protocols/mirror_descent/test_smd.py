@@ -27,6 +27,7 @@ def _run(*overrides, groups=1):
     return plan, run(plan, inline=True, groups=InlineGroups(plan, groups))
 
 
+@pytest.mark.slow
 def test_block_size_and_actor_layout_change_no_bit():
     plan, reference = _run("algorithm.block_steps=1")
     assert plan.sampler.batch_size > 1 and 3000 % plan.sampler.batch_size   # steps straddle 1000 and 2000
@@ -53,6 +54,7 @@ def test_paper_parameters_and_the_ledger_spend_what_cor_3_6_says():
     assert np.allclose(output[:, :8].sum(axis=1), 1) and np.allclose(output * steps, np.round(output * steps))
 
 
+@pytest.mark.slow
 def test_each_replica_draws_its_own_vertices_and_a_seed_reproduces_them():
     _, a = _run()
     _, b = _run()
@@ -100,6 +102,7 @@ def test_manual_steps_at_tau_priv_run_and_one_ulp_above_is_refused():
         make_plan(compose(*GAME, *manual, f"algorithm.step_size={limit * 1.001!r}"))
 
 
+@pytest.mark.slow
 def test_non_private_gap_shrinks_with_n():
     gaps = []
     for n in (300, 3000, 30000):
@@ -119,6 +122,7 @@ class _PrintedSign(PrivateSMD):
         return super().server_step(state, flipped)
 
 
+@pytest.mark.slow
 def test_the_corrected_y_update_converges_and_the_printed_one_does_not():
     from fedray.data import DenseMatrixGame
 
@@ -138,6 +142,7 @@ def test_the_corrected_y_update_converges_and_the_printed_one_does_not():
     assert gaps["corrected"] < 0.05 and gaps["printed"] > 0.2, gaps
 
 
+@pytest.mark.slow
 def test_replay_audit_on_an_adversarial_neighbour_stays_within_every_bound():
     from fedray.data import PaddedMatrixGame
     from fedray.protocols.mirror_descent.audit import replay_audit
@@ -161,6 +166,7 @@ def test_replay_audit_on_an_adversarial_neighbour_stays_within_every_bound():
     assert np.all(audit.composed <= 1.0) and audit.draws == 4 * schedule.num_steps
 
 
+@pytest.mark.slow
 def test_replay_audit_catches_a_step_size_above_tau_priv():
     from fedray.data import PaddedMatrixGame
     from fedray.protocols.mirror_descent.audit import replay_audit

@@ -19,6 +19,7 @@ GAME = ["experiment=smd_bilinear", "data.spec.num_samples=3001", "data.spec.dim=
         "progress=false", "evaluate_every=3", "algorithm.block_steps=40", "runtime.num_actors=2"]
 
 
+@pytest.mark.slow
 def test_ray_run_equals_the_inline_run_and_releases_only_draws(ray_local, tmp_path):
     plan = make_plan(compose(*GAME, f"tracking.uri=sqlite:///{tmp_path}/m.db"))
     inline = run(plan, inline=True, groups=InlineGroups(plan, 3))

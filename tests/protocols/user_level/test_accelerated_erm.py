@@ -246,6 +246,7 @@ B1 = ["algorithm=user_dp_sgd", "participation=uniform", "participation.silos_per
       "privacy.calibration=accountant"]
 
 
+@pytest.mark.slow
 def test_b1_spends_the_accountants_eps_for_every_user_and_counts_k_m_per_round():
     from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
 
@@ -337,6 +338,7 @@ def test_ball_projections_are_the_uniform_balls_marginal_and_smooth_the_gradient
     assert np.all(f <= f_r + 0.01) and np.all(f_r <= f + r)
 
 
+@pytest.mark.slow
 def test_smoothed_alg3_runs_thm_d3s_schedule_and_counts_no_extra_gradient():
     """The smoothed schedule: r = sqrt(d) R / (eps n sqrt m), beta_r = (L / R) eps n sqrt m in every
     T_i; the perturbed gradients differ from the plain ones; smoothing adds no gradient evaluation."""
@@ -447,6 +449,7 @@ def test_profile_d_takes_the_good_events_batch_and_the_accountants_noise():
 DERIVED = ["algorithm.profile=derived", "privacy.calibration=accountant", "privacy.epsilon=4", "privacy.delta=1e-7"]
 
 
+@pytest.mark.slow
 def test_profile_d_plans_its_noise_states_the_coupling_constant_and_spends_the_target():
     from fedray.privacy.accounting import calibrate_noise_multiplier
     import math

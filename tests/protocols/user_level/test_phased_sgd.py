@@ -134,6 +134,7 @@ def test_one_and_three_groups_give_bit_identical_private_runs():
     assert one.history[-1]["gradient_evaluations"].tolist() == three.history[-1]["gradient_evaluations"].tolist()
 
 
+@pytest.mark.slow
 def test_the_chains_pass_between_ray_actors_as_in_one_process(ray_local):
     plan = _plan(*QUIET)
     inline = run(plan, inline=True)
