@@ -76,11 +76,14 @@ def cli() -> None:
     ends with one line (the run is marked KILLED by ``run_job``), status 130, and no process left."""
     try:
         _main()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)     # what ran is recorded: end what was started
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C must not cut the clean-up short
         _end_started_processes()
         console.print("[bold red]stopped:[/] interrupted (Ctrl-C); the run, if one had opened, is marked KILLED "
                       "in MLflow", soft_wrap=True, highlight=False)
         sys.exit(130)
+    _end_started_processes()
 
 
 def _main() -> None:

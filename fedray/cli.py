@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -251,6 +253,11 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
         raise
     # In a sweep run by this process the next job (or the sweep's end) waits for this run's writing.
     tracker.finish(plan, result, defer=pool is not None and parent_run_id() is not None)
+    if parent_run_id() is None and threading.current_thread() is threading.main_thread():
+        # A single run is finished and recorded: a Ctrl-C from here on would only cut Ray's shutdown
+        # short (at interpreter exit that crashed the process and left Ray's helpers alive), so the
+        # rest (the summary, ending the processes this command started) runs to its end.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     if result.stopped is not None:
         console.print(f"[bold yellow]stopped:[/] {result.stopped}", soft_wrap=True)
     console.print(summary_table(plan, result))

@@ -124,3 +124,27 @@ def test_ctrl_c_ends_in_one_line_marks_the_run_killed_and_leaves_no_process(tmp_
     assert _session_processes(proc.pid) == []
     statuses = _statuses(db)
     assert statuses == ["KILLED"] if when == "mid-run" else set(statuses) <= {"KILLED"}
+
+
+def test_ctrl_c_after_the_run_finished_ends_it_cleanly(tmp_path):
+    """Catches a Ctrl-C that lands while a finished run shuts Ray down: before, the process died of
+    a segmentation fault (exit -11) at interpreter exit and left two Ray helpers alive."""
+    db = tmp_path / "mlflow.db"
+    proc = subprocess.Popen([*MAIN_JOB, "num_rounds=3", f"tracking.uri=sqlite:///{db}",
+                             f"tracking.artifact_location={tmp_path}/artifacts"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            start_new_session=True, env={**os.environ, "RAY_ADDRESS": ""})
+    try:
+        for line in proc.stdout:            # the run's last line: everything is recorded
+            if line.startswith("MLflow run"):
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-2000:]
+    assert "Traceback" not in err
+    time.sleep(1.0)
+    assert _session_processes(proc.pid) == []
+    assert _statuses(db) == ["FINISHED"]

@@ -131,7 +131,7 @@ def main() -> None:
                   lambda code, out, err: code == 1 and sum(line.startswith("error:") for line in out) == 1)
         interrupted = lambda code, out, err: code == 130 and "Traceback" not in err      # noqa: E731
         walk.step("Ctrl-C at start-up", ["experiment=isrl_dp_convex", *store], interrupted, interrupt_after=4)
-        walk.step("Ctrl-C mid-run", ["experiment=isrl_dp_convex", "num_rounds=400", *store], interrupted,
+        walk.step("Ctrl-C mid-run", ["experiment=isrl_dp_convex", "num_rounds=3000", *store], interrupted,
                   interrupt_after=30)
         walk.step("sweep with a refused job", ["-m", "experiment=isrl_dp_convex", "num_rounds=3",
                                                "participation.silos_per_round=12,30", *store,
