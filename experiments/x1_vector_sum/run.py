@@ -6,7 +6,14 @@ E||o - sum_i x_i||^2 with ``exact_mse(x)``, the closed ``mse_bound()``, and two 
 references at the same (eps, delta) and replace-one sensitivity 2 Delta2: the central sum (one
 N(0, s^2 I_d) on the true sum, MSE = d s^2) and local noise (every user adds N(0, s^2 I_d), MSE =
 n d s^2), s = analytic_sigma(eps, delta, 2). The two references are closed forms, not simulated.
-Writes results.csv, slopes.csv and figure.png next to this file and prints the tables.
+
+Two arms calibrate P_vec for the same (eps, delta): the paper's (``vector_sum_parameters``,
+seed-000 §2.2; results.csv, slopes.csv) and the tight one (``tight_vector_sum_parameters``: p = 1/2
+and the fewest trials b whose invocation is (eps, delta)-DP by its exact privacy loss, a sound
+relaxation for d > 1; results_tight.csv). Both arms see the same inputs; the tight arm draws its
+noise from the paper arm's noise key with one more coordinate (TIGHT_ARM), so the paper arm's
+numbers are those of the paper-only script. Writes results.csv, slopes.csv, results_tight.csv and
+figure.png next to this file and prints the tables.
 
     python experiments/x1_vector_sum/run.py
 """
@@ -14,6 +21,7 @@ Writes results.csv, slopes.csv and figure.png next to this file and prints the t
 from __future__ import annotations
 
 import csv
+import multiprocessing
 import time
 from pathlib import Path
 
@@ -26,6 +34,7 @@ from fedray.privacy.vector_sum import (
     analyze_counts,
     vector_sum_parameters,
 )
+from fedray.privacy.vector_sum_tight import axis_pair_bits, tight_vector_sum_parameters
 from fedray.rng import Stream, generator
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +45,7 @@ EPSILONS = (1.0, 4.0, 15.0)
 DELTA, L2_BOUND = 1e-6, 1.0
 CHUNK = 2**22          # coordinates per aggregate_counts call: keeps the n = 1e6, d = 100 cell near 1 GB
 BOOTSTRAP = 2000
+TIGHT_ARM = 1          # extra noise-key coordinate of the tight arm: its draws are independent of the paper arm's
 
 
 def repetitions(n: int) -> int:
@@ -94,9 +104,55 @@ def exact_mse(x: np.ndarray, params) -> float:
     return sum(params.exact_mse(block) for block in chunks(x))
 
 
-def run_cells() -> tuple[list[dict], dict]:
-    """One row per (n, d, eps), plus every repetition's squared error (the bootstrap needs them)."""
-    rows, errors = [], {}
+def tight_calibrations() -> dict:
+    """The tight arm's parameters per (n, d, eps), with the seconds each took and the floor b
+    (``axis_pair_bits``: the fewest trials the pair +-Delta2 e_1 alone needs at p = 1/2, so no sound
+    calibration at p = 1/2 can use fewer). Computed before any input is drawn, so the PLDs of the
+    d = 100 cells and the largest inputs never share memory."""
+    out = {}
+    for n in NS:
+        for d in DS:
+            for eps in EPSILONS:
+                start = time.perf_counter()
+                params = tight_vector_sum_parameters(eps, DELTA, d, n, L2_BOUND)
+                seconds = time.perf_counter() - start
+                floor = axis_pair_bits(eps, DELTA, n, params.scale)
+                out[n, d, eps] = (params, seconds, floor)
+                print(f"tight calibration n={n:g} d={d} eps={eps:g}: b = {params.noise_bits} (floor {floor}), "
+                      f"delta {params.certified_delta:.3g}, {params.route}, {seconds:.1f} s", flush=True)
+    return out
+
+
+def tight_row(x: np.ndarray, eps: float, calibration: tuple, paper, reps: int) -> dict:
+    """The tight arm's cell: measured and exact MSE, the Gaussian references, and the paper's b beside."""
+    params, seconds, floor = calibration
+    n, d = x.shape
+    e = run_protocol(x, params, reps, generator(SEED, Stream.NOISE, n, d, int(eps), TIGHT_ARM))
+    err = np.sum(e**2, axis=1)
+    s_central = analytic_sigma(eps, DELTA, 2.0 * L2_BOUND)
+    row = {"n": n, "d": d, "eps": eps, "reps": reps, "b_paper": paper.noise_bits, "p_paper": paper.bit_probability,
+           "b_tight": params.noise_bits, "p_tight": params.bit_probability, "b_floor": floor,
+           "route": params.route, "certified_delta": params.certified_delta, "calibration_s": seconds,
+           "mse_measured": err.mean(), "mse_se": err.std(ddof=1) / np.sqrt(reps), "mse_exact": exact_mse(x, params),
+           "mse_paper_exact": exact_mse(x, paper), "mse_central": d * s_central**2, "mse_local": n * d * s_central**2}
+    # exact_mse with the floor's b (and p = 1/2): no sound P_vec calibration at p = 1/2 with this g goes lower.
+    row["mse_floor_exact"] = row["mse_exact"] + d * (params.value_range / params.scale) ** 2 * n * (floor - params.noise_bits) / 4.0
+    row["std_ratio"] = float(np.sqrt(paper.noise_bits * paper.bit_probability * (1 - paper.bit_probability)
+                                     / (params.noise_bits * params.bit_probability * (1 - params.bit_probability))))
+    row["ratio_local_to_shuffle"] = row["mse_local"] / row["mse_measured"]
+    row["ratio_shuffle_to_central"] = row["mse_measured"] / row["mse_central"]
+    row["z_measured_exact"] = (row["mse_measured"] - row["mse_exact"]) / row["mse_se"]
+    row.update(agreement(e, row["mse_exact"]))
+    return row
+
+
+def run_cells() -> tuple[list[dict], dict, list[dict]]:
+    """One row per (n, d, eps) for each arm, plus every paper-arm repetition's squared error (the
+    bootstrap needs them). The tight calibrations run in a child process: the d = 100 PLDs take about
+    0.5 GB that the interpreter would otherwise keep while the largest inputs are in memory."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        tight = pool.apply(tight_calibrations)
+    rows, errors, tight_rows = [], {}, []
     for n in NS:
         for d in DS:
             x = unit_vectors(n, d)
@@ -115,8 +171,9 @@ def run_cells() -> tuple[list[dict], dict]:
                 row["z_measured_exact"] = (row["mse_measured"] - row["mse_exact"]) / row["mse_se"]
                 row.update(agreement(e, row["mse_exact"]))
                 rows.append(row)
+                tight_rows.append(tight_row(x, eps, tight[n, d, eps], params, reps))
             del x
-    return rows, errors
+    return rows, errors, tight_rows
 
 
 def slope(xs, samples, rng: np.random.Generator) -> tuple[float, float, float]:
@@ -160,39 +217,99 @@ def write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
             writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
 
 
-def figure(rows: list[dict], path: Path) -> None:
-    """MSE vs n per eps: P_vec should be flat in n, local Gaussian grows ~ n, central stays flat far below."""
+def figure(rows: list[dict], tight_rows: list[dict], path: Path) -> None:
+    """MSE vs n per eps, the paper's calibration (top) and the tight one (bottom), with the same
+    Gaussian references in both rows: P_vec is flat in n, local Gaussian grows ~ n, central stays flat."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(EPSILONS), figsize=(15, 4.8), sharey=True)
+    fig, axes = plt.subplots(2, len(EPSILONS), figsize=(15, 9), sharey=True, sharex=True)
     colors = dict(zip(DS, ("tab:blue", "tab:orange", "tab:green")))
-    for ax, eps in zip(axes, EPSILONS):
-        for d in DS:
-            cell = [r for r in rows if r["d"] == d and r["eps"] == eps]
-            col = {key: [r[key] for r in cell] for key in cell[0]}
-            n, c = col["n"], colors[d]
-            ax.errorbar(n, col["mse_measured"], yerr=col["mse_se"], fmt="o", color=c, ms=5, capsize=3)
-            ax.plot(n, col["mse_exact"], "--", color=c, lw=1.2)
-            ax.plot(n, col["mse_bound"], ":", color=c, lw=1.5)
-            ax.plot(n, col["mse_central"], "-", color=c, lw=0.6)
-            ax.plot(n, col["mse_local"], "-.", color=c, lw=0.6)
-        ax.set(xscale="log", yscale="log", xlabel="n (users)", title=f"eps = {eps:g}, delta = {DELTA:g}")
-        ax.grid(True, which="major", alpha=0.3)
-    axes[0].set_ylabel("E ||o - sum x_i||^2")
+    for arm, (arm_rows, label) in enumerate(((rows, "paper calibration"), (tight_rows, "tight calibration"))):
+        for ax, eps in zip(axes[arm], EPSILONS):
+            for d in DS:
+                cell = [r for r in arm_rows if r["d"] == d and r["eps"] == eps]
+                col = {key: [r[key] for r in cell] for key in cell[0]}
+                n, c = col["n"], colors[d]
+                ax.errorbar(n, col["mse_measured"], yerr=col["mse_se"], fmt="o" if arm == 0 else "s", color=c,
+                            ms=5, capsize=3)
+                ax.plot(n, col["mse_exact"], "--", color=c, lw=1.2)
+                if arm == 0:
+                    ax.plot(n, col["mse_bound"], ":", color=c, lw=1.5)
+                else:
+                    ax.plot(n, col["mse_paper_exact"], ":", color=c, lw=0.8, alpha=0.6)
+                ax.plot(n, col["mse_central"], "-", color=c, lw=0.6)
+                ax.plot(n, col["mse_local"], "-.", color=c, lw=0.6)
+            ax.set(xscale="log", yscale="log", title=f"{label}: eps = {eps:g}, delta = {DELTA:g}")
+            ax.grid(True, which="major", alpha=0.3)
+        axes[arm][0].set_ylabel("E ||o - sum x_i||^2")
+    for ax in axes[1]:
+        ax.set_xlabel("n (users)")
     # One legend entry per colour (d) and per line style (series), not per line.
     handles = [plt.Line2D([], [], color=colors[d], lw=3, label=f"d = {d}") for d in DS] + [
         plt.Line2D([], [], color="k", ls=ls, marker=m, lw=lw, label=label) for ls, m, lw, label in (
-            ("none", "o", 1, "P_vec measured (+- SE)"), ("--", "", 1.2, "P_vec exact_mse"),
-            (":", "", 1.5, "P_vec mse_bound (on top of exact)"), ("-", "", 0.6, "central Gaussian"),
-            ("-.", "", 0.6, "local Gaussian"))]
+            ("none", "o", 1, "P_vec measured, paper (+- SE)"), ("none", "s", 1, "P_vec measured, tight (+- SE)"),
+            ("--", "", 1.2, "P_vec exact_mse (its arm)"),
+            (":", "", 1.5, "top: mse_bound (on top of exact)"),
+            (":", "", 0.8, "bottom: paper exact_mse, for scale"),
+            ("-", "", 0.6, "central Gaussian"), ("-.", "", 0.6, "local Gaussian"))]
     fig.legend(handles=handles, loc="center right", fontsize=8)
-    fig.suptitle("X1: error of the shuffle vector sum P_vec vs n, Delta2 = 1 (Gaussian references: "
-                 "closed forms, analytic sigma, sensitivity 2)", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.83, 0.95))
+    fig.suptitle("X1: error of the shuffle vector sum P_vec vs n, Delta2 = 1, paper vs tight calibration "
+                 "(Gaussian references: closed forms, analytic sigma, sensitivity 2)", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.83, 0.96))
     fig.savefig(path, dpi=120)
+
+
+def claims(rows: list[dict], tight_rows: list[dict]) -> None:
+    """The per-cell claims table of the README: for each arm, does P_vec beat local Gaussian
+    (local / shuffle > 1), and shuffle / central, both with the measured MSE, the exact formula's in
+    brackets; where the two arms' verdicts on local differ, the change is named."""
+    def verdict(r: dict) -> str:
+        measured, exact = r["mse_local"] > r["mse_measured"], r["mse_local"] > r["mse_exact"]
+        word = "yes" if measured else "no"
+        return word if measured == exact else f"{word} (exact: {'yes' if exact else 'no'})"
+
+    print("\n| n | d | eps | paper: beats local? local/shuf [exact] | paper: shuf/central [exact] "
+          "| tight: beats local? local/shuf [exact] | tight: shuf/central [exact] | tight b floor: shuf/central "
+          "| verdict on local |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r, t in zip(rows, tight_rows):
+        assert (r["n"], r["d"], r["eps"]) == (t["n"], t["d"], t["eps"])
+        changed = "changes: no -> yes" if verdict(t).startswith("yes") and not verdict(r).startswith("yes") \
+            else "same" if verdict(t)[:3] == verdict(r)[:3] else "changes: yes -> no"
+        print(f"| {r['n']:.0e} | {r['d']} | {r['eps']:g} "
+              f"| {verdict(r)}: {r['ratio_local_to_shuffle']:.3g} [{r['mse_local'] / r['mse_exact']:.3g}] "
+              f"| {r['ratio_shuffle_to_central']:.3g} [{r['mse_exact'] / r['mse_central']:.3g}] "
+              f"| {verdict(t)}: {t['ratio_local_to_shuffle']:.3g} [{t['mse_local'] / t['mse_exact']:.3g}] "
+              f"| {t['ratio_shuffle_to_central']:.3g} [{t['mse_exact'] / t['mse_central']:.3g}] "
+              f"| {t['mse_floor_exact'] / t['mse_central']:.3g} | {changed} |")
+
+
+def tight_summary(tight_rows: list[dict]) -> None:
+    """The tight arm's numbers the README quotes: agreement with exact_mse, ratios per d and eps."""
+    z = [abs(r["z_measured_exact"]) for r in tight_rows]
+    worst = tight_rows[int(np.argmax(z))]
+    p = min(r["chi2_p"] for r in tight_rows)
+    print(f"\n(tight a) largest |measured - exact| / se = {max(z):.2f} at n={worst['n']:g}, d={worst['d']}, "
+          f"eps={worst['eps']:g} (chi2 p = {worst['chi2_p']:.3g}); > 2 se: {sum(v > 2 for v in z)}/{len(z)}, "
+          f"> 3 se: {sum(v > 3 for v in z)}/{len(z)}; smallest chi2 p = {p:.3g} (x {len(z)} = {p * len(z):.3g}); "
+          f"largest bias z = {max(r['bias_max_z'] for r in tight_rows):.2f}")
+    print(f"(tight) calibration time: total {sum(r['calibration_s'] for r in tight_rows):.0f} s, largest "
+          f"{max(r['calibration_s'] for r in tight_rows):.1f} s; std ratio paper / tight "
+          f"{min(r['std_ratio'] for r in tight_rows):.0f} .. {max(r['std_ratio'] for r in tight_rows):.0f}; "
+          f"largest certified delta {max(r['certified_delta'] for r in tight_rows):.3g}")
+    for d in DS:
+        for eps in EPSILONS:
+            cell = [r for r in tight_rows if r["d"] == d and r["eps"] == eps]
+            sc = [r["mse_exact"] / r["mse_central"] for r in cell]
+            fl = [r["mse_floor_exact"] / r["mse_central"] for r in cell]
+            lose = [r["n"] for r in cell if r["mse_local"] <= r["mse_measured"]]
+            print(f"(tight) d={d} eps={eps:g}: b {min(r['b_tight'] for r in cell)} .. {max(r['b_tight'] for r in cell)} "
+                  f"(floor {min(r['b_floor'] for r in cell)} .. {max(r['b_floor'] for r in cell)}), shuf/central "
+                  f"exact {min(sc):.3g} .. {max(sc):.3g}, at the floor b {min(fl):.3g} .. {max(fl):.3g}; "
+                  f"local wins (measured) at n = {[f'{v:g}' for v in lose]}")
 
 
 def summary(rows: list[dict], slopes: list[dict]) -> None:
@@ -245,11 +362,12 @@ def summary(rows: list[dict], slopes: list[dict]) -> None:
 
 def main() -> None:
     start = time.perf_counter()
-    rows, errors = run_cells()
+    rows, errors, tight_rows = run_cells()
     slopes = fit_slopes(rows, errors)
     write_csv(HERE / "results.csv", rows, list(rows[0]))
     write_csv(HERE / "slopes.csv", slopes, ["vs", "n", "d", "eps", "slope", "ci_low", "ci_high", "slope_exact"])
-    figure(rows, HERE / "figure.png")
+    write_csv(HERE / "results_tight.csv", tight_rows, list(tight_rows[0]))
+    figure(rows, tight_rows, HERE / "figure.png")
 
     print("|      n |   d | eps | reps |  measured |   se/meas |     exact |     bound |   central |     local "
           "| local/shuf | shuf/central | chi2 p |")
@@ -266,6 +384,16 @@ def main() -> None:
         print(f"| {s['vs']} | {fixed} | {s['slope']:+.3f} [{s['ci_low']:+.3f}, {s['ci_high']:+.3f}] "
               f"| {s['slope_exact']:+.3f} |")
     summary(rows, slopes)
+    print("\n| tight arm: n |   d | eps | reps |  b paper | b tight | b floor | std ratio | measured | se/meas "
+          "|    exact | central |    local | local/shuf | shuf/central | chi2 p |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in tight_rows:
+        print(f"| {r['n']:6.0e} | {r['d']:3d} | {r['eps']:3g} | {r['reps']:4d} | {r['b_paper']} | {r['b_tight']} "
+              f"| {r['b_floor']} | {r['std_ratio']:.0f} | {r['mse_measured']:9.3e} | {r['mse_se'] / r['mse_measured']:.3f} "
+              f"| {r['mse_exact']:9.3e} | {r['mse_central']:9.3e} | {r['mse_local']:9.3e} "
+              f"| {r['ratio_local_to_shuffle']:10.3g} | {r['ratio_shuffle_to_central']:12.3g} | {r['chi2_p']:6.3f} |")
+    tight_summary(tight_rows)
+    claims(rows, tight_rows)
     print(f"\nwall time {time.perf_counter() - start:.0f} s")
 
 
