@@ -164,6 +164,19 @@ class VectorSumParameters:
         )
 
 
+def checked_sizes(dim, num_users, l2_bound) -> tuple[int, int, int]:
+    """(d, n, g): the checked sizes (integers d, n >= 1; Delta2 > 0 finite) and seed-000 §2.2's
+    fixed-point scale g = ceil(max(2 Delta2 sqrt(n), sqrt(d), 4)), which every calibration of
+    P_vec shares (it sets the rounding error, not the privacy)."""
+    for key, value in (("dim", dim), ("num_users", num_users)):
+        if isinstance(value, bool) or int(value) != value or value < 1:
+            raise ConfigError(key, value, "an integer >= 1")
+    if not (math.isfinite(l2_bound) and l2_bound > 0):
+        raise ConfigError("l2_bound", l2_bound, "a finite number > 0")
+    d, n = int(dim), int(num_users)
+    return d, n, math.ceil(max(2.0 * l2_bound * math.sqrt(n), math.sqrt(d), 4.0))
+
+
 def vector_sum_parameters(
     epsilon: float, delta: float, dim: int, num_users: int, l2_bound: float
 ) -> VectorSumParameters:
@@ -197,17 +210,11 @@ def vector_sum_parameters(
         raise ConfigError("epsilon", epsilon, "in (0, 15] (seed-000 Theorem 3.2)")
     if not 0 < delta < 0.5:
         raise ConfigError("delta", delta, "in (0, 1/2) (seed-000 Theorem 3.2)")
-    for key, value in (("dim", dim), ("num_users", num_users)):
-        if isinstance(value, bool) or int(value) != value or value < 1:
-            raise ConfigError(key, value, "an integer >= 1")
-    if not (math.isfinite(l2_bound) and l2_bound > 0):
-        raise ConfigError("l2_bound", l2_bound, "a finite number > 0")
-    d, n = int(dim), int(num_users)
+    d, n, scale = checked_sizes(dim, num_users, l2_bound)
 
     delta_hat = delta / (d + 1)
     log_gamma = math.log(1.0 / delta_hat)
     eps_hat = epsilon / (18.0 * math.sqrt(log_gamma))
-    scale = math.ceil(max(2.0 * l2_bound * math.sqrt(n), math.sqrt(d), 4.0))
     log_two = math.log(2.0 / delta_hat)
     threshold = 180.0 * scale**2 * log_two / (eps_hat**2 * n)
     noise_bits = math.floor(threshold) + 1

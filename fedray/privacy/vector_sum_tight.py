@@ -92,7 +92,7 @@ import numpy as np
 from scipy import stats
 
 from fedray.errors import ConfigError
-from fedray.privacy.vector_sum import VectorSumParameters
+from fedray.privacy.vector_sum import VectorSumParameters, checked_sizes
 
 __all__ = [
     "TIGHT_PROBABILITY",
@@ -354,13 +354,7 @@ def tight_vector_sum_parameters(epsilon: float, delta: float, dim: int, num_user
         raise ConfigError("epsilon", epsilon, "a finite number > 0")
     if not 0 < delta < 1:
         raise ConfigError("delta", delta, "in (0, 1)")
-    for key, value in (("dim", dim), ("num_users", num_users)):
-        if isinstance(value, bool) or int(value) != value or value < 1:
-            raise ConfigError(key, value, "an integer >= 1")
-    if not (math.isfinite(l2_bound) and l2_bound > 0):
-        raise ConfigError("l2_bound", l2_bound, "a finite number > 0")
-    d, n = int(dim), int(num_users)
-    scale = math.ceil(max(2.0 * l2_bound * math.sqrt(n), math.sqrt(d), 4.0))      # seed-000 §2.2's g
+    d, n, scale = checked_sizes(dim, num_users, l2_bound)         # the paper's g
     bits, certified = _fewest_bits(float(epsilon), float(delta), d, n, scale)
     return TightVectorSumParameters(
         epsilon=float(epsilon), delta=float(delta), dim=d, num_users=n, l2_bound=float(l2_bound),
