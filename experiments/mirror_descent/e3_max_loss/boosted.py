@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE))
 from fedray.compose import compose_plan, job_session  # noqa: E402
 from run import ARMS, overrides  # noqa: E402
 
-BOOSTED = ["algorithm=boosted_smd", "~algorithm.regime", "participation=all", "num_rounds=1"]
+BOOSTED = ["algorithm=boosted_smd", "participation=all", "num_rounds=1"]
 CELLS = ((200_000, 1.0), (100_000, 10.0))
 REPETITIONS = 20
 

@@ -44,7 +44,7 @@ BASE = ["experiment=smd_max_loss", "data.spec.pool=10000", "data.spec.tasks=8", 
 ARMS = {
     "alg1_first_order": ["algorithm.regime=first_order"],
     "alg1_second_order": ["algorithm.regime=second_order"],
-    "alg3_bias_reduced": ["algorithm=bias_reduced_smd", "participation=leveled", "~algorithm.regime"],
+    "alg3_bias_reduced": ["algorithm=bias_reduced_smd", "participation=leveled"],
     "non_private_smd": ["algorithm.regime=second_order", "privacy=none"],
 }
 

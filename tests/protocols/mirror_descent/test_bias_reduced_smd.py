@@ -84,7 +84,7 @@ def test_what_alg3_cannot_run_is_refused(override, key):
 
 
 @pytest.mark.parametrize("job", [ALG3, ["experiment=smd_max_loss", "data.spec.pool=2000", "data.spec.dim=16",
-                                        "algorithm=boosted_smd", "~algorithm.regime", "participation=all",
+                                        "algorithm=boosted_smd", "participation=all",
                                         "num_rounds=1"]])
 def test_the_papers_vertex_constant_is_refused_with_its_reason(job):
     with pytest.raises(ConfigError) as err:

@@ -16,7 +16,7 @@ from tests.conftest import compose
 
 GAME = ["experiment=smd_max_loss", "data.spec.pool=2000", "data.spec.dim=16", "data.spec.tasks=4",
         "data.spec.num_samples=20000", "progress=false"]
-BOOSTED = [*GAME, "algorithm=boosted_smd", "~algorithm.regime", "participation=all", "num_rounds=1",
+BOOSTED = [*GAME, "algorithm=boosted_smd", "participation=all", "num_rounds=1",
            "algorithm.failure_probability=0.5", "privacy.epsilon=10", "repetitions=2"]
 
 
@@ -54,7 +54,7 @@ def test_what_alg4_cannot_run_is_refused(override, key):
 
 @pytest.mark.slow
 def test_the_range_runner_reproduces_frank_wolfe_through_the_driver():
-    plan = make_plan(compose(*GAME, "data.spec.tasks=1", "algorithm=frank_wolfe", "~algorithm.regime",
+    plan = make_plan(compose(*GAME, "data.spec.tasks=1", "algorithm=frank_wolfe",
                              "participation=all", "repetitions=2", "privacy.epsilon=1.0"))
     algorithm = plan.protocol.algorithm
     driven = run(plan, inline=True, groups=InlineGroups(plan, 2)).outputs["output"][:, :algorithm.rows]
