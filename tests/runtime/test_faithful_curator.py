@@ -37,7 +37,8 @@ FAMILIES = {
     # seed 000's pan-private AC-SA (two fresh draws per batch)
     "pan_private": ["experiment=p_sgd_synthetic", "algorithm=p_agd", "data.spec.num_silos=600", "data.spec.dim=3",
                     "participation.batch_size=7", "num_rounds=80", "evaluate_every=25", "algorithm.radius=0.8",
-                    "privacy=pan_private", "privacy.epsilon=0.5"],
+                    "privacy=pan_private", "privacy.epsilon=0.5",
+                    "algorithm.step_size=0.5"],     # the preset's P_SGD step, which p_agd took before tuning/
 }
 
 # sha256 (first 16 hex digits) of each family's simulated model at seed 0, computed at f99de65,
@@ -76,7 +77,10 @@ def _record(client: MlflowClient, run_id: str, tmp_path) -> tuple[dict, str]:
     folder = client.download_artifacts(run_id, "", str(tmp_path / "download"))
     texts = [json.dumps(data.params), json.dumps(data.tags), json.dumps(data.metrics)]
     for artifact in client.list_artifacts(run_id):
-        if not artifact.path.endswith(".png"):
+        if artifact.path.endswith(".npz"):            # the released outputs, as numbers
+            with np.load(f"{folder}/{artifact.path}") as arrays:
+                texts.append(repr({name: arrays[name].tolist() for name in arrays.files}))
+        elif not artifact.path.endswith(".png"):
             texts.append(open(f"{folder}/{artifact.path}").read())
     config = json.loads(open(f"{folder}/config.json").read())
     return config, "\n".join(texts)
