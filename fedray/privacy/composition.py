@@ -22,7 +22,8 @@ delta''     ``delta_budget``    the filter's budget for the sum of per-step delt
 eps_m       ``epsilon``         epsilon of step m of the filter, chosen adaptively
 ==========  ==================  =================================================================
 
-Count accountants (``PureDpComposition``, ``ApproxDpComposition``, ``ParallelComposition``)
+Count accountants (``PureDpComposition``, ``BoundedRangeComposition``, ``ApproxDpComposition``,
+``ParallelComposition``)
 share one interface for a per-unit ledger of integer release counts, for example of shape
 (P, N): ``epsilons(counts)`` and ``deltas(counts)`` give a valid (epsilon, delta) pair for every
 cell (epsilon 0 and delta 0 where the count is 0), and ``describe()`` gives plain values for
@@ -232,6 +233,106 @@ class PureDpComposition(_RoutedComposition):
 
     def _advanced(self, counts):
         return pure_advanced_composition(self.epsilon0, counts, self.delta_slack)
+
+
+@lru_cache(maxsize=1)
+def _zcdp_orders() -> np.ndarray:
+    """Renyi orders for the zCDP-to-(eps, delta) conversion: dp-accounting's defaults and a dense
+    grid up to 1e5 (the best order is about 1 + sqrt(ln(1/delta) / rho), ~1e4 for the small rho
+    of thousands of tiny draws)."""
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    defaults = np.asarray(rdp_privacy_accountant.RdpAccountant().orders, dtype=np.float64)
+    return np.unique(np.concatenate([defaults, 1.0 + np.geomspace(1e-3, 1e5, 600)]))
+
+
+@lru_cache(maxsize=65536)
+def zcdp_epsilon(rho: float, delta: float) -> float:
+    """epsilon at ``delta`` of a rho-zCDP mechanism: dp-accounting's RDP conversion of the curve
+    rho * alpha (Bun & Steinke 2016, Def. 1.1; the conversion is Canonne, Kamath & Steinke 2020,
+    Prop. 12's, tighter than rho + 2 sqrt(rho ln(1/delta)))."""
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    if rho == 0:
+        return 0.0
+    orders = _zcdp_orders()
+    return float(rdp_privacy_accountant.compute_epsilon(orders, rho * orders, delta)[0])
+
+
+def bounded_range_composition(epsilon0, count, delta_slack):
+    """k-fold adaptive composition of eps0-bounded-range mechanisms (every exponential mechanism
+    whose score moves by a spread of at most eps0 between neighbours is one).
+
+    A mechanism is eps0-BR when ln(P[y] / P'[y]) - ln(P[y'] / P'[y']) <= eps0 for all outputs y,
+    y' (Durfee & Rogers 2019, Def. 3.1); it is then eps0^2/8-zCDP (Cesar & Rogers 2021, Lemma 3.2),
+    zCDP adds up under adaptive composition (Bun & Steinke 2016, Lemma 2.3), so k releases are
+    (k eps0^2 / 8)-zCDP, converted by ``zcdp_epsilon``. Against pure-DP advanced composition
+    (``pure_advanced_composition``) the leading term drops from eps0 sqrt(2 k ln(1/delta')) to
+    about eps0 sqrt(k ln(1/delta') / 2): half. The relation is the caller's. Arrays broadcast;
+    returns (eps, delta).
+    """
+    epsilon0, count = _check("epsilon0", epsilon0, ">= 0"), _counts(count)
+    delta_slack = float(_check("delta_slack", delta_slack, "in (0, 1)"))
+    rho = count * epsilon0**2 / 8
+    values, where = np.unique(rho, return_inverse=True)
+    epsilon = np.array([zcdp_epsilon(float(r), delta_slack) for r in values])[where].reshape(rho.shape)
+    return epsilon, delta_slack + np.zeros_like(epsilon)
+
+
+@lru_cache(maxsize=1024)
+def zcdp_budget(target_epsilon: float, delta: float) -> float:
+    """Largest rho with ``zcdp_epsilon(rho, delta) <= target_epsilon``, to adjacent floats.
+    ``zcdp_epsilon`` increases in rho (each order's term does) and is at least rho."""
+    low, high = 0.0, float(target_epsilon)
+    while math.nextafter(low, math.inf) < high:
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if zcdp_epsilon(middle, delta) <= target_epsilon else (low, middle)
+    return low
+
+
+def bounded_range_budget(target_epsilon: float, count: int, delta_slack: float) -> float:
+    """Largest eps0 whose k-fold composition is <= target_epsilon by ``bounded_range_composition``
+    or by basic composition (k eps0), whichever allows more; both are valid.
+
+    eps0 = sqrt(8 rho* / k) with rho* = ``zcdp_budget`` (one search per (eps, delta), whatever k),
+    stepped down by ulps if rounding crosses the target.
+    """
+    target = float(_check("target_epsilon", target_epsilon, "> 0"))
+    k = int(_check("count", count, "an integer >= 1"))
+    delta = float(_check("delta_slack", delta_slack, "in (0, 1)"))
+    x = math.sqrt(8 * zcdp_budget(target, delta) / k)
+    while x > 0 and bounded_range_composition(x, k, delta)[0] > target:
+        x = math.nextafter(x, 0.0)
+    basic = target / k if k * (target / k) <= target else math.nextafter(target / k, 0.0)
+    return max(x, basic)
+
+
+@dataclass(frozen=True)
+class BoundedRangeComposition:
+    """Identical eps0-bounded-range releases (exponential-mechanism draws) composed per cell of a
+    count array: per cell the smaller epsilon of ``bounded_range_composition`` (zCDP) and basic
+    composition (k eps0, delta 0 reported as delta' for one delta per plan). ``epsilon0`` may be
+    an array that broadcasts against the counts. The relation is the caller's."""
+
+    epsilon0: float | np.ndarray
+    delta_slack: float
+
+    def __post_init__(self) -> None:
+        _check("epsilon0", self.epsilon0, "> 0")
+        _check("delta_slack", self.delta_slack, "in (0, 1)")
+
+    def epsilons(self, counts) -> np.ndarray:
+        counts = _counts(counts)
+        basic = counts * np.asarray(self.epsilon0, dtype=np.float64)
+        return np.minimum(bounded_range_composition(self.epsilon0, counts, self.delta_slack)[0], basic)
+
+    def deltas(self, counts) -> np.ndarray:
+        counts = _counts(counts)
+        return np.zeros(np.broadcast_shapes(counts.shape, np.shape(self.epsilon0))) + self.delta_slack
+
+    def describe(self) -> dict:
+        return {"name": "bounded_range", "epsilon0": np.asarray(self.epsilon0).tolist(),
+                "delta_slack": self.delta_slack}
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ score vectors after each step give the exact log-likelihood ratio of the next dr
 max_j |ln softmax(s)_j - ln softmax(s')_j|. The privacy argument (Prop. 3.3) bounds the score
 difference by 2 tau L0 / B per coordinate and each draw's loss by 4 tau L0 / B; the realised
 losses, composed as Thm 3.5's quantity sqrt(2 ln(1/delta) sum eps_m^2) + sum eps_m^2 / 2, must
-stay within the run's epsilon. Deterministic (no sampling of outcomes): it checks the sensitivity
+stay within the run's epsilon (with ``privacy.calibration=tight``: the realised spreads of the
+score change, each draw's bounded range, composed in zCDP). Deterministic (no sampling of outcomes): it checks the sensitivity
 analysis on this pair, not the guarantee over all pairs.
 """
 
@@ -19,6 +20,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import logsumexp
 
+from fedray.privacy.composition import zcdp_epsilon
+
 
 class ReplayAudit(NamedTuple):
     score_gap: np.ndarray         # (T, P) max_j |s(S) - s(S')| over both players after each step
@@ -27,6 +30,15 @@ class ReplayAudit(NamedTuple):
     draw_bound: np.ndarray        # (P,) 4 tau L0 / B
     composed: np.ndarray          # (P,) Thm 3.5's quantity of the realised per-draw losses
     draws: int                    # draws composed per replica
+    draw_spread: np.ndarray       # (T, P) max_j (s - s')_j - min_j (s - s')_j: a draw's bounded range
+    composed_range: np.ndarray    # (P,) epsilon of the realised spreads composed in zCDP (sum spread^2 / 8)
+
+
+def _spread(score: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """(P,) max_j (score - other)_j - min_j (score - other)_j: how far the draw from softmax(score)
+    is bounded-range against softmax(other) (the normalisers cancel in the definition)."""
+    change = score - other
+    return change.max(axis=1) - change.min(axis=1)
 
 
 def _log_ratio(score: np.ndarray, other: np.ndarray) -> np.ndarray:
@@ -41,7 +53,7 @@ def replay_audit(algorithm, samples, neighbour, lipschitz: float, delta: float) 
     state = algorithm.init(np.zeros((algorithm.step_size.shape[0], 1)))
     other_x, other_y = state.score_x, state.score_y
     batch = algorithm.batch_size
-    score_gap, draw_loss = [], []
+    score_gap, draw_loss, spread = [], [], []
     for t in range(algorithm.num_steps):
         query = algorithm.broadcast(state)
         part = slice(t * batch, (t + 1) * batch)
@@ -52,13 +64,17 @@ def replay_audit(algorithm, samples, neighbour, lipschitz: float, delta: float) 
         score_gap.append(np.maximum(np.abs(state.score_x - other_x).max(axis=1),
                                     np.abs(state.score_y - other_y).max(axis=1)))
         draw_loss.append(np.maximum(_log_ratio(state.score_x, other_x), _log_ratio(state.score_y, other_y)))
-    score_gap, draw_loss = np.array(score_gap), np.array(draw_loss)
+        spread.append(np.maximum(_spread(state.score_x, other_x), _spread(state.score_y, other_y)))
+    score_gap, draw_loss, spread = np.array(score_gap), np.array(draw_loss), np.array(spread)
     per_step = algorithm.releases_per_step
     # Draws after the last step are never made; step 0's draws are at the uniform start (loss 0).
     squared = per_step * (draw_loss[:-1] ** 2).sum(axis=0)
     composed = np.sqrt(2 * math.log(1 / delta) * squared) + squared / 2
+    rho = per_step * (spread[:-1] ** 2).sum(axis=0) / 8
+    composed_range = np.array([zcdp_epsilon(float(r), delta) for r in rho])
     bound = algorithm.step_size * lipschitz / batch
-    return ReplayAudit(score_gap, draw_loss, 2 * bound, 4 * bound, composed, per_step * algorithm.num_steps)
+    return ReplayAudit(score_gap, draw_loss, 2 * bound, 4 * bound, composed, per_step * algorithm.num_steps, spread,
+                       composed_range)
 
 
 def replay_bias_reduced(algorithm, samples, neighbour, lipschitz: float) -> tuple[np.ndarray, np.ndarray]:

@@ -27,6 +27,7 @@ from fedray.core.sampling import AllUnits, LeveledBatches, SequentialBatches
 from fedray.errors import ConfigError
 from fedray.privacy.composition import (
     ApproxDpComposition,
+    BoundedRangeComposition,
     ParallelComposition,
     PureDpComposition,
 )
@@ -34,6 +35,7 @@ from fedray.privacy.gaussian import analytic_sigma
 from fedray.privacy.ledger import Ledger, PopulationAccountant
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.mirror_descent.calibration import (
+    CALIBRATIONS,
     PAPER_VERTEX_CONSTANT,
     REGIMES,
     VERTEX_CONSTANTS,
@@ -96,9 +98,10 @@ def _regime(alg: dict, game) -> str:
     return regime
 
 
-def _budget(priv: dict, calibration: str = "paper", what: str = "tau_priv of Prop. 3.3") -> tuple[float, float]:
-    if priv.get("calibration") != calibration:
-        raise ConfigError("privacy.calibration", priv.get("calibration"), f"{calibration} ({what})")
+def _budget(priv: dict, calibration: str | tuple = "paper", what: str = "tau_priv of Prop. 3.3") -> tuple[float, float]:
+    allowed = (calibration,) if isinstance(calibration, str) else calibration
+    if priv.get("calibration") not in allowed:
+        raise ConfigError("privacy.calibration", priv.get("calibration"), f"{' or '.join(allowed)} ({what})")
     epsilon, delta = priv.get("epsilon"), priv.get("delta")
     check_privacy_range(epsilon, delta)
     return float(epsilon), float(delta)
@@ -144,6 +147,16 @@ def _pure_draws(per_draw, delta: float, **planned) -> PopulationAccountant:
     """Pure-DP draws of per-draw epsilon ``per_draw`` (per replica), composed by Cor. 3.6 at delta."""
     return PopulationAccountant(PureDpComposition(per_draw, delta, route="advanced"), "advanced (pure DP, Cor. 3.6)",
                                 **planned)
+
+
+def _bounded_range_draws(per_draw, delta: float, **planned) -> PopulationAccountant:
+    """Draws that are each ``per_draw``-bounded-range (an exponential mechanism's score spread),
+    composed in zCDP at delta (``calibration.private_step_size``, calibration ``tight``)."""
+    return PopulationAccountant(BoundedRangeComposition(per_draw, delta), "bounded range (zCDP, eps0^2/8 per draw)",
+                                **planned)
+
+
+_TAU_PRIV = "tau_priv of Prop. 3.3, or of bounded-range draws composed in zCDP"
 
 
 def _refuse_above(limit: float, replicas: Replicas, where: str) -> None:
@@ -205,12 +218,14 @@ class VertexSampling:
         if mode == "manual":
             return config
         private = priv.get("trust_model") != "none"
-        eps, delta = _budget(priv) if private else (None, None)
+        eps, delta = _budget(priv, CALIBRATIONS, _TAU_PRIV) if private else (None, None)
+        calibration = priv.get("calibration") if private else "paper"
         if mode == "bound" and private:
             schedule = bound_schedule(regime, shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz,
-                                      game.smoothness, game.second_order or 0.0)
+                                      game.smoothness, game.second_order or 0.0, calibration)
         else:
-            schedule = sgd_schedule(regime, shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz)
+            schedule = sgd_schedule(regime, shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz,
+                                    calibration)
         return {**config, "num_rounds": schedule.num_steps,
                 "algorithm": {**alg, "step_size": schedule.step_size, "draws": schedule.draws},
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
@@ -229,13 +244,17 @@ class VertexSampling:
         if priv["trust_model"] == "none":
             privacy = _not_private(replicas)
         else:
-            eps, delta = _budget(priv)
-            limit = private_step_size(batch, steps, draws, eps, delta, lipschitz)
-            _refuse_above(limit, replicas, f"Prop. 3.3 at B = {batch}, T = {steps}, K = {draws}, eps = {eps:g}, "
+            eps, delta = _budget(priv, CALIBRATIONS, _TAU_PRIV)
+            calibration = priv["calibration"]
+            limit = private_step_size(batch, steps, draws, eps, delta, lipschitz, calibration)
+            route = "Prop. 3.3" if calibration == "paper" else "bounded-range draws composed in zCDP"
+            _refuse_above(limit, replicas, f"{route} at B = {batch}, T = {steps}, K = {draws}, eps = {eps:g}, "
                                            f"delta = {delta:g}, L0 = {lipschitz:g}")
             per_draw = draw_epsilon(replicas.step_sizes, lipschitz, batch)[:, None]          # (P, 1)
+            draws_accountant = (_pure_draws if calibration == "paper" else _bounded_range_draws)
             privacy = _central(
-                _pure_draws(per_draw, delta, releases_per_round=draws_per_step(draws)), eps, delta, replicas,
+                draws_accountant(per_draw, delta, releases_per_round=draws_per_step(draws)), eps, delta, replicas,
+                calibration=calibration,
                 details={"tau_priv": limit, "draw_epsilon_max": float(per_draw.max()),
                          "releases": steps * draws_per_step(draws),
                          "released": "vertex draws only (K + 1 per player per step) and their average; the "
