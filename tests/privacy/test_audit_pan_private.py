@@ -64,11 +64,19 @@ def views_sampler(step_sum, batch: int, l2_clip: float):
     return sample
 
 
-def test_the_pair_moves_the_sum_by_the_sensitivity(planned):
+def test_the_pair_moves_the_sum_by_the_sensitivity_and_the_views_are_the_runs_draws(planned):
     step_sum, batch, l2_clip, _, _ = planned
     noiseless = dataclasses.replace(step_sum, sigma=0.0)
     outputs = [views_sampler(noiseless, batch, l2_clip)(flag, 2, np.random.default_rng(flag)) for flag in (0, 1)]
     np.testing.assert_array_equal(outputs[1] - outputs[0], np.full((2, 2), 2 * l2_clip))
+    # The release is what the run's server step adds (``estimate``), bit for bit; the state lacks
+    # exactly the last draw, and a one-draw (central) curator's state is the exact sum.
+    total = np.array([[0.25]])                            # the planned run has one replica
+    state, release = step_sum.intruder_view(total, 3)
+    np.testing.assert_array_equal(release, step_sum.estimate(total, batch, 3))
+    last = dataclasses.replace(step_sum, draws=1).intruder_view(total, 3)
+    np.testing.assert_array_equal(last[0], total)
+    assert np.all(state != total) and np.all(release != state)
 
 
 @pytest.mark.parametrize("variant, caught_by_state, caught_by_release", [
