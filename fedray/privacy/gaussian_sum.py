@@ -98,10 +98,25 @@ class CentralGaussianSum:
 
     def estimate(self, total: np.ndarray, users, step: int) -> np.ndarray:
         """(P, D) the released sum: ``total`` plus ``draws`` N(0, sigma^2 I) per replica, keyed by ``step``."""
+        return total + self.sigma * self._noise(total, step).sum(axis=1)
+
+    def intruder_view(self, total: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """(state, release), each (P, D): what an intruder who reads the curator's accumulator once,
+        after the step's last user entered it, sees, and the step's release, from the same draws.
+
+        The state is ``total`` plus the draws made before any user's data (all but the last:
+        Alg. 6 lines 5-6 with ``draws=2``); the release adds the last draw (line 10), exactly as
+        ``estimate`` does. With ``draws=1`` (the central baseline) the state is the exact sum: a
+        central curator is not pan-private. The runtime never forms the state (it adds the draws
+        at once); this is the view pan-privacy (seed 000, Def. C.2) protects, for audits."""
+        noise = self._noise(total, step)
+        return total + self.sigma * noise[:, :-1].sum(axis=1), total + self.sigma * noise.sum(axis=1)
+
+    def _noise(self, total: np.ndarray, step: int) -> np.ndarray:
+        """(P, draws, D) the step's standard normal draws per replica, in the order they are added."""
         rows = np.asarray(self.streams).reshape(total.shape[0], -1)
-        noise = np.stack([generator(self.seed, Stream.OUTPUT_NOISE, *row, step).standard_normal(
-            (self.draws,) + total.shape[1:]).sum(axis=0) for row in rows])
-        return total + self.sigma * noise
+        return np.stack([generator(self.seed, Stream.OUTPUT_NOISE, *row, step).standard_normal(
+            (self.draws,) + total.shape[1:]) for row in rows])
 
     def sum_mse(self, users: int, dim: int) -> float:
         """E||estimate - sum||^2 = draws d sigma^2, whatever the number of users."""

@@ -67,3 +67,34 @@ def test_bad_settings_are_refused_at_planning(override, key):
     with pytest.raises(ConfigError) as err:
         make_plan(compose(*B3, override))
     assert err.value.key == key
+
+
+def _round_noise(plan) -> tuple[np.ndarray, np.ndarray]:
+    """Each replica's server noise of round 0 (a step from 0 on all-zero user sums, over -eta) and
+    its item sample."""
+    algorithm = plan.protocol.algorithm
+    replicas, users = plan.replicas.count, plan.shape.num_silos
+    state = algorithm.init(np.zeros((replicas, plan.shape.dim, 1)))
+    zeros = np.zeros((replicas, users, plan.shape.dim, 1))
+    stepped = algorithm.server_step(state, zeros, np.ones((replicas, users), dtype=bool))
+    return -stepped.solver.iterate / algorithm.solver.step_size[:, None, None], algorithm.sample(0)
+
+
+def test_plans_of_other_seeds_and_replicas_draw_their_own_noise_and_items():
+    """The noise and the item sample are keyed by (run seed, replica key, round), fixed at planning:
+    a plan of another seed, and each replica (repetition) of one plan, draws its own; the same plan
+    made twice draws the same (a simulation repeats). Faithful runs are refused (the statement's
+    caveat: a simulation keys the items by the run seed), so no B3 run claims secret draws."""
+    first, again = make_plan(compose(*B3)), make_plan(compose(*B3))
+    other = make_plan(compose(*B3, "seed=1"))
+    two = make_plan(compose(*B3, "repetitions=2"))
+    (noise, items), (noise_again, items_again) = _round_noise(first), _round_noise(again)
+    other_noise, other_items = _round_noise(other)
+    two_noise, two_items = _round_noise(two)
+    assert np.abs(noise).min() > 0 and np.array_equal(noise, noise_again) and np.array_equal(items, items_again)
+    assert not np.isin(noise, other_noise).any() and not np.array_equal(items, other_items)
+    assert not np.isin(two_noise[0], two_noise[1]).any() and not np.array_equal(two_items[0], two_items[1])
+    assert np.array_equal(two_noise[0], noise[0])        # repetition 0 draws what the plain run draws
+    with pytest.raises(ConfigError, match="items to stay secret") as err:
+        make_plan(compose(*B3, "runtime.faithful=true"))
+    assert err.value.key == "runtime.faithful"
