@@ -17,6 +17,8 @@ delta = 1e-6. Studies:
 Alg. 1 runs twice in the n, eps and d studies: ``vertex`` with Thm 3.1 (7)'s T = n eps /
 sqrt(ell ln(1/delta)) (``algorithm.parameters=paper``) and ``vertex_bound`` with the (T, K) that
 minimise the explicit bound (``parameters=bound``, the spec's optional data-independent rule).
+In the n and eps studies ``vertex_tight`` runs Alg. 1 with ``privacy.calibration=tight``: regime
+(7)'s T, and tau_priv from bounded-range draws composed in zCDP instead of Cor. 3.6.
 
 Writes results.csv (one row per cell: mean gap and its 95% CI over replicas, the iterate average's
 gap, the explicit bound, eps spent, seconds), fits.csv (log-log slopes with 95% bootstrap CIs over
@@ -25,6 +27,8 @@ replicas) and figure.png next to this file, and prints them.
     python experiments/mirror_descent/e1_bilinear/run.py
     python experiments/mirror_descent/e1_bilinear/run.py --quick        # small n and d, 5 repetitions
     python experiments/mirror_descent/e1_bilinear/run.py --figure-only
+    python experiments/mirror_descent/e1_bilinear/run.py --refit        # fits.csv and figure.png from the stored runs
+    python experiments/mirror_descent/e1_bilinear/run.py --arms vertex_tight   # re-run one arm, keep the rest
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ VERTEX = ["experiment=smd_bilinear"]
 GAUSSIAN = ["experiment=smd_bilinear", "algorithm=gaussian_smd", "privacy=central_gaussian", "privacy.l2_clip=null"]
 NON_PRIVATE = ["experiment=smd_bilinear", "privacy=none"]
 ARMS = {"vertex": VERTEX, "vertex_bound": VERTEX + ["algorithm.parameters=bound"], "gaussian": GAUSSIAN,
-        "non_private": NON_PRIVATE}
+        "non_private": NON_PRIVATE, "vertex_tight": VERTEX + ["privacy.calibration=tight"]}
 COMPARED = ("vertex", "vertex_bound", "gaussian")
 
 
@@ -65,11 +69,11 @@ def cells(quick: bool) -> list[dict]:
     dims = (8, 32, 128) if quick else tuple(2**k for k in (3, 5, 7, 9, 11, 13, 15))
     out = []
     for n in ns:
-        out += [dict(study="n", arm=arm, n=n, eps=3.0, d=64, K=1) for arm in COMPARED]
+        out += [dict(study="n", arm=arm, n=n, eps=3.0, d=64, K=1) for arm in COMPARED + ("vertex_tight",)]
         if n <= n0:
             out.append(dict(study="n", arm="non_private", n=n, eps=math.inf, d=64, K=1))
     for eps in (0.3, 1.0, 3.0, 10.0):
-        out += [dict(study="eps", arm=arm, n=n0, eps=eps, d=64, K=1) for arm in COMPARED]
+        out += [dict(study="eps", arm=arm, n=n0, eps=eps, d=64, K=1) for arm in COMPARED + ("vertex_tight",)]
     for d in dims:
         out += [dict(study="d", arm=arm, n=n0, eps=3.0, d=d, K=1) for arm in COMPARED]
     for k in (1, 4, 16):
@@ -123,6 +127,8 @@ def fits(rows: list[dict], gaps: list[np.ndarray]) -> list[dict]:
     specs = [("n", arm, "n", "slope in n (eps 3, d 64)") for arm in COMPARED + ("non_private",)]
     specs += [("eps", arm, "eps", "slope in eps (n 1e5, d 64)") for arm in COMPARED]
     specs += [("d", arm, "d", "power q in d (n 1e5, eps 3)") for arm in COMPARED]
+    # Added arms come last, so the bootstrap draws of the arms before them do not move.
+    specs += [("n", "vertex_tight", "n", "slope in n (eps 3, d 64)"), ("eps", "vertex_tight", "eps", "slope in eps (n 1e5, d 64)")]
     for study, arm, key, label in specs:
         picked = [(r[key], g) for r, g in zip(rows, gaps) if r["study"] == study and r["arm"] == arm]
         if len(picked) >= 2:
@@ -132,7 +138,7 @@ def fits(rows: list[dict], gaps: list[np.ndarray]) -> list[dict]:
         by_d = {r["d"]: r["gap_mean"] for r in rows if r["study"] == "d" and r["arm"] == arm}
         if by_d:
             lo, hi = min(by_d), max(by_d)
-            out.append({"arm": arm, "fit": f"gap(d={hi}) / gap(d={lo})", "value": by_d[hi] / by_d[lo],
+            out.append({"arm": arm, "fit": f"gap(d={hi:g}) / gap(d={lo:g})", "value": by_d[hi] / by_d[lo],
                         "ci_low": math.nan, "ci_high": math.nan})
     return out
 
@@ -145,6 +151,7 @@ def figure(rows: list[dict], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
     styles = {"vertex": ("C0", "Alg. 1, regime (7) T"), "vertex_bound": ("C3", "Alg. 1, bound-optimal T"),
+              "vertex_tight": ("C4", "Alg. 1, tight (bounded-range zCDP)"),
               "gaussian": ("C1", "Gaussian SMD (baseline)"),
               "non_private": ("C2", "non-private SMD")}
     for ax, (study, key, title) in zip(axes, (("n", "n", "eps = 3, d = 64"), ("eps", "eps", "n = 1e5, d = 64"),
@@ -161,11 +168,52 @@ def figure(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def _number(text: str):
+    """A value as ``run_cell`` wrote it: an int stays an int, a float a float."""
+    return int(text) if text.lstrip("-").isdigit() else float(text)
+
+
+def _stored(out: Path) -> tuple[list[dict], list[np.ndarray]]:
+    """results.csv's rows (numbers as written) and gaps.npz's replicas, row i with cell i."""
+    with open(out / "results.csv") as f:
+        rows = [{k: (v if k in ("study", "arm") else _number(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+    stored = np.load(out / "gaps.npz")
+    return rows, [stored[f"cell{i}"] for i in range(len(rows))]
+
+
+def _in_cell_order(rows: list[dict], gaps: list[np.ndarray], quick: bool) -> tuple[list[dict], list[np.ndarray]]:
+    """Rows (and their gaps) in the order ``cells`` lists them, so a re-run arm lands where a full
+    run would put it."""
+    fields = ("study", "arm", "n", "eps", "d", "K")
+    order = {tuple(c[k] for k in fields): i for i, c in enumerate(cells(quick))}
+    ranked = sorted(range(len(rows)), key=lambda i: order.get(tuple(rows[i][k] for k in fields), len(order) + i))
+    return [rows[i] for i in ranked], [gaps[i] for i in ranked]
+
+
+def _write(out: Path, rows: list[dict], gaps: list[np.ndarray]) -> list[dict]:
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    fitted = fits(rows, gaps)
+    with open(out / "fits.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, list(fitted[0]))
+        writer.writeheader()
+        writer.writerows(fitted)
+    np.savez_compressed(out / "gaps.npz", **{f"cell{i}": g for i, g in enumerate(gaps)})
+    figure(rows, out / "figure.png")
+    return fitted
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small n and d, 5 repetitions")
     parser.add_argument("--figure-only", action="store_true", help="redraw figure.png from results.csv")
+    parser.add_argument("--refit", action="store_true",
+                        help="rewrite fits.csv and figure.png from results.csv and gaps.npz (no runs)")
     parser.add_argument("--out", type=Path, default=HERE)
+    parser.add_argument("--arms", nargs="+", choices=tuple(ARMS), default=None,
+                        help="run only these arms' cells and replace their rows in the existing results")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.figure_only:
@@ -173,25 +221,24 @@ def main() -> None:
             rows = [{k: (v if k in ("study", "arm") else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
         figure(rows, args.out / "figure.png")
         return
+    if args.refit:
+        _write(args.out, *_in_cell_order(*_stored(args.out), args.quick))
+        return
     repetitions = 5 if args.quick else REPETITIONS
     rows, gaps = [], []
+    todo = cells(args.quick)
+    if args.arms:
+        rows, gaps = _stored(args.out)
+        kept = [i for i, r in enumerate(rows) if r["arm"] not in args.arms]
+        rows, gaps = [rows[i] for i in kept], [gaps[i] for i in kept]
+        todo = [cell for cell in todo if cell["arm"] in args.arms]
     started = time.perf_counter()
     with job_session() as pool:
-        for cell in cells(args.quick):
+        for cell in todo:
             row, g = run_cell(cell, repetitions, pool)
             rows.append(row)
             gaps.append(g)
-    with open(args.out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    fitted = fits(rows, gaps)
-    with open(args.out / "fits.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, list(fitted[0]))
-        writer.writeheader()
-        writer.writerows(fitted)
-    np.savez_compressed(args.out / "gaps.npz", **{f"cell{i}": g for i, g in enumerate(gaps)})
-    figure(rows, args.out / "figure.png")
+    fitted = _write(args.out, *_in_cell_order(rows, gaps, args.quick))
     for row in fitted:
         print(f"{row['arm']:13s} {row['fit']:34s} {row['value']:8.3f}  [{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
     print(f"wall time {time.perf_counter() - started:.0f} s")
