@@ -26,7 +26,8 @@ import ray
 from fedray.core.evaluation import Metric, split
 from fedray.core.oracle import sum_partials
 from fedray.core.program import CentralProgram
-from fedray.core.protocol import Messages, RoundKeys, Routing
+from fedray.core.protocol import (ClientOperation, Messages, RoundBlock, RoundBlocks, RoundKeys, RoundProtocol,
+                                  RoundSpec, Routing, StepBlock, StepBlocks)
 from fedray.runtime import checkpoint
 from fedray.runtime.shuffler import Shuffler, ShufflerActor
 from fedray.runtime.silo_group import ActorRestarted, RoundPayload, RoundsReply, SiloGroup, SiloGroupActor
@@ -174,7 +175,12 @@ def _ranges(blocks: list) -> list[tuple[int, int]]:
     return [(int(b[0]), int(b[-1]) + 1) if b.size else (0, 0) for b in blocks]
 
 
-def _fit_block(protocol, spec, ranges: list) -> tuple[object, int | None]:
+def _operation(protocol: RoundProtocol, spec: RoundSpec) -> ClientOperation:
+    """The client operation ``spec`` names, as the protocol registered it."""
+    return protocol.operations[spec.operation]
+
+
+def _fit_block(protocol: StepBlocks, spec: RoundSpec, ranges: list) -> tuple[RoundSpec, int | None]:
     """The block shortened to the steps whose units live in the actor holding its first step, and
     that actor; or the first step as an ordinary round (no owner) when its units straddle two."""
     lo, hi = protocol.step_units(spec.round)
@@ -192,7 +198,7 @@ def _fit_block(protocol, spec, ranges: list) -> tuple[object, int | None]:
     return spec, owner
 
 
-def _cut_at_evaluation(protocol, spec, evaluate_every: int, num_steps: int):
+def _cut_at_evaluation(protocol: StepBlocks, spec: RoundSpec, evaluate_every: int, num_steps: int) -> RoundSpec:
     """A block of sequential steps that starts at an evaluated step (a multiple of
     ``evaluate_every``, or the last step) shortened to that one step, evaluated at its start like
     an ordinary round; any other block ends before the next evaluated step. So the model is
@@ -577,7 +583,7 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     def confirm(state, pending):
         """Re-run a block's server steps on what it released; the actor must have reached the same state."""
         r, spec, keys, messages, evaluation, evaluate, claim = pending
-        if spec.operation == "client_rounds":       # every round settles as its own round
+        if isinstance(_operation(protocol, spec), RoundBlock):       # every round settles as its own round
             for i, (sent, parts) in enumerate(messages.rounds(spec.round)):
                 round_spec, round_keys = protocol.round_in(spec, i, state)
                 state = settle(state, r + i, round_spec, round_keys, sent, [parts], parts is not None)
@@ -596,10 +602,10 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
         """Whether history entry ``index``, whose last step is ``last_step``, is evaluated."""
         return index % plan.evaluate_every == 0 or last_step + 1 == plan.num_rounds
 
-    stepped = hasattr(protocol, "step_units")       # SequentialSteps: history entries are blocks of steps
+    stepped = isinstance(protocol, StepBlocks)       # history entries are blocks of steps
     rounds_per_call = int(plan.runtime.get("rounds_per_call") or ROUNDS_PER_CALL)
-    whole = len(groups.ranges) == 1 and getattr(protocol, "round_blocks", False) and rounds_per_call > 1 \
-        and groups.shuffler is None and not plan.privacy.faithful
+    whole = len(groups.ranges) == 1 and protocol.round_blocks and isinstance(protocol, RoundBlocks) \
+        and rounds_per_call > 1 and groups.shuffler is None and not plan.privacy.faithful
     block = 1
 
     faithful = plan.privacy.faithful              # units and shuffler draw from entropy the driver never sees
@@ -612,11 +618,12 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             spec, owner = protocol.rounds(ahead, keys, min(block, protocol.num_rounds - r)), 0
         else:
             spec, owner = protocol.configure(ahead, keys), None
-        if spec.operation == "client_block":
+        if isinstance(_operation(protocol, spec), StepBlock):
             spec, owner = _fit_block(protocol, spec, groups.ranges)
-        if spec.operation == "client_block":
+        if isinstance(_operation(protocol, spec), StepBlock):
             spec = _cut_at_evaluation(protocol, spec, plan.evaluate_every, plan.num_rounds)
-        if budget is not None and spec.operation == "client_rounds":
+        operation = _operation(protocol, spec)
+        if budget is not None and isinstance(operation, RoundBlock):
             # round by round, as one round per call would: the block ends before the first refused round
             charges = [protocol.charge(ahead, protocol.round_in(spec, i, ahead)[0]) for i in range(spec.steps)]
             fits, result.stopped = budget.affordable(charges, spec.round)
@@ -627,7 +634,7 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
         elif budget is not None:
             charge = protocol.charge(ahead, spec)
             refused = budget.refusal(charge, spec.round)
-            if refused is not None and spec.operation == "client_block":
+            if refused is not None and isinstance(operation, StepBlock):
                 spec, owner = protocol.one_step(spec), None      # the budget's last steps, one at a time
                 charge = protocol.charge(ahead, spec)
                 refused = budget.refusal(charge, spec.round)
@@ -635,7 +642,8 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             if result.stopped is not None:
                 break
             budget.commit(charge)
-        if spec.operation == "client_rounds":       # the actor evaluates the rounds due, each at its start
+        operation = _operation(protocol, spec)
+        if isinstance(operation, RoundBlock):       # the actor evaluates the rounds due, each at its start
             evaluate = False
             payload = RoundPayload(spec, None, tuple(t for t in range(r, r + spec.steps) if due(t, t)))
         else:
@@ -663,7 +671,7 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             pace = (time.perf_counter() - sent_at) / spec.steps
             # the first call's pace includes one-time costs (the actor's first imports): it sets no size
             block = 2 if spec.round == start_round else max(1, min(rounds_per_call, int(CALL_SECONDS / max(pace, 1e-6))))
-        r += spec.steps if spec.operation == "client_rounds" else 1
+        r += spec.steps if isinstance(operation, RoundBlock) else 1
     if pending is not None:
         state = confirm(state, pending)
 

@@ -27,7 +27,7 @@ from typing import Callable, ClassVar, Mapping
 import numpy as np
 
 from fedray.checks import MAX_CLIP, known_keys, positive
-from fedray.core.planning import PlanContext, Replicas
+from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.core.protocol import Routing, SampledRounds
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
@@ -54,7 +54,7 @@ def _max_feature_norm(fed) -> float:
 
 
 @dataclass(frozen=True)
-class IsrlDpPlan:
+class IsrlDpPlan(PlannedProtocol):
     """A seed-004 algorithm resolved against its data (the ``PlannedProtocol`` contract)."""
 
     public_charges: ClassVar[bool] = True      # every round's charge is public (RoundProtocol)
@@ -124,7 +124,7 @@ def _not_private(priv: dict, shape, num_replicas: int) -> PrivacyPlan:
 
 
 @dataclass(frozen=True)
-class SiloGaussian:
+class SiloGaussian(ProtocolRecipe):
     """ISRL-DP Gaussian releases inside each silo (module docstring).
 
     ``calibrations`` maps a ``privacy.calibration`` mode to a multiplier formula

@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedray.checks import known_keys, number_in, positive
-from fedray.core.planning import PlanContext, Replicas
+from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.core.protocol import CuratorRounds, CuratorSteps, Routing
 from fedray.core.sampling import AllUnits, LeveledBatches, SequentialBatches
 from fedray.errors import ConfigError
@@ -161,7 +161,7 @@ def _not_private(replicas: Replicas) -> PrivacyPlan:
 
 
 @dataclass(frozen=True)
-class GamePlan:
+class GamePlan(PlannedProtocol):
     """A seed-001 protocol resolved against its game (``PlannedProtocol``). The sampler decides the
     runtime shape: fixed disjoint batches run as a curator's sequential steps, in blocks of
     ``block_steps`` (``CuratorSteps``); batches that differ between replicas, or every sample
@@ -189,7 +189,7 @@ class GamePlan:
 
 
 @dataclass(frozen=True)
-class VertexSampling:
+class VertexSampling(ProtocolRecipe):
     """The recipe of seed 001's Alg. 1 (module docstring)."""
 
     trust_models: tuple[str, ...] = ("central", "none")
@@ -248,7 +248,7 @@ class VertexSampling:
 
 
 @dataclass(frozen=True)
-class GaussianNoise:
+class GaussianNoise(ProtocolRecipe):
     """The recipe of the Gaussian-noise SMD baseline (``gaussian_smd``): ``paper`` sets T, B and
     tau by ``calibration.gaussian_schedule``; the run is (eps, delta)-DP by parallel composition of
     one analytic-Gaussian release per disjoint batch."""
@@ -301,7 +301,7 @@ class GaussianNoise:
 
 
 @dataclass(frozen=True)
-class BiasReduced:
+class BiasReduced(ProtocolRecipe):
     """The recipe of seed 001's Alg. 3: ``paper`` sets (M, U, tau, alpha) by Thm 3.14's fixed point
     with the game's L0 = L1 and L2 = 0 and the per-draw constant ``algorithm.vertex_constant``
     (safe: c_v = 20, spec §6 item 3 and ``calibration.vertex_constant``; the paper's 9 is refused),
@@ -383,7 +383,7 @@ def _vertex_constant(alg: dict) -> float:
 
 
 @dataclass(frozen=True)
-class OnlineToBatch:
+class OnlineToBatch(ProtocolRecipe):
     """The recipe of seed 001's Alg. 5 (DP-SCO): ``paper`` sets T, q, K, B and tau by Thm 4.2 (a)
     (``regime=first_order``) or (b) (``second_order``) and the default rule tau = min(utility,
     1 / (4 L0 q), tau_priv); ``manual`` takes them as set and refuses tau above tau_priv(B, k).
@@ -453,7 +453,7 @@ def _one_loss(config: dict, dataset, name: str):
 
 
 @dataclass(frozen=True)
-class FrankWolfeRecipe:
+class FrankWolfeRecipe(ProtocolRecipe):
     """The recipe of the DP Frank-Wolfe baseline (``frank_wolfe``): every sample every round
     (``participation=all``), ``paper`` sets T = floor((n eps)^{2/3}) (``num_rounds``; ``manual``
     keeps it); eps0 = eps / (2 sqrt(2 T ln(1/delta))) per draw, composed by Cor. 3.6."""
@@ -495,7 +495,7 @@ class FrankWolfeRecipe:
 
 
 @dataclass(frozen=True)
-class ProgramPlan:
+class ProgramPlan(PlannedProtocol):
     """A driver-side program resolved against its data (``PlannedProtocol``): built at planning."""
 
     program: object
@@ -508,7 +508,7 @@ class ProgramPlan:
 
 
 @dataclass(frozen=True)
-class Boosted:
+class Boosted(ProtocolRecipe):
     """The recipe of seed 001's Alg. 4 (``boosted_smd``, ``boosting``): I and J from
     ``algorithm.failure_probability`` (beta), Alg. 3's Thm 3.14 parameters for a part of S1, the
     Frank-Wolfe stand-in's T = floor((n' eps)^{2/3}) rounds and Cor. 3.6 per-draw epsilon for a

@@ -38,7 +38,7 @@ from typing import Callable, ClassVar
 import numpy as np
 
 from fedray.checks import known_keys, number_in, positive
-from fedray.core.planning import PlanContext, Replicas
+from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.core.protocol import Routing, SampledRounds, SequentialSteps
 from fedray.core.sampling import AllUnits, PhasedBatches, PhasedGroups, SequentialBatches
 from fedray.data.federation import SiloArrays
@@ -71,7 +71,7 @@ ROUTING = {"sdp": Routing.SHUFFLE_SUM, "local": Routing.DIRECT, "central": Routi
 
 
 @dataclass(frozen=True)
-class PvecStepsPlan:
+class PvecStepsPlan(PlannedProtocol):
     """A seed-000 sequential protocol resolved against its data (``PlannedProtocol``)."""
 
     public_charges: ClassVar[bool] = True      # every round's charge is public (RoundProtocol)
@@ -95,7 +95,7 @@ class PvecStepsPlan:
 
 
 @dataclass(frozen=True)
-class PvecSteps:
+class PvecSteps(ProtocolRecipe):
     """The recipe of a sequential P_vec protocol; ``schedule`` gives its (B, T, step size) in the
     ``paper`` and ``exact`` modes (``hyperparameters``), from beta too when ``needs_smoothness``."""
 
@@ -177,7 +177,7 @@ class PvecSteps:
 
 
 @dataclass(frozen=True)
-class PvecRoundsPlan:
+class PvecRoundsPlan(PlannedProtocol):
     """A seed-000 fully interactive protocol resolved against its data (``PlannedProtocol``)."""
 
     public_charges: ClassVar[bool] = True      # every round's charge is public (RoundProtocol)
@@ -209,7 +209,7 @@ def per_round_budget(epsilon: float, delta: float, num_rounds: int) -> tuple[flo
 
 
 @dataclass(frozen=True)
-class PvecRounds:
+class PvecRounds(ProtocolRecipe):
     """The recipe of a fully interactive P_vec protocol (module docstring); ``paper`` / ``exact``
     set T and eta (``hyperparameters.gd_schedule``)."""
 

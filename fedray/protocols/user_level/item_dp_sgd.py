@@ -31,7 +31,7 @@ import numpy as np
 
 from fedray.checks import number_in, positive
 from fedray.core.evaluation import Metric
-from fedray.core.planning import PlanContext
+from fedray.core.planning import PlanContext, ProtocolRecipe
 from fedray.core.sampling import AllUnits
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
@@ -58,7 +58,7 @@ def user_level_epsilon(noise_multiplier: float, batch: int, population: int, ite
 
 
 @dataclass(frozen=True)
-class ItemSampledGaussian:
+class ItemSampledGaussian(ProtocolRecipe):
     """B3's plan: every user every round (``participation=all``), B items a round (at most N m),
     the same m per user, z calibrated by the PLD accountant at the item-level budget
     (``privacy.calibration=accountant``), a rounds ledger pricing user-level epsilon as m times

@@ -26,7 +26,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from fedray.checks import check_bool, number_in, positive
-from fedray.core.planning import PlanContext
+from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe
 from fedray.core.protocol import Routing
 from fedray.errors import ConfigError
 from fedray.objectives import LinearModelObjective
@@ -80,7 +80,7 @@ def balanced_regularization(*args) -> float:
 
 
 @dataclass(frozen=True)
-class PhasedPlan:
+class PhasedPlan(PlannedProtocol):
     """The program resolved against its data (``PlannedProtocol``)."""
 
     algorithm_class: type
@@ -105,7 +105,7 @@ class PhasedPlan:
 
 
 @dataclass(frozen=True)
-class PhasedOutputPertRecipe:
+class PhasedOutputPertRecipe(ProtocolRecipe):
     """Checks as SCOutputPert (central user-level DP or none, every user in the one program run,
     a smooth loss with a bounded derivative, every user the same m, eps <= 1, the paper's
     calibration), then the phases, the refusals (T >= 1; every release's users >= its N0 unless

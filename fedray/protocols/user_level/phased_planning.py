@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedray.checks import check_bool, known_keys, number_in, positive
-from fedray.core.planning import PlanContext
+from fedray.core.planning import PlanContext, ProtocolRecipe
 from fedray.errors import ConfigError
 from fedray.gradient_descent import ProjectedGradient
 from fedray.privacy.composition import ApproxDpComposition
@@ -178,7 +178,7 @@ def curator_privacy(recipe, config: dict, calibration_why: str = "") -> bool:
 
 
 @dataclass(frozen=True)
-class AcceleratedErm:
+class AcceleratedErm(ProtocolRecipe):
     trust_models: tuple[str, ...] = ("central", "none")
     sets_participation: bool = True           # participation=phased's lists come from the schedule
     privacy_keys: tuple[str, ...] = ()
@@ -328,7 +328,7 @@ def _phase_privacy(problem: Problem, layout, unit_phase: np.ndarray, multiplier:
 
 
 @dataclass(frozen=True)
-class FullBatchFiltered:
+class FullBatchFiltered(ProtocolRecipe):
     """One phase of Alg. 2's test, filter and noise over all n users, T = ``num_rounds`` steps,
     sigma = c tau sqrt(T) ln(n d e^eps / delta) / (eps n), c = 1000 kappa (profile derived: the
     accountant's sigma for the coupled sensitivity, ``phased_parameters.derived_noise``), no

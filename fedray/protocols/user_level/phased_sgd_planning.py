@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedray.checks import number_in, positive
-from fedray.core.planning import PlanContext
+from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe
 from fedray.core.protocol import Routing
 from fedray.errors import ConfigError
 from fedray.privacy.composition import ApproxDpComposition
@@ -72,7 +72,7 @@ def _layout(problem: Problem, constants: dict) -> PhasedSgdLayout:
 
 
 @dataclass(frozen=True)
-class PhasedSgdPlan:
+class PhasedSgdPlan(PlannedProtocol):
     """Alg. 1 resolved against its data (``PlannedProtocol``): the program is built here already."""
 
     algorithm: object
@@ -85,7 +85,7 @@ class PhasedSgdPlan:
 
 
 @dataclass(frozen=True)
-class PhasedSgdRecipe:
+class PhasedSgdRecipe(ProtocolRecipe):
     trust_models: tuple[str, ...] = ("central", "none")
     sets_participation: bool = True           # participation=phased's lists come from the layout
     privacy_keys: tuple[str, ...] = ()

@@ -16,7 +16,7 @@ from functools import partial
 import numpy as np
 
 from fedray.checks import check_bool, known_keys, number_in, positive
-from fedray.core.planning import PlanContext
+from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe
 from fedray.core.protocol import Routing
 from fedray.core.sampling import AllUnits
 from fedray.errors import ConfigError
@@ -39,7 +39,7 @@ CALIBRATIONS = ("accountant", "paper")
 
 
 @dataclass(frozen=True)
-class OutputPerturbationPlan:
+class OutputPerturbationPlan(PlannedProtocol):
     """The program resolved against its data (``PlannedProtocol``)."""
 
     algorithm_class: type
@@ -59,7 +59,7 @@ class OutputPerturbationPlan:
 
 
 @dataclass(frozen=True)
-class OutputPerturbationRecipe:
+class OutputPerturbationRecipe(ProtocolRecipe):
     trust_models: tuple[str, ...] = ("central", "none")
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
@@ -99,7 +99,7 @@ class OutputPerturbationRecipe:
 
 
 @dataclass(frozen=True)
-class CertifiedPlan:
+class CertifiedPlan(PlannedProtocol):
     """SCOutputPert resolved against its data (``PlannedProtocol``)."""
 
     algorithm_class: type
@@ -121,7 +121,7 @@ class CertifiedPlan:
 
 
 @dataclass(frozen=True)
-class CertifiedPerturbationRecipe:
+class CertifiedPerturbationRecipe(ProtocolRecipe):
     """SCOutputPert (certificate mode): checks as output perturbation, plus every user holding the
     same m items, beta in (0, 1), eps <= 1 (the paper's range; refused above), and n >= N0 =
     8 kappa + 2 unless ``algorithm.allow_few_users`` (then the utility guarantee is void; privacy
@@ -318,7 +318,7 @@ def check_curator_rounds(recipe, config: dict, context: PlanContext, fields: tup
 
 
 @dataclass(frozen=True)
-class CuratorRoundsPlan:
+class CuratorRoundsPlan(PlannedProtocol):
     """A user-level round protocol at a trusted server resolved against its data
     (``PlannedProtocol``): ``CuratorSampledRounds`` over the users' records, starting at 0."""
 
@@ -344,7 +344,7 @@ class CuratorRoundsPlan:
 
 
 @dataclass(frozen=True)
-class UserSampledGaussian:
+class UserSampledGaussian(ProtocolRecipe):
     """B1 (``user_dp_sgd``): K users per round (``participation=uniform``), each user's mean
     gradient clipped to L, the mean's Gaussian noise z 2 L / K with z calibrated by the RDP
     accountant for num_rounds K-of-N subsampled releases at (eps, delta) (``privacy.calibration=
