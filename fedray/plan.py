@@ -15,6 +15,7 @@ import json
 import math
 import zlib
 from dataclasses import dataclass, fields, replace
+from typing import cast
 
 import numpy as np
 from hydra.utils import instantiate
@@ -259,7 +260,7 @@ def _list_fields_as_arrays(dataset):
     ``validate`` to name."""
     from dataclasses import is_dataclass
 
-    if not is_dataclass(dataset):
+    if not is_dataclass(dataset) or isinstance(dataset, type):
         return dataset
     arrays = {}
     for spec_field in fields(dataset):
@@ -294,22 +295,25 @@ def _guard(privacy: PrivacyPlan, sampler, replicas: Replicas, seed: int, num_rou
     """The budget guard: charge the sampler's participations to the plan's ledger."""
     if not privacy.private:
         return privacy
-    accountant = privacy.ledger.accountant
+    ledger, target = privacy.ledger, privacy.target_epsilon
+    if ledger is None or target is None:
+        raise ValueError(f"a private plan needs a ledger and target epsilons; got ledger={ledger}, target={target}")
+    accountant = ledger.accountant
     # An accountant that prices phases, not rounds, needs no replay of the sampler's draws (10^5 rounds of them)
     counts = sampler.counts(seed, replicas.repetitions, num_rounds, num_units) \
         if getattr(accountant, "reads_counts", True) else np.zeros((replicas.count, num_units), dtype=np.int64)
     counts = accountant.planned(counts, num_rounds)
     if enforce:
-        planned = check_budget(privacy.ledger, counts, privacy.target_epsilon, privacy.delta)
+        planned = check_budget(ledger, counts, target, privacy.delta)
     else:
-        planned = privacy.ledger.epsilons(counts)
+        planned = ledger.epsilons(counts)
     return replace(privacy, planned_epsilon=planned)
 
 
 def make_plan(cfg: DictConfig) -> Plan:
     """Validate ``cfg`` and resolve it into a ``Plan``; raises ``ConfigError`` on the first bad value
     and ``BudgetError`` if the participations would overspend a unit's budget."""
-    config = OmegaConf.to_container(cfg, resolve=True)      # plain data from here on
+    config = cast(dict, OmegaConf.to_container(cfg, resolve=True))      # plain data from here on (a DictConfig's: a dict)
     # A faithful run trusts no accountant answer it did not compute itself (fedray.privacy.stored).
     use_store(not bool((config.get("runtime") or {}).get("faithful", False)))
     natural("seed", config.get("seed"))

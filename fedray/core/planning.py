@@ -74,6 +74,7 @@ class PlannedProtocol(Protocol):
     # Every round's charge is public (``RoundProtocol.public_charges``), so a run may stop at its
     # budget (``privacy.enforce_budget=stop``). False for a driver-side program or a halting curator.
     public_charges: ClassVar[bool] = False
+    __dataclass_fields__: ClassVar[dict[str, Any]]     # a frozen dataclass: the planner ``replace``s its privacy
 
     def build(self, oracle: Oracle) -> RoundProtocol | CentralProgram: ...
 
@@ -90,9 +91,9 @@ class ProtocolRecipe(Protocol):
     sets_participation: bool = False   # ``resolve`` writes the participation group (checked after it)
     needs_loss: bool = True            # the data must name a loss (a game defines its own objective)
 
-    def resolve(self, algorithm_class: type, config: dict, dataset: Any, shape: Any, loss: Any, sampler: Any) -> dict: ...
+    def resolve(self, algorithm_class: type[PlannedAlgorithm], config: dict, dataset: Any, shape: Any, loss: Any, sampler: Any) -> dict: ...
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PlannedProtocol: ...
+    def plan(self, algorithm_class: type[PlannedAlgorithm], config: dict, context: PlanContext) -> PlannedProtocol: ...
 
 
 @runtime_checkable

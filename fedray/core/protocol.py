@@ -186,6 +186,15 @@ class RoundProtocol(Protocol):
     def combine(self, parts: list[dict]) -> dict: ...
 
 
+def client_operation(protocol: RoundProtocol, spec: RoundSpec) -> ClientOperation:
+    """The client operation ``spec`` names, as ``protocol`` registered it."""
+    operations = protocol.operations
+    if spec.operation not in operations:
+        raise ValueError(f"RoundSpec.operation={spec.operation!r} is not registered by {type(protocol).__name__}; "
+                         f"it registers {sorted(operations)}")
+    return operations[spec.operation]
+
+
 @runtime_checkable
 class RoundBlocks(RoundProtocol, Protocol):
     """A protocol that can run ``steps`` rounds per actor call (registers a ``RoundBlock``)."""
@@ -243,7 +252,7 @@ class _FromParts(RoundProtocol):
 
 
 @dataclass(frozen=True)
-class SampledRounds(_FromParts):
+class SampledRounds(_FromParts, RoundBlocks):
     """A round protocol from parts: ``sampler`` picks the units of each round, ``algorithm``
     supplies the client and server halves, ``evaluation`` scores models on a shard, and the run
     ends after ``num_rounds`` rounds.
@@ -308,7 +317,7 @@ class SampledRounds(_FromParts):
         public randomness keyed by the round, so every round's is known before the block runs."""
         schedule = np.stack([self.sampler.sample(keys.seed, keys.repetitions, keys.round + i, self.num_units)
                              for i in range(steps)])
-        return RoundSpec(keys.round, schedule.any(axis=0), state, steps, CLIENT_ROUNDS, (schedule, keys))
+        return RoundSpec(keys.round, np.asarray(schedule.any(axis=0)), state, steps, CLIENT_ROUNDS, (schedule, keys))
 
     def round_in(self, block: RoundSpec, i: int, state: Any) -> tuple[RoundSpec, RoundKeys]:
         """Round ``i`` of a block, as ``configure`` would have given it from ``state``, and its keys."""
@@ -338,7 +347,7 @@ def step_sum(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class SequentialSteps(_FromParts):
+class SequentialSteps(_FromParts, StepBlocks):
     """A protocol of many tiny sequential steps, run a block of steps per Ray call.
 
     Step t takes the units of batch t (``sampler``: ``SequentialBatches`` or ``PhasedBatches``, each

@@ -20,12 +20,14 @@ from __future__ import annotations
 import functools
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import ray
 
 from fedray.core.oracle import block_partials
-from fedray.core.protocol import Messages, OneStep, RoundBlock, RoundProtocol, RoundSpec, StepBlock
+from fedray.core.program import CentralProgram
+from fedray.core.protocol import Messages, OneStep, RoundBlock, RoundProtocol, RoundSpec, StepBlock, client_operation
 from fedray.rng import SiloDraws
 
 
@@ -107,7 +109,9 @@ class SiloGroup:
 
     def __init__(self, dataset, seed: int, trial: int, silo_ids: np.ndarray, streams: np.ndarray,
                  secret_draws: bool = False):
-        self._fed, self.protocol, self._shard = None, None, None
+        self._fed: Any = None            # the federation of this group's units (records stay here)
+        self.protocol: RoundProtocol | CentralProgram | None = None
+        self._shard: Any = None          # the protocol's view of the records (a round protocol's shard)
         if _restarted_actor():
             return      # the driver restores the job this actor held when it died
         self.load(dataset, seed, trial, silo_ids)
@@ -167,12 +171,14 @@ class SiloGroup:
 
     @_loaded
     def evaluate(self, params: np.ndarray) -> dict:
+        if self.protocol is None:
+            raise RuntimeError("evaluate before set_protocol: this group holds no protocol yet")
         return self.protocol.evaluate(params, self._fed)
 
     @_loaded
     def round(self, payload: RoundPayload) -> RoundReply | RoundsReply:
         """Run the client operation the spec names, looked up in the protocol's ``operations``."""
-        operation = self._protocol().operations[payload.spec.operation]
+        operation = client_operation(self._protocol(), payload.spec)
         if isinstance(operation, StepBlock):
             return self._block(payload, operation)
         if isinstance(operation, RoundBlock):
@@ -189,7 +195,7 @@ class SiloGroup:
         """This group's part of one round: the units that take part for some replica, their
         (privatized) messages and the (P, U) mask of which replica took which."""
         protocol = self._protocol()
-        operation = protocol.operations[spec.operation]
+        operation = client_operation(protocol, spec)
         if not isinstance(operation, OneStep):
             raise TypeError(f"operation {spec.operation!r} of a round is a {type(operation).__name__}; "
                             "a round's units run a OneStep")
@@ -208,7 +214,7 @@ class SiloGroup:
         if protocol.per_actor_sums:
             # A curator's step: one row per replica, the sum over the units of this group it takes
             # (a zero row, masked, where it takes none here).
-            return units, messages, sub_mask.any(axis=1, keepdims=True)
+            return units, messages, np.asarray(sub_mask.any(axis=1, keepdims=True))
         # A replica that did not sample this unit receives nothing from it.
         messages = messages * sub_mask.reshape(sub_mask.shape + (1,) * (messages.ndim - 2))
         return units, messages, sub_mask

@@ -16,12 +16,12 @@ draw reads every sample, so a population ledger (one column for all samples,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fedray.checks import known_keys, number_in, positive
-from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe, Replicas
+from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.core.protocol import CuratorRounds, CuratorSteps, Routing
 from fedray.core.sampling import AllUnits, LeveledBatches, SequentialBatches
 from fedray.errors import ConfigError
@@ -99,7 +99,8 @@ def _regime(alg: dict, game) -> str:
 def _budget(priv: dict, calibration: str = "paper", what: str = "tau_priv of Prop. 3.3") -> tuple[float, float]:
     if priv.get("calibration") != calibration:
         raise ConfigError("privacy.calibration", priv.get("calibration"), f"{calibration} ({what})")
-    epsilon, delta = priv.get("epsilon"), priv.get("delta")
+    epsilon: Any = priv.get("epsilon")      # checked here: numbers in range, or a ConfigError
+    delta: Any = priv.get("delta")
     check_privacy_range(epsilon, delta)
     return float(epsilon), float(delta)
 
@@ -115,7 +116,7 @@ def _mode(alg: dict, modes: tuple = MODES) -> str:
 
 
 def _checked(recipe, config: dict, context: PlanContext, keys: tuple,
-             sampler: type = SequentialBatches, participation: str = "sequential") -> tuple[str, object]:
+             sampler: type = SequentialBatches, participation: str = "sequential") -> tuple[str, Any]:
     """The checks the recipes share; (the algorithm's name, the game)."""
     alg, priv = config["algorithm"], config["privacy"]
     name = str(alg.get("name"))
@@ -169,8 +170,8 @@ class GamePlan(PlannedProtocol):
 
     public_charges: ClassVar[bool] = True      # every round's charge is public (RoundProtocol)
 
-    algorithm: object
-    sampler: object
+    algorithm: Any
+    sampler: Any
     replicas: Replicas
     num_rounds: int
     num_units: int
@@ -197,7 +198,7 @@ class VertexSampling(ProtocolRecipe):
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         alg, priv = config["algorithm"], config["privacy"]
         game = _game(config, dataset, str(alg.get("name")))
         regime = _regime(alg, game)
@@ -205,17 +206,18 @@ class VertexSampling(ProtocolRecipe):
         if mode == "manual":
             return config
         private = priv.get("trust_model") != "none"
-        eps, delta = _budget(priv) if private else (None, None)
-        if mode == "bound" and private:
-            schedule = bound_schedule(regime, shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz,
+        budget = _budget(priv) if private else None
+        if mode == "bound" and budget is not None:
+            schedule = bound_schedule(regime, shape.num_silos, *budget, game.rows, game.columns, game.lipschitz,
                                       game.smoothness, game.second_order or 0.0)
         else:
+            eps, delta = budget if budget is not None else (None, None)
             schedule = sgd_schedule(regime, shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz)
         return {**config, "num_rounds": schedule.num_steps,
                 "algorithm": {**alg, "step_size": schedule.step_size, "draws": schedule.draws},
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         _, game = _checked(self, config, context, ALGORITHM_KEYS)
         draws = positive("algorithm.draws", alg.get("draws", 1), int)
@@ -233,7 +235,7 @@ class VertexSampling(ProtocolRecipe):
             limit = private_step_size(batch, steps, draws, eps, delta, lipschitz)
             _refuse_above(limit, replicas, f"Prop. 3.3 at B = {batch}, T = {steps}, K = {draws}, eps = {eps:g}, "
                                            f"delta = {delta:g}, L0 = {lipschitz:g}")
-            per_draw = draw_epsilon(replicas.step_sizes, lipschitz, batch)[:, None]          # (P, 1)
+            per_draw = np.asarray(draw_epsilon(replicas.step_sizes, lipschitz, batch))[:, None]          # (P, 1)
             privacy = _central(
                 _pure_draws(per_draw, delta, releases_per_round=draws_per_step(draws)), eps, delta, replicas,
                 details={"tau_priv": limit, "draw_epsilon_max": float(per_draw.max()),
@@ -264,18 +266,23 @@ class GaussianNoise(ProtocolRecipe):
                               "coordinate; the sensitivity is 2 L0 sqrt(dx + dy) / B, no clipping)")
         return _budget(priv, "analytic", "the analytic Gaussian at the batch mean's l2 sensitivity")
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         alg, priv = config["algorithm"], config["privacy"]
         game = _game(config, dataset, str(alg.get("name")))
         if _mode(alg) == "manual":
             return config
-        eps, delta = self._budget(priv) if priv.get("trust_model") != "none" else (None, None)
-        schedule = gaussian_schedule(shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz,
-                                     lambda sensitivity: analytic_sigma(eps, delta, sensitivity))
+        budget = self._budget(priv) if priv.get("trust_model") != "none" else None
+        eps, delta = budget if budget is not None else (None, None)
+
+        def noise_std(sensitivity: float) -> float:
+            if budget is None:
+                raise ValueError("a noise std without a privacy budget")
+            return analytic_sigma(*budget, sensitivity)
+        schedule = gaussian_schedule(shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz, noise_std)
         return {**config, "num_rounds": schedule.num_steps, "algorithm": {**alg, "step_size": schedule.step_size},
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         _, game = _checked(self, config, context, GAUSSIAN_KEYS)
         block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
@@ -313,7 +320,7 @@ class BiasReduced(ProtocolRecipe):
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         alg, priv = config["algorithm"], config["privacy"]
         game = _game(config, dataset, str(alg.get("name")))
         constant = _vertex_constant(alg)
@@ -337,7 +344,7 @@ class BiasReduced(ProtocolRecipe):
         return {**config, "num_rounds": int(params.stop), "participation": participation,
                 "algorithm": {**alg, "step_size": params.step_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         _, game = _checked(self, config, context, BIAS_REDUCED_KEYS, LeveledBatches, "leveled")
         sampler, replicas = context.sampler, context.replicas
@@ -394,7 +401,7 @@ class OnlineToBatch(ProtocolRecipe):
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         alg, priv = config["algorithm"], config["privacy"]
         game = _one_loss(config, dataset, str(alg.get("name")))
         regime = alg.get("regime", "second_order")
@@ -412,7 +419,7 @@ class OnlineToBatch(ProtocolRecipe):
         return {**config, "num_rounds": schedule.num_steps, "algorithm": algorithm,
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         name, _ = _checked(self, config, context, SCO_KEYS)
         game = _one_loss(config, context.dataset, name)
@@ -432,7 +439,7 @@ class OnlineToBatch(ProtocolRecipe):
             limit = sco_private_step(batch, releases, eps, delta, game.lipschitz)
             _refuse_above(limit, replicas, f"Prop. 4.3 at B = {batch}, k = {releases} draws, eps = {eps:g}, "
                                            f"delta = {delta:g}, L0 = {game.lipschitz:g}")
-            per_draw = draw_epsilon(replicas.step_sizes, game.lipschitz, batch)[:, None]
+            per_draw = np.asarray(draw_epsilon(replicas.step_sizes, game.lipschitz, batch))[:, None]
             privacy = _central(
                 _pure_draws(per_draw, delta, most_releases=releases), eps, delta, replicas,
                 details={"tau_priv": limit, "draw_epsilon_max": float(per_draw.max()), "releases": releases,
@@ -463,7 +470,7 @@ class FrankWolfeRecipe(ProtocolRecipe):
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         alg, priv = config["algorithm"], config["privacy"]
         _one_loss(config, dataset, str(alg.get("name")))
         if _mode(alg) == "manual" or priv.get("trust_model") == "none":
@@ -471,7 +478,7 @@ class FrankWolfeRecipe(ProtocolRecipe):
         eps, _ = _budget(priv)
         return {**config, "num_rounds": frank_wolfe_rounds(shape.num_silos, eps)}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         name, _ = _checked(self, config, context, FRANK_WOLFE_KEYS, AllUnits, "all")
         game = _one_loss(config, context.dataset, name)
@@ -498,7 +505,7 @@ class FrankWolfeRecipe(ProtocolRecipe):
 class ProgramPlan(PlannedProtocol):
     """A driver-side program resolved against its data (``PlannedProtocol``): built at planning."""
 
-    program: object
+    program: Any
     privacy: PrivacyPlan
     resolved: dict = field(default_factory=dict)
     routing: Routing = Routing.DIRECT
@@ -521,10 +528,10 @@ class Boosted(ProtocolRecipe):
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         return config
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> ProgramPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> ProgramPlan:
         alg, priv = config["algorithm"], config["privacy"]
         name, game = _checked(self, config, context, BOOSTED_KEYS, AllUnits, "all")
         if context.num_rounds != 1:

@@ -29,13 +29,15 @@ theorem, and its output is what the printed noise gives (the feasibility notes s
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from fedray.checks import check_bool, known_keys, number_in, positive
-from fedray.core.planning import PlanContext, ProtocolRecipe
+from fedray.core.planning import PlanContext, PlannedAlgorithm, ProtocolRecipe
 from fedray.errors import ConfigError
 from fedray.gradient_descent import ProjectedGradient
 from fedray.privacy.composition import ApproxDpComposition
@@ -43,7 +45,7 @@ from fedray.privacy.ledger import Ledger, PhaseAccountant
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.planning import USER, CuratorRoundsPlan, not_private
 from fedray.protocols.user_level.phased_parameters import (
-    COUPLING_CONSTANT, PhaseLayout, Problem, accelerated_notes, accelerated_schedule, derived_batch, derived_noise,
+    AcceleratedSchedule, COUPLING_CONSTANT, PhaseLayout, Problem, accelerated_notes, accelerated_schedule, derived_batch, derived_noise,
     good_event_failures, layout_noise_std, phase_layout, privacy_conditions, restarts, smoothed, smoothing_radius,
     stage_lengths,
 )
@@ -124,7 +126,7 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
     return problem, constants
 
 
-def _runs(problem: Problem, constants: dict) -> tuple[list[tuple[Problem, object, PhaseLayout]], float | None]:
+def _runs(problem: Problem, constants: dict) -> tuple[list[tuple[Problem, AcceleratedSchedule, PhaseLayout]], float | None]:
     """Alg. 3's runs: one, or Remark 3.6's restarts (``phased_parameters.restarts``) for a
     strongly convex risk; each run's problem, schedule and layout, and the restarts' D* (None
     without them)."""
@@ -138,7 +140,7 @@ def _joined(layouts) -> PhaseLayout:
     return PhaseLayout(*(tuple(v for layout in layouts for v in getattr(layout, f)) for f in ("users", "steps", "batch")))
 
 
-def _schedule(problem: Problem, constants: dict):
+def _schedule(problem: Problem, constants: dict) -> tuple[AcceleratedSchedule, PhaseLayout]:
     schedule = accelerated_schedule(problem, constants["c_tau"], constants["c_T"], constants["kappa"],
                                     accelerated=constants["solver"] == "acsa")
     if constants["profile"] == "derived":
@@ -184,7 +186,7 @@ class AcceleratedErm(ProtocolRecipe):
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         """The phases as ``participation`` and sum T_i as ``num_rounds``."""
         require_phased(config)
         problem, constants = _inputs(config, shape, loss)
@@ -193,7 +195,7 @@ class AcceleratedErm(ProtocolRecipe):
                          "batch_sizes": list(layout.batch)}
         return {**config, "participation": participation, "num_rounds": int(sum(layout.steps))}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> CuratorRoundsPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
         from fedray.protocols.user_level.accelerated_erm import phase_solvers
 
         alg, shape, replicas = config["algorithm"], context.shape, context.replicas
@@ -346,10 +348,10 @@ class FullBatchFiltered(ProtocolRecipe):
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         return config
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> CuratorRoundsPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
         from fedray.acsa import AcSa
         from fedray.core.sampling import AllUnits, UniformParticipation
 
