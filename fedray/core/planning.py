@@ -91,7 +91,8 @@ class ProtocolRecipe(Protocol):
     sets_participation: bool = False   # ``resolve`` writes the participation group (checked after it)
     needs_loss: bool = True            # the data must name a loss (a game defines its own objective)
 
-    def resolve(self, algorithm_class: type[PlannedAlgorithm], config: dict, dataset: Any, shape: Any, loss: Any, sampler: Any) -> dict: ...
+    def resolve(self, algorithm_class: type[PlannedAlgorithm], config: dict, dataset: Any, shape: Any, loss: Any,
+                sampler: Any) -> dict: ...
 
     def plan(self, algorithm_class: type[PlannedAlgorithm], config: dict, context: PlanContext) -> PlannedProtocol: ...
 

@@ -227,7 +227,8 @@ def _cut_at_evaluation(protocol: StepBlocks, spec: RoundSpec, evaluate_every: in
     return replace(spec, steps=steps, participation=participation)
 
 
-def _evaluate_stacked(protocol, groups, models: list, num_replicas: int) -> tuple[list[dict], set]:
+def _evaluate_stacked(protocol: RoundProtocol | CentralProgram, groups, models: list,
+                      num_replicas: int) -> tuple[list[dict], set]:
     """Several (P, ...) models evaluated in one call per actor, stacked along the replica axis:
     each model's metric values, in order, and the names of the diagnostic metrics."""
     values, diagnostics = split(protocol.combine(groups.call("evaluate", np.concatenate(models))))
@@ -758,7 +759,8 @@ class _Budget:
         return len(charges), None
 
 
-def _finish(plan: Plan, protocol, groups, outputs: dict, result: RunResult, ledger, started: float) -> RunResult:
+def _finish(plan: Plan, protocol: RoundProtocol | CentralProgram, groups, outputs: dict, result: RunResult,
+            ledger: Ledger | None, started: float) -> RunResult:
     """Evaluate the released models (the first is the model; the others' metrics get its name as a
     suffix) and close the result."""
     evaluated, diagnostics = _evaluate_stacked(protocol, groups, list(outputs.values()), plan.num_replicas)
@@ -780,7 +782,7 @@ def _finish(plan: Plan, protocol, groups, outputs: dict, result: RunResult, ledg
     return result
 
 
-def _program(plan: Plan, program, groups, tracker, progress, started: float) -> RunResult:
+def _program(plan: Plan, program: CentralProgram, groups, tracker, progress, started: float) -> RunResult:
     """A driver-side program (``fedray.core.program``): one run over the oracle, one release."""
     ledger = _fresh_ledger(plan)
     ran = program.run(groups, RoundKeys(plan.seed, plan.repetitions, 0, plan.replicas.streams))

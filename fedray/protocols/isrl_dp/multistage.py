@@ -123,7 +123,8 @@ class StageFields(AcSaFields):
     @property
     def stages(self) -> Any:
         """The stage schedule (``check_fields`` has made every constant a number)."""
-        return Stages(_number(self.smoothness), self.strong_convexity, _number(self.oracle_std), _number(self.initial_gap))
+        return Stages(_number(self.smoothness), self.strong_convexity, _number(self.oracle_std),
+                      _number(self.initial_gap))
 
 
 @dataclass(frozen=True)

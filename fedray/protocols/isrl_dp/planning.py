@@ -78,7 +78,8 @@ class IsrlDpPlan(PlannedProtocol):
         replace-one sensitivity, so each replica's noise follows its own clip."""
         l2_clip = float(l2_clip) if np.ndim(l2_clip) == 0 else np.asarray(l2_clip, dtype=np.float64)
         if self.privacy.private:
-            sensitivity: float | np.ndarray = PerExampleClip(l2_clip).sensitivity(self.privacy_sample_size, "replace_one")
+            sensitivity: float | np.ndarray = PerExampleClip(l2_clip).sensitivity(self.privacy_sample_size,
+                                                                                  "replace_one")
             if np.ndim(sensitivity):                # one per replica: (P, 1) against the (P, N) multipliers
                 sensitivity = np.asarray(sensitivity)[:, None]
             noise: GaussianNoise | NoNoise = GaussianNoise(self.privacy.noise_multiplier, sensitivity)

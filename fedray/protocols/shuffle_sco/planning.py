@@ -351,7 +351,8 @@ def _formula_inputs(alg: dict, priv: dict, mode: str) -> tuple[float, float, flo
     return eps, delta, lipschitz, 2.0 * positive("algorithm.radius", radius)
 
 
-def _check_users(recipe, algorithm_class: type[Any], config: dict, context: PlanContext, sampler_class: tuple[type, ...],
+def _check_users(recipe, algorithm_class: type[Any], config: dict, context: PlanContext,
+                 sampler_class: tuple[type, ...],
                  participation: str) -> dict:
     """The checks every seed-000 protocol shares; returns the algorithm's own fields (radius, ...)."""
     alg, priv, shape = config["algorithm"], config["privacy"], context.shape

@@ -45,9 +45,9 @@ from fedray.privacy.ledger import Ledger, PhaseAccountant
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.planning import USER, CuratorRoundsPlan, not_private
 from fedray.protocols.user_level.phased_parameters import (
-    AcceleratedSchedule, COUPLING_CONSTANT, PhaseLayout, Problem, accelerated_notes, accelerated_schedule, derived_batch, derived_noise,
-    good_event_failures, layout_noise_std, phase_layout, privacy_conditions, restarts, smoothed, smoothing_radius,
-    stage_lengths,
+    COUPLING_CONSTANT, AcceleratedSchedule, PhaseLayout, Problem, accelerated_notes, accelerated_schedule, derived_batch,
+    derived_noise, good_event_failures, layout_noise_std, phase_layout, privacy_conditions, restarts, smoothed,
+    smoothing_radius, stage_lengths,
 )
 
 COMMON = ("_target_", "name", "profile", "kappa", "threshold_constant", "lipschitz", "smoothness", "radius")
@@ -126,7 +126,8 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
     return problem, constants
 
 
-def _runs(problem: Problem, constants: dict) -> tuple[list[tuple[Problem, AcceleratedSchedule, PhaseLayout]], float | None]:
+def _runs(problem: Problem,
+          constants: dict) -> tuple[list[tuple[Problem, AcceleratedSchedule, PhaseLayout]], float | None]:
     """Alg. 3's runs: one, or Remark 3.6's restarts (``phased_parameters.restarts``) for a
     strongly convex risk; each run's problem, schedule and layout, and the restarts' D* (None
     without them)."""
