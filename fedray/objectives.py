@@ -9,6 +9,8 @@ so neighbouring datasets stay neighbours). With ``feature_bound`` = B and a loss
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from dataclasses import dataclass
 
@@ -19,7 +21,7 @@ from fedray.losses import margins, silo_weighted_sums
 
 @dataclass(frozen=True)
 class LinearModelObjective:
-    loss: object
+    loss: Any
     feature_bound: float = math.inf
 
     @property

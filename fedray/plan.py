@@ -15,13 +15,14 @@ import json
 import math
 import zlib
 from dataclasses import dataclass, fields, replace
+from typing import cast
 
 import numpy as np
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fedray.checks import MAX_CLIP, check_bool, known_keys, natural, positive
-from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe, Replicas
+from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
 from fedray.privacy.accounting import use_store
@@ -129,10 +130,10 @@ def clip_grid(priv: dict) -> np.ndarray | None:
     return np.asarray(grid, dtype=np.float64)
 
 
-def _check_clip_grid(config: dict, recipe) -> None:
+def _check_clip_grid(config: dict, recipe: ProtocolRecipe) -> None:
     """A clip grid only for protocols whose recipe says it carries per-replica clips."""
     grid = config["privacy"].get("l2_clip")
-    if isinstance(grid, (list, tuple)) and not getattr(recipe, "clip_grid", False):
+    if isinstance(grid, (list, tuple)) and not recipe.clip_grid:
         raise ConfigError("privacy.l2_clip", grid, f"one number for algorithm={config['algorithm'].get('name')} "
                           "(a list, a clip grid carried as replicas, is for the ISRL-DP silo algorithms)")
 
@@ -225,14 +226,14 @@ def _budget_key(epsilon) -> float:
     return float(zlib.crc32(json.dumps(epsilon, sort_keys=True).encode()))
 
 
-def _algorithm_class(target) -> type:
+def _algorithm_class(target) -> type[PlannedAlgorithm]:
     from hydra.utils import get_class
 
     try:
         found = get_class(str(target))
     except Exception:  # Hydra raises several kinds for a path that does not import
         found = None
-    if found is None or not isinstance(getattr(found, "recipe", None), ProtocolRecipe):
+    if not isinstance(found, PlannedAlgorithm) or not isinstance(found.recipe, ProtocolRecipe):
         raise ConfigError("algorithm._target_", target, "the import path of a fedray protocol class (one with a recipe)")
     return found
 
@@ -259,7 +260,7 @@ def _list_fields_as_arrays(dataset):
     ``validate`` to name."""
     from dataclasses import is_dataclass
 
-    if not is_dataclass(dataset):
+    if not is_dataclass(dataset) or isinstance(dataset, type):
         return dataset
     arrays = {}
     for spec_field in fields(dataset):
@@ -294,22 +295,25 @@ def _guard(privacy: PrivacyPlan, sampler, replicas: Replicas, seed: int, num_rou
     """The budget guard: charge the sampler's participations to the plan's ledger."""
     if not privacy.private:
         return privacy
-    accountant = privacy.ledger.accountant
+    ledger, target = privacy.ledger, privacy.target_epsilon
+    if ledger is None or target is None:
+        raise ValueError(f"a private plan needs a ledger and target epsilons; got ledger={ledger}, target={target}")
+    accountant = ledger.accountant
     # An accountant that prices phases, not rounds, needs no replay of the sampler's draws (10^5 rounds of them)
     counts = sampler.counts(seed, replicas.repetitions, num_rounds, num_units) \
         if getattr(accountant, "reads_counts", True) else np.zeros((replicas.count, num_units), dtype=np.int64)
     counts = accountant.planned(counts, num_rounds)
     if enforce:
-        planned = check_budget(privacy.ledger, counts, privacy.target_epsilon, privacy.delta)
+        planned = check_budget(ledger, counts, target, privacy.delta)
     else:
-        planned = privacy.ledger.epsilons(counts)
+        planned = ledger.epsilons(counts)
     return replace(privacy, planned_epsilon=planned)
 
 
 def make_plan(cfg: DictConfig) -> Plan:
     """Validate ``cfg`` and resolve it into a ``Plan``; raises ``ConfigError`` on the first bad value
     and ``BudgetError`` if the participations would overspend a unit's budget."""
-    config = OmegaConf.to_container(cfg, resolve=True)      # plain data from here on
+    config = cast(dict, OmegaConf.to_container(cfg, resolve=True))      # plain data from here on (a DictConfig's: a dict)
     # A faithful run trusts no accountant answer it did not compute itself (fedray.privacy.stored).
     use_store(not bool((config.get("runtime") or {}).get("faithful", False)))
     natural("seed", config.get("seed"))
@@ -321,18 +325,19 @@ def make_plan(cfg: DictConfig) -> Plan:
     loss = _loss(config["data"])
     sampler = _instantiate("participation", config["participation"])
     algorithm_class = _algorithm_class(config["algorithm"].get("_target_"))
-    if not getattr(algorithm_class.recipe, "sets_participation", False):   # else resolve writes it (then checked)
+    recipe = algorithm_class.recipe
+    if not recipe.sets_participation:   # else resolve writes it (then checked)
         sampler.validate(shape.num_silos)
-    known_keys("", config, TOP_LEVEL_KEYS + algorithm_class.recipe.config_keys)
-    _check_clip_grid(config, algorithm_class.recipe)
-    if loss is None and getattr(algorithm_class.recipe, "needs_loss", True):
+    known_keys("", config, TOP_LEVEL_KEYS + recipe.config_keys)
+    _check_clip_grid(config, recipe)
+    if loss is None and recipe.needs_loss:
         raise ConfigError("data.loss", None, f"a loss for {config['algorithm'].get('name')} (data={config['data'].get('name')} "
                           "defines none)")
     if shape.summarised_items is not None and not getattr(loss, "linear_in_record", False):
         raise ConfigError("data.loss", type(loss).__name__, f"a loss linear in the record (Linear) for data="
                           f"{config['data'].get('name')}: each record is the mean of {shape.summarised_items} items, "
                           "which gives the items' average loss only for such a loss")
-    config = algorithm_class.recipe.resolve(algorithm_class, config, dataset, shape, loss, sampler)
+    config = recipe.resolve(algorithm_class, config, dataset, shape, loss, sampler)
     # resolve may have set the sampler's size or the loss's smoothing
     sampler = _instantiate("participation", config["participation"])
     loss = _loss(config["data"])
@@ -352,7 +357,7 @@ def make_plan(cfg: DictConfig) -> Plan:
         raise ConfigError("repetitions", config["repetitions"], f"fewer replicas: {replicas.count:,} replicas x "
                           f"{shape.num_silos:,} units exceed 2^31 ledger cells")
     runtime, tracking = config["runtime"], config["tracking"]
-    known_keys("privacy", config["privacy"], PRIVACY_KEYS + algorithm_class.recipe.privacy_keys)
+    known_keys("privacy", config["privacy"], PRIVACY_KEYS + recipe.privacy_keys)
     known_keys("runtime", runtime, RUNTIME_KEYS)
     known_keys("tracking", tracking, TRACKING_KEYS)
     for key in ("num_actors", "num_cpus", "checkpoint_every", "rounds_per_call"):
@@ -368,14 +373,14 @@ def make_plan(cfg: DictConfig) -> Plan:
     positive("tracking.replica_curves", tracking.get("replica_curves", 30), int)
 
     context = PlanContext(int(config["seed"]), num_rounds, dataset, shape, loss, sampler, replicas)
-    planned = algorithm_class.recipe.plan(algorithm_class, config, context)
+    planned = recipe.plan(algorithm_class, config, context)
     enforce = config["privacy"].get("enforce_budget", True)
     if enforce not in (True, False, "stop"):
         raise ConfigError("privacy.enforce_budget", enforce, "true (refuse a schedule that passes the budget), false "
                           "(run it, reporting the overspend) or stop (run until the next round would pass it)")
     privacy = _guard(planned.privacy, sampler, replicas, context.seed, num_rounds, shape.num_silos, enforce is True)
     if enforce == "stop" and privacy.private:
-        if not getattr(planned, "public_charges", False):
+        if not planned.public_charges:
             raise ConfigError("privacy.enforce_budget", enforce, f"true or false for {config['algorithm'].get('name')}: "
                               "a run stops at its budget only where every round's charge is public (rounds of "
                               "sampled units or steps; not a driver-side program or a halting curator)")

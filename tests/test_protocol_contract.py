@@ -246,7 +246,7 @@ def test_only_the_protocols_messages_leave_a_group(algorithm):
         assert {f.name for f in fields(reply)} == {"silo_ids", "messages", "mask", "evaluation", "claim"}
         assert reply.evaluation is None and reply.claim is None
         if reply.silo_ids.size == 0:
-            if getattr(protocol, "per_actor_sums", False):     # a curator's sum over nobody: one zero row, masked
+            if protocol.per_actor_sums:     # a curator's sum over nobody: one zero row, masked
                 assert not reply.mask.any() and not reply.messages.any() and reply.messages.shape[1] == 1
             else:
                 assert reply.messages.shape[1] == 0
@@ -257,11 +257,8 @@ def test_only_the_protocols_messages_leave_a_group(algorithm):
         draws = SiloDraws(plan.seed, plan.replicas.streams, spec.round, reply.silo_ids, width=width)
         shard = protocol.shard(fed, group.silo_ids).select(positions)
         assert reply.mask.all()
-        if getattr(protocol, "per_actor_sums", False) or getattr(protocol, "masked_client", False):
-            participation = spec.participation[:, reply.silo_ids]
-            assert np.array_equal(reply.messages, protocol.client_step(spec.broadcast, shard, draws, participation))
-        else:
-            assert np.array_equal(reply.messages, protocol.client_step(spec.broadcast, shard, draws))
+        participation = spec.participation[:, reply.silo_ids]
+        assert np.array_equal(reply.messages, protocol.client_step(spec.broadcast, shard, draws, participation))
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -72,7 +72,8 @@ def block_partials(unit_ids: np.ndarray, rows: np.ndarray, num_units: int) -> li
 def sum_partials(parts: list[Partial]) -> np.ndarray:
     """The total of every actor's partials: shared blocks are joined in id order and summed as one
     actor would, then the block sums are added in block order."""
-    whole, shared = {}, {}
+    whole: dict[int, np.ndarray] = {}
+    shared: dict[int, list[Partial]] = {}
     for part in parts:
         if part.whole:
             whole[part.block] = part.rows

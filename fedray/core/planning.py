@@ -11,11 +11,12 @@ configs arrive as dicts, never as Hydra objects.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
 from fedray.core.oracle import Oracle
+from fedray.core.program import CentralProgram
 from fedray.core.protocol import RoundProtocol, Routing
 
 
@@ -62,21 +63,42 @@ class PlanContext:
 @runtime_checkable
 class PlannedProtocol(Protocol):
     """A protocol resolved against its data's shape: its privacy plan, values worth logging, and
-    ``build(oracle)``, which may ask the data for constants (named in the privacy statement)."""
+    ``build(oracle)``, which may ask the data for constants (named in the privacy statement).
 
-    privacy: Any
+    Implementations subclass this class, so the declared defaults below hold where they say nothing.
+    """
+
+    privacy: Any             # its ``fedray.privacy.statement.PrivacyPlan`` (a layer above core)
     resolved: dict
     routing: Routing         # how client messages reach the server (a shuffler is started for SHUFFLE*)
+    # Every round's charge is public (``RoundProtocol.public_charges``), so a run may stop at its
+    # budget (``privacy.enforce_budget=stop``). False for a driver-side program or a halting curator.
+    public_charges: ClassVar[bool] = False
+    __dataclass_fields__: ClassVar[dict[str, Any]]     # a frozen dataclass: the planner ``replace``s its privacy
 
-    def build(self, oracle: Oracle) -> RoundProtocol: ...
+    def build(self, oracle: Oracle) -> RoundProtocol | CentralProgram: ...
 
 
 @runtime_checkable
 class ProtocolRecipe(Protocol):
+    """How a protocol package plans its algorithm class (the class's ``recipe``). Implementations
+    subclass this class, so the declared defaults below hold where they say nothing."""
+
     trust_models: tuple[str, ...]
     privacy_keys: tuple[str, ...]      # privacy config keys of its own, beyond the planner's
     config_keys: tuple[str, ...]       # top-level config keys of its own (a theorem preset's inputs)
+    clip_grid: bool = False            # privacy.l2_clip may be a list (one clip per block of replicas)
+    sets_participation: bool = False   # ``resolve`` writes the participation group (checked after it)
+    needs_loss: bool = True            # the data must name a loss (a game defines its own objective)
 
-    def resolve(self, algorithm_class: type, config: dict, dataset: Any, shape: Any, loss: Any, sampler: Any) -> dict: ...
+    def resolve(self, algorithm_class: type[PlannedAlgorithm], config: dict, dataset: Any, shape: Any, loss: Any,
+                sampler: Any) -> dict: ...
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PlannedProtocol: ...
+    def plan(self, algorithm_class: type[PlannedAlgorithm], config: dict, context: PlanContext) -> PlannedProtocol: ...
+
+
+@runtime_checkable
+class PlannedAlgorithm(Protocol):
+    """What ``algorithm._target_`` names: a class carrying its package's ``recipe``."""
+
+    recipe: ClassVar[ProtocolRecipe]

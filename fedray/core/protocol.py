@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from collections.abc import Mapping
 from typing import Any, Callable, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -36,6 +37,11 @@ class Routing(str, Enum):
     DIRECT = "direct"              # as sent, in unit order (the server knows who sent what)
     SHUFFLE = "shuffle"            # a shuffler permutes them and drops sender identity
     SHUFFLE_SUM = "shuffle_sum"    # the shuffler forwards only their sum
+
+
+CLIENT_STEP = "client_step"          # the operation names the shapes below register (``operations``)
+CLIENT_BLOCK = "client_block"
+CLIENT_ROUNDS = "client_rounds"
 
 
 @dataclass(frozen=True)
@@ -56,17 +62,18 @@ class RoundKeys:
 class RoundSpec:
     """What ``configure`` decides for a round: who takes part and what every actor receives.
 
-    ``operation`` names the client operation: ``client_step`` (one step: every participating unit
-    sends a message), ``client_block`` (``steps`` sequential steps, from step ``round``, run in
-    the one actor that holds their units; see ``SequentialSteps``) or ``client_rounds`` (``steps``
-    ordinary rounds run in the one actor that holds every unit; see ``SampledRounds.rounds``).
+    ``operation`` names the client operation, a key of the protocol's ``operations``: here
+    ``client_step`` (one step: every participating unit sends a message), ``client_block``
+    (``steps`` sequential steps, from step ``round``, run in the one actor that holds their units;
+    see ``SequentialSteps``) or ``client_rounds`` (``steps`` ordinary rounds run in the one actor
+    that holds every unit; see ``SampledRounds.rounds``).
     """
 
     round: int
     participation: np.ndarray      # (P, N) bool (a block's: the union over its rounds)
     broadcast: Any                 # arrays the client step starts from (one ray.put per round)
     steps: int = 1
-    operation: str = "client_step"
+    operation: str = CLIENT_STEP
     schedule: Any = None           # client_rounds: (steps, P, N) bool, the participation of each round, and its keys
 
 
@@ -90,26 +97,73 @@ class Aggregated(NamedTuple):
                                    # ``fedray.core.evaluation.Metric`` tagged released or diagnostic
 
 
+@dataclass(frozen=True)
+class OneStep:
+    """A client operation of one round, run by every actor for its participating units:
+    ``run(broadcast, shard, draws, participation)`` gives their messages, (P, U, ...), or with
+    ``per_actor_sums`` the (P, 1, ...) sum over them (``participation`` is the shard's (P, U) mask)."""
+
+    run: Callable[[Any, Any, Any, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class StepBlock:
+    """A block of sequential steps run in the one actor holding their units:
+    ``run(spec, shard, unit_ids, draws_for)`` gives the per-step values (steps, P, ...) the block
+    releases and the state it reaches; ``draws_for(step, unit_ids)`` keys a step's client draws."""
+
+    run: Callable[[RoundSpec, Any, np.ndarray, Callable[[int, np.ndarray], Any]], tuple[np.ndarray, Any]]
+
+
+@dataclass(frozen=True)
+class RoundBlock:
+    """Several ordinary rounds run in the one actor holding every unit: ``run(spec, exchange,
+    evaluate)``, where ``exchange(round_spec)`` gives one round's ``Messages`` from the actor's units
+    and ``evaluate(round, state)`` the evaluation parts due at that round (or None), gives every
+    round's messages and evaluation parts and the end state."""
+
+    run: Callable[[RoundSpec, Callable[[RoundSpec], Messages], Callable[[int, Any], dict | None]],
+                  tuple[list[Messages], list[dict | None], Any]]
+
+
+ClientOperation = OneStep | StepBlock | RoundBlock
+"""The kinds of client operation an actor runs; a protocol registers its own in ``operations``."""
+
+
 @runtime_checkable
 class RoundProtocol(Protocol):
-    """What the driver runs. Implementations are frozen dataclasses; state lives in ``state``.
+    """What the driver runs: every member the runtime reads. Implementations are frozen
+    dataclasses that subclass this class (so the flags below default as declared); state lives in
+    ``state``.
 
-    A protocol with ``per_actor_sums = True`` (a class attribute) sends one message per actor and
-    replica: the sum over the units of that actor the replica takes, shaped (P, 1, ...), from
-    ``client_step(broadcast, shard, draws, participation)`` with the (P, U) mask of the shard's
-    units per replica; only a protocol whose server may see un-noised sums (a trusted curator) can
-    ask for it. A protocol with ``masked_client = True`` gets the same mask in ``client_step`` and
-    sends per-unit messages as usual, computed only for the (replica, unit) pairs it marks.
+    ``operations`` maps each operation name a ``RoundSpec`` may carry to the client operation it
+    runs (``OneStep``, ``StepBlock``, ``RoundBlock``), as a Flower ``ClientApp`` registers its
+    handlers: the runtime looks the operation up and runs it by its kind, naming none.
 
-    ``public_charges`` (a class attribute, default True): every round's charge is a function of
-    public randomness (the sampler's draws, public levels) and not of the data, so a run may stop
-    when the next round's charge would pass the budget (``privacy.enforce_budget=stop``): its
-    stopping round is data-independent and its releases are a fixed composition.
+    A protocol with ``per_actor_sums = True`` sends one message per actor and replica: the sum over
+    the units of that actor the replica takes, shaped (P, 1, ...); only a protocol whose server may
+    see un-noised sums (a trusted curator) can ask for it. Otherwise ``client_step`` sends per-unit
+    messages, and a replica that did not sample a unit receives a zero row from it.
+
+    ``public_charges``: every round's charge is a function of public randomness (the sampler's
+    draws, public levels) and not of the data, so a run may stop when the next round's charge
+    would pass the budget (``privacy.enforce_budget=stop``): its stopping round is
+    data-independent and its releases are a fixed composition.
+
+    ``round_blocks``: who takes part, and so every round's charge, does not depend on the state,
+    so the runtime may run several rounds per actor call (``RoundBlocks``).
     """
 
     routing: Routing
     constants: dict          # fixed values of the run worth recording once (a clip, a mean noise std)
     round_constants: dict    # name -> (P,) values recorded with every round's metrics
+    num_rounds: int          # R, or the most rounds (steps) a halting protocol may run
+    per_actor_sums: ClassVar[bool] = False
+    public_charges: ClassVar[bool] = True
+    round_blocks: ClassVar[bool] = False
+
+    @property
+    def operations(self) -> Mapping[str, ClientOperation]: ...
 
     def init(self) -> Any: ...
 
@@ -117,7 +171,7 @@ class RoundProtocol(Protocol):
 
     def shard(self, federation: Any, unit_ids: np.ndarray) -> Any: ...
 
-    def client_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray: ...
+    def client_step(self, broadcast: Any, shard: Any, draws: Any, participation: np.ndarray) -> np.ndarray: ...
 
     def charge(self, state: Any, spec: RoundSpec) -> np.ndarray: ...
 
@@ -132,12 +186,48 @@ class RoundProtocol(Protocol):
     def combine(self, parts: list[dict]) -> dict: ...
 
 
-class _FromParts:
+def client_operation(protocol: RoundProtocol, spec: RoundSpec) -> ClientOperation:
+    """The client operation ``spec`` names, as ``protocol`` registered it."""
+    operations = protocol.operations
+    if spec.operation not in operations:
+        raise ValueError(f"RoundSpec.operation={spec.operation!r} is not registered by {type(protocol).__name__}; "
+                         f"it registers {sorted(operations)}")
+    return operations[spec.operation]
+
+
+@runtime_checkable
+class RoundBlocks(RoundProtocol, Protocol):
+    """A protocol that can run ``steps`` rounds per actor call (registers a ``RoundBlock``)."""
+
+    def rounds(self, state: Any, keys: RoundKeys, steps: int) -> RoundSpec: ...
+
+    def round_in(self, block: RoundSpec, i: int, state: Any) -> tuple[RoundSpec, RoundKeys]: ...
+
+
+@runtime_checkable
+class StepBlocks(RoundProtocol, Protocol):
+    """A protocol of sequential steps run in blocks (registers a ``StepBlock``): a history entry is
+    a block of steps, and a round's index is its first step."""
+
+    def step_units(self, step: int) -> tuple[int, int]: ...
+
+    def one_step(self, spec: RoundSpec) -> RoundSpec: ...
+
+
+class _FromParts(RoundProtocol):
     """What a protocol built from an algorithm's halves delegates to its parts: the algorithm
     (``init``, ``silo_step``, ``output``), the shard view, the evaluation; it ends after
-    ``num_rounds`` rounds (steps). Needs the fields of ``SampledRounds``."""
+    ``num_rounds`` rounds (steps)."""
 
-    public_charges: ClassVar[bool] = True       # see ``RoundProtocol``
+    algorithm: Any
+    evaluation: Any
+    shard_view: Callable[[Any, np.ndarray], Any]
+    params0: np.ndarray
+    num_units: int
+
+    @property
+    def operations(self) -> Mapping[str, ClientOperation]:
+        return {CLIENT_STEP: OneStep(self.client_step)}
 
     def init(self) -> Any:
         return self.algorithm.init(self.params0)
@@ -145,7 +235,7 @@ class _FromParts:
     def shard(self, federation: Any, unit_ids: np.ndarray) -> Any:
         return self.shard_view(federation, unit_ids)
 
-    def client_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray:
+    def client_step(self, broadcast: Any, shard: Any, draws: Any, participation: np.ndarray) -> np.ndarray:
         return self.algorithm.silo_step(broadcast, shard, draws)
 
     def done(self, state: Any) -> np.ndarray:
@@ -162,7 +252,7 @@ class _FromParts:
 
 
 @dataclass(frozen=True)
-class SampledRounds(_FromParts):
+class SampledRounds(_FromParts, RoundBlocks):
     """A round protocol from parts: ``sampler`` picks the units of each round, ``algorithm``
     supplies the client and server halves, ``evaluation`` scores models on a shard, and the run
     ends after ``num_rounds`` rounds.
@@ -186,6 +276,10 @@ class SampledRounds(_FromParts):
     # May run several rounds per actor call (``rounds``): who takes part, and so every round's
     # charge, does not depend on the state.
     round_blocks: ClassVar[bool] = True
+
+    @property
+    def operations(self) -> Mapping[str, ClientOperation]:
+        return {CLIENT_STEP: OneStep(self.client_step), CLIENT_ROUNDS: RoundBlock(self.client_rounds)}
 
     def configure(self, state: Any, keys: RoundKeys) -> RoundSpec:
         participation = self.sampler.sample(keys.seed, keys.repetitions, keys.round, self.num_units)
@@ -223,7 +317,7 @@ class SampledRounds(_FromParts):
         public randomness keyed by the round, so every round's is known before the block runs."""
         schedule = np.stack([self.sampler.sample(keys.seed, keys.repetitions, keys.round + i, self.num_units)
                              for i in range(steps)])
-        return RoundSpec(keys.round, schedule.any(axis=0), state, steps, "client_rounds", (schedule, keys))
+        return RoundSpec(keys.round, np.asarray(schedule.any(axis=0)), state, steps, CLIENT_ROUNDS, (schedule, keys))
 
     def round_in(self, block: RoundSpec, i: int, state: Any) -> tuple[RoundSpec, RoundKeys]:
         """Round ``i`` of a block, as ``configure`` would have given it from ``state``, and its keys."""
@@ -231,7 +325,8 @@ class SampledRounds(_FromParts):
         keys = RoundKeys(keys.seed, keys.repetitions, block.round + i, keys.streams)
         return RoundSpec(block.round + i, schedule[i], self.algorithm.broadcast(state)), keys
 
-    def client_rounds(self, block: RoundSpec, exchange: Callable, evaluate: Callable) -> tuple[list, list, Any]:
+    def client_rounds(self, block: RoundSpec, exchange: Callable[[RoundSpec], Messages],
+                      evaluate: Callable[[int, Any], dict | None]) -> tuple[list[Messages], list[dict | None], Any]:
         """Run a block in the actor holding every unit: ``exchange(spec)`` gives one round's
         ``Messages`` from this actor's units, ``evaluate(round, state)`` the evaluation parts due
         at that round (or None). Returns every round's messages and evaluation parts, and the end state."""
@@ -252,7 +347,7 @@ def step_sum(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class SequentialSteps(_FromParts):
+class SequentialSteps(_FromParts, StepBlocks):
     """A protocol of many tiny sequential steps, run a block of steps per Ray call.
 
     Step t takes the units of batch t (``sampler``: ``SequentialBatches`` or ``PhasedBatches``, each
@@ -288,6 +383,10 @@ class SequentialSteps(_FromParts):
     round_constants: dict = field(default_factory=dict)
 
 
+    @property
+    def operations(self) -> Mapping[str, ClientOperation]:
+        return {CLIENT_STEP: OneStep(self.client_step), CLIENT_BLOCK: StepBlock(self.client_block)}
+
     def step_units(self, step: int) -> tuple[int, int]:
         """The unit ids [lo, hi) of step ``step`` (the sampler's disjoint batches)."""
         return self.sampler.step_units(step)
@@ -297,7 +396,7 @@ class SequentialSteps(_FromParts):
         steps = min(self.block_steps, self.num_rounds - first)
         participation = np.zeros((self.params0.shape[0], self.num_units), dtype=bool)
         participation[:, self.step_units(first)[0]:self.step_units(first + steps - 1)[1]] = True
-        return RoundSpec(first, participation, state, steps, "client_block")
+        return RoundSpec(first, participation, state, steps, CLIENT_BLOCK)
 
     def one_step(self, spec: RoundSpec) -> RoundSpec:
         """The first step of a block as an ordinary round (for a step whose units straddle actors)."""
@@ -307,7 +406,8 @@ class SequentialSteps(_FromParts):
         return RoundSpec(spec.round, participation, self.algorithm.broadcast(spec.broadcast))
 
 
-    def client_block(self, spec: RoundSpec, shard: Any, unit_ids: np.ndarray, draws_for: Callable) -> tuple:
+    def client_block(self, spec: RoundSpec, shard: Any, unit_ids: np.ndarray,
+                     draws_for: Callable[[int, np.ndarray], Any]) -> tuple[np.ndarray, Any]:
         """The per-step sums (steps, P, ...) of a block whose units all live in ``shard``, and the
         state the server steps on them reach (the driver configures the next block from it while
         it re-runs these steps, and checks that it reaches the same state)."""
@@ -333,7 +433,7 @@ class SequentialSteps(_FromParts):
 
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
         charge = self.charge(state, spec)
-        sums = messages.values if spec.operation == "client_block" else step_sum(messages.values, messages.mask)[None]
+        sums = messages.values if spec.operation == CLIENT_BLOCK else step_sum(messages.values, messages.mask)[None]
         for summed in sums:
             state = self.algorithm.server_step(state, summed)
         units = self.step_units(spec.round + spec.steps - 1)[1] - self.step_units(spec.round)[0]
@@ -370,7 +470,8 @@ class CuratorSteps(SequentialSteps):
             raise ValueError("sequential steps take every unit of a step in every replica")
         return self.algorithm.silo_step(broadcast, shard, draws)[:, None]
 
-    def client_block(self, spec: RoundSpec, shard: Any, unit_ids: np.ndarray, draws_for: Callable) -> tuple:
+    def client_block(self, spec: RoundSpec, shard: Any, unit_ids: np.ndarray,
+                     draws_for: Callable[[int, np.ndarray], Any]) -> tuple[np.ndarray, Any]:
         """The releases (steps, P, ...) of a block whose samples all live in ``shard``, and its end state."""
         state, released = spec.broadcast, []
         for step, positions in self._block_steps(spec, unit_ids):
@@ -381,7 +482,7 @@ class CuratorSteps(SequentialSteps):
         return np.stack(released), state
 
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
-        if spec.operation == "client_block":
+        if spec.operation == CLIENT_BLOCK:
             state = messages.claim
         else:
             state = self.algorithm.server_step(state, step_sum(messages.values, messages.mask))
@@ -411,10 +512,9 @@ class CuratorSampledRounds(SampledRounds):
     (P,) metrics (``fedray.core.evaluation.Metric``, tagged released or diagnostic); a replica
     ends at ``algorithm.done(state)`` (a failed test halts it), after which none of its units
     takes part (the others' rounds go on); and the client step receives the (P, U) mask of its
-    units (``masked_client``), so a unit computes only for the replicas that sampled it.
+    units, so a unit computes only for the replicas that sampled it.
     """
 
-    masked_client: ClassVar[bool] = True
     public_charges: ClassVar[bool] = False     # a halted replica (a test outcome) is charged nothing more
     round_blocks: ClassVar[bool] = False       # who takes part depends on the state (halting): one round per call
 

@@ -288,7 +288,7 @@ class PhasedSubsets:
     def per_round(self, num_units: int) -> int | None:
         return int(self.batch_sizes[0]) if len(set(self.batch_sizes)) == 1 else None
 
-    def max_rounds(self, num_units: int) -> int | None:
+    def max_rounds(self, num_units: int) -> int:
         return int(sum(self.steps))
 
     def phase_range(self, phase: int) -> tuple[int, int]:

@@ -27,6 +27,8 @@ explicit Abar (small games, tests against linear programming).
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -199,7 +201,7 @@ class GameSamples:
     [-L0, L0]: the neighbouring dataset of an audit (replace-one).
     """
 
-    game: object
+    game: Any
     stream: CounterStream
     ids: np.ndarray
     replaced: dict = field(default_factory=dict)

@@ -38,7 +38,8 @@ from fedray.privacy.composition import ApproxDpComposition, ParallelComposition
 
 @runtime_checkable
 class CountAccountant(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...     # read-only: accountants are frozen dataclasses
 
     def epsilons(self, counts: np.ndarray) -> np.ndarray: ...
 

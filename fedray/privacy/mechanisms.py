@@ -34,7 +34,7 @@ class GaussianNoise:
     """
 
     noise_multiplier: np.ndarray
-    sensitivity: float = 1.0
+    sensitivity: float | np.ndarray = 1.0        # or one per replica, (P, 1) (a clip grid)
     placement: ClassVar[Placement] = Placement.CLIENT
     draws_normals: ClassVar[bool] = True      # ``apply`` reads its standard normals
 

@@ -18,7 +18,7 @@ import sys
 import socket
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
@@ -26,13 +26,16 @@ import ray
 from fedray.core.evaluation import Metric, split
 from fedray.core.oracle import sum_partials
 from fedray.core.program import CentralProgram
-from fedray.core.protocol import Messages, RoundKeys, Routing
+from fedray.core.protocol import (Messages, RoundBlock, RoundBlocks, RoundKeys, RoundProtocol,
+                                  RoundSpec, Routing, StepBlock, StepBlocks)
+from fedray.core.protocol import client_operation as _operation
 from fedray.runtime import checkpoint
 from fedray.runtime.shuffler import Shuffler, ShufflerActor
 from fedray.runtime.silo_group import ActorRestarted, RoundPayload, RoundsReply, SiloGroup, SiloGroupActor
 
 if TYPE_CHECKING:      # a silo actor imports this package: it needs neither the planner nor dp-accounting
     from fedray.plan import Plan
+    from fedray.privacy.ledger import Ledger
 
 SHUFFLER_OUTPUT = {Routing.SHUFFLE: "permutation", Routing.SHUFFLE_SUM: "sum"}
 RESTART_TIMEOUT = 300.0      # seconds to wait for a restarted silo actor (a new node may need to start it)
@@ -174,7 +177,21 @@ def _ranges(blocks: list) -> list[tuple[int, int]]:
     return [(int(b[0]), int(b[-1]) + 1) if b.size else (0, 0) for b in blocks]
 
 
-def _fit_block(protocol, spec, ranges: list) -> tuple[object, int | None]:
+def _round_blocks(protocol: RoundProtocol) -> RoundBlocks:
+    """``protocol`` as the shape a ``RoundBlock`` operation needs."""
+    if not isinstance(protocol, RoundBlocks):
+        raise TypeError(f"{type(protocol).__name__} registers a RoundBlock but is not a RoundBlocks (rounds, round_in)")
+    return protocol
+
+
+def _step_blocks(protocol: RoundProtocol) -> StepBlocks:
+    """``protocol`` as the shape a ``StepBlock`` operation needs."""
+    if not isinstance(protocol, StepBlocks):
+        raise TypeError(f"{type(protocol).__name__} registers a StepBlock but is not a StepBlocks (step_units, one_step)")
+    return protocol
+
+
+def _fit_block(protocol: StepBlocks, spec: RoundSpec, ranges: list) -> tuple[RoundSpec, int | None]:
     """The block shortened to the steps whose units live in the actor holding its first step, and
     that actor; or the first step as an ordinary round (no owner) when its units straddle two."""
     lo, hi = protocol.step_units(spec.round)
@@ -192,7 +209,7 @@ def _fit_block(protocol, spec, ranges: list) -> tuple[object, int | None]:
     return spec, owner
 
 
-def _cut_at_evaluation(protocol, spec, evaluate_every: int, num_steps: int):
+def _cut_at_evaluation(protocol: StepBlocks, spec: RoundSpec, evaluate_every: int, num_steps: int) -> RoundSpec:
     """A block of sequential steps that starts at an evaluated step (a multiple of
     ``evaluate_every``, or the last step) shortened to that one step, evaluated at its start like
     an ordinary round; any other block ends before the next evaluated step. So the model is
@@ -210,7 +227,8 @@ def _cut_at_evaluation(protocol, spec, evaluate_every: int, num_steps: int):
     return replace(spec, steps=steps, participation=participation)
 
 
-def _evaluate_stacked(protocol, groups, models: list, num_replicas: int) -> tuple[list[dict], set]:
+def _evaluate_stacked(protocol: RoundProtocol | CentralProgram, groups, models: list,
+                      num_replicas: int) -> tuple[list[dict], set]:
     """Several (P, ...) models evaluated in one call per actor, stacked along the replica axis:
     each model's metric values, in order, and the names of the diagnostic metrics."""
     values, diagnostics = split(protocol.combine(groups.call("evaluate", np.concatenate(models))))
@@ -248,6 +266,12 @@ class GroupOracle:
     """The oracle (``fedray.core.oracle``) over silo groups, through their ``call(method, *args)``
     (one call per group) and ``num_units``."""
 
+    num_units: int
+
+    def call(self, method: str, *args) -> list:
+        """One call of ``method`` per group, in group order."""
+        raise NotImplementedError
+
     def map(self, fn, *args) -> list:
         """``fn(federation, *args)`` in every group."""
         return self.call("apply", fn, *args)
@@ -276,7 +300,12 @@ class RayGroups(GroupOracle):
                        for lo, hi in _ranges(blocks)]
         self.max_restarts = int(plan.runtime.get("max_restarts", 3))
         self.fault = plan.runtime.get("fault_injection")
-        self.protocol, self.replays = None, 0
+        self.protocol: RoundProtocol | CentralProgram | None = None
+        self.replays = 0
+        self.layout: tuple | None = None             # set by ``start``: what a pool keys these actors by
+        self.started = time.perf_counter()
+        self.pool: ActorPool | None = None
+        self.actors: list[Any]                       # Ray actor handles (their methods are typed by Ray as plain methods)
         if pooled is None:
             # A fractional CPU share lets more actors than cores start (useful for tests), and SPREAD
             # places them across the nodes of a cluster.
@@ -292,7 +321,7 @@ class RayGroups(GroupOracle):
                 self._get(lambda: [a.load.remote(*setup[:4]) for a, setup in zip(self.actors, self.setups)])
             self._get(lambda: [a.configure.remote(*setup[4:]) for a, setup in zip(self.actors, self.setups)])
         shuffler = _shuffler_args(plan)
-        self.shuffler = None if shuffler is None else ShufflerActor.options(max_restarts=self.max_restarts).remote(*shuffler)
+        self.shuffler: Any = None if shuffler is None else ShufflerActor.options(max_restarts=self.max_restarts).remote(*shuffler)
         self.ranges = _ranges(blocks)
 
     def _get(self, submit, refs=None):
@@ -335,12 +364,12 @@ class RayGroups(GroupOracle):
     def fold(self, fn, state, *args):
         """``Oracle.fold``: each actor's call takes the previous one's result as an object ref,
         so the state passes actor to actor; the driver waits once, for the last."""
-        args = [ray.put(arg) for arg in args]
+        refs = [ray.put(arg) for arg in args]
 
         def submit():
             folded = state
             for actor in self.actors:
-                folded = actor.fold.remote(fn, folded, *args)
+                folded = actor.fold.remote(fn, folded, *refs)
             self._inject(0)
             return folded
         return self._get(submit)
@@ -371,12 +400,12 @@ class RayGroups(GroupOracle):
         # the driver never holds un-shuffled messages. Evaluation travels in its own call.
         bare = ray.put(replace(payload, evaluate=None))
 
-        def submit():
+        def submit_shuffled():
             evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors if payload.evaluate is not None]
             shuffled = self.shuffler.shuffle.remote(payload.spec.round, *[a.round.remote(bare) for a in self.actors])
             self._inject(payload.spec.round, payload.spec.steps)
             return [shuffled] + evaluations
-        shuffled, *evaluations = self._get(submit)
+        shuffled, *evaluations = self._get(submit_shuffled)
         return Messages(shuffled.messages, shuffled.mask), evaluations
 
     def submit_block(self, payload: RoundPayload, owner: int):
@@ -412,7 +441,9 @@ class ActorPool:
     """
 
     def __init__(self):
-        self.layout, self.data, self.actors = None, None, None
+        self.layout: tuple | None = None
+        self.data: tuple | None = None
+        self.actors: list[Any] | None = None
 
     def take(self, layout: tuple) -> tuple | None:
         """(data key, actors) kept for ``layout``, or None (anything kept is then killed)."""
@@ -429,7 +460,8 @@ class ActorPool:
 
     def drop_all(self) -> None:
         # Actors of an earlier Ray session (ray.shutdown in between) are gone already.
-        if self.actors is not None and ray.is_initialized() and self.layout[-1] == ray.get_runtime_context().get_job_id():
+        if self.actors is not None and self.layout is not None and ray.is_initialized() \
+                and self.layout[-1] == ray.get_runtime_context().get_job_id():
             for actor in self.actors:
                 ray.kill(actor)
         self.layout, self.data, self.actors = None, None, None
@@ -444,7 +476,7 @@ class InlineGroups(GroupOracle):
         self.groups = [SiloGroup(plan.dataset, plan.seed, plan.trial, b, plan.replicas.streams, plan.privacy.faithful)
                        for b in blocks]
         shuffler = _shuffler_args(plan)
-        self.shuffler = None if shuffler is None else Shuffler(*shuffler)
+        self.shuffler: Shuffler | None = None if shuffler is None else Shuffler(*shuffler)
         self.ranges = _ranges(blocks)
 
     def call(self, method: str, *args) -> list:
@@ -503,7 +535,10 @@ def run(plan: Plan, tracker=None, progress=None, inline: bool = False,
             return _rounds(plan, groups, tracker, progress, started)
         finally:
             groups.close()
-    groups = groups if groups is not None else start(plan, pool)
+    if groups is None:
+        groups = start(plan, pool)
+    elif not isinstance(groups, RayGroups):
+        raise TypeError(f"groups: the RayGroups of start(plan) (InlineGroups only with inline=True); got {type(groups).__name__}")
     try:
         result = _rounds(plan, groups, tracker, progress, groups.started)
     except BaseException:
@@ -513,7 +548,7 @@ def run(plan: Plan, tracker=None, progress=None, inline: bool = False,
         groups.close()
     else:
         groups.close(keep_silos=True)
-        groups.pool.give(groups.layout, _data_key(plan), groups.actors)
+        groups.pool.give(groups.layout or (), _data_key(plan), groups.actors)
     return result
 
 
@@ -523,8 +558,7 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     if isinstance(protocol, CentralProgram):
         return _program(plan, protocol, groups, tracker, progress, started)
     state = protocol.init()
-    private = plan.privacy.private
-    ledger = plan.privacy.ledger.fresh() if private else None
+    ledger = _fresh_ledger(plan)
     result = RunResult(protocol.output(state), constants=dict(protocol.constants))
     first_round_at = None
     start_round = 0
@@ -577,9 +611,9 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     def confirm(state, pending):
         """Re-run a block's server steps on what it released; the actor must have reached the same state."""
         r, spec, keys, messages, evaluation, evaluate, claim = pending
-        if spec.operation == "client_rounds":       # every round settles as its own round
+        if isinstance(_operation(protocol, spec), RoundBlock):       # every round settles as its own round
             for i, (sent, parts) in enumerate(messages.rounds(spec.round)):
-                round_spec, round_keys = protocol.round_in(spec, i, state)
+                round_spec, round_keys = _round_blocks(protocol).round_in(spec, i, state)
                 state = settle(state, r + i, round_spec, round_keys, sent, [parts], parts is not None)
         else:
             state = settle(state, r, spec, keys, messages, evaluation, evaluate)
@@ -596,46 +630,49 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
         """Whether history entry ``index``, whose last step is ``last_step``, is evaluated."""
         return index % plan.evaluate_every == 0 or last_step + 1 == plan.num_rounds
 
-    stepped = hasattr(protocol, "step_units")       # SequentialSteps: history entries are blocks of steps
+    stepped = isinstance(protocol, StepBlocks)       # history entries are blocks of steps
     rounds_per_call = int(plan.runtime.get("rounds_per_call") or ROUNDS_PER_CALL)
-    whole = len(groups.ranges) == 1 and getattr(protocol, "round_blocks", False) and rounds_per_call > 1 \
-        and groups.shuffler is None and not plan.privacy.faithful
+    whole = len(groups.ranges) == 1 and protocol.round_blocks and isinstance(protocol, RoundBlocks) \
+        and rounds_per_call > 1 and groups.shuffler is None and not plan.privacy.faithful
     block = 1
 
     faithful = plan.privacy.faithful              # units and shuffler draw from entropy the driver never sees
     deferred = []                                   # faithful runs: (round, last step, model) to evaluate after
-    budget = _Budget(plan, ledger) if plan.privacy.stop_at_budget else None
+    budget = _Budget(plan, ledger) if plan.privacy.stop_at_budget and ledger is not None else None
     r, pending, ahead = start_round, None, state     # ahead: what the next round is configured from
     while not np.all(protocol.done(ahead)):
         keys = RoundKeys(plan.seed, plan.repetitions, r, plan.replicas.streams)
         if whole:
-            spec, owner = protocol.rounds(ahead, keys, min(block, protocol.num_rounds - r)), 0
+            spec, owner = _round_blocks(protocol).rounds(ahead, keys, min(block, protocol.num_rounds - r)), 0
         else:
             spec, owner = protocol.configure(ahead, keys), None
-        if spec.operation == "client_block":
-            spec, owner = _fit_block(protocol, spec, groups.ranges)
-        if spec.operation == "client_block":
-            spec = _cut_at_evaluation(protocol, spec, plan.evaluate_every, plan.num_rounds)
-        if budget is not None and spec.operation == "client_rounds":
+        if isinstance(_operation(protocol, spec), StepBlock):
+            spec, owner = _fit_block(_step_blocks(protocol), spec, groups.ranges)
+        if isinstance(_operation(protocol, spec), StepBlock):
+            spec = _cut_at_evaluation(_step_blocks(protocol), spec, plan.evaluate_every, plan.num_rounds)
+        operation = _operation(protocol, spec)
+        if budget is not None and isinstance(operation, RoundBlock):
             # round by round, as one round per call would: the block ends before the first refused round
-            charges = [protocol.charge(ahead, protocol.round_in(spec, i, ahead)[0]) for i in range(spec.steps)]
+            blocks = _round_blocks(protocol)
+            charges = [protocol.charge(ahead, blocks.round_in(spec, i, ahead)[0]) for i in range(spec.steps)]
             fits, result.stopped = budget.affordable(charges, spec.round)
             if fits == 0:
                 break
             if fits < spec.steps:
-                spec = protocol.rounds(ahead, keys, fits)
+                spec = blocks.rounds(ahead, keys, fits)
         elif budget is not None:
             charge = protocol.charge(ahead, spec)
             refused = budget.refusal(charge, spec.round)
-            if refused is not None and spec.operation == "client_block":
-                spec, owner = protocol.one_step(spec), None      # the budget's last steps, one at a time
+            if refused is not None and isinstance(operation, StepBlock):
+                spec, owner = _step_blocks(protocol).one_step(spec), None      # the budget's last steps, one at a time
                 charge = protocol.charge(ahead, spec)
                 refused = budget.refusal(charge, spec.round)
             result.stopped = refused
             if result.stopped is not None:
                 break
             budget.commit(charge)
-        if spec.operation == "client_rounds":       # the actor evaluates the rounds due, each at its start
+        operation = _operation(protocol, spec)
+        if isinstance(operation, RoundBlock):       # the actor evaluates the rounds due, each at its start
             evaluate = False
             payload = RoundPayload(spec, None, tuple(t for t in range(r, r + spec.steps) if due(t, t)))
         else:
@@ -663,7 +700,7 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
             pace = (time.perf_counter() - sent_at) / spec.steps
             # the first call's pace includes one-time costs (the actor's first imports): it sets no size
             block = 2 if spec.round == start_round else max(1, min(rounds_per_call, int(CALL_SECONDS / max(pace, 1e-6))))
-        r += spec.steps if spec.operation == "client_rounds" else 1
+        r += spec.steps if isinstance(operation, RoundBlock) else 1
     if pending is not None:
         state = confirm(state, pending)
 
@@ -679,6 +716,12 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     return _finish(plan, protocol, groups, protocol.output(state), result, ledger, started)
 
 
+def _fresh_ledger(plan: Plan) -> Ledger | None:
+    """A fresh ledger of the plan's, or None for a run without privacy."""
+    ledger = plan.privacy.ledger
+    return ledger.fresh() if plan.privacy.private and ledger is not None else None
+
+
 class _Budget:
     """``privacy.enforce_budget=stop``: the rounds the ledger's targets can still pay for. Each
     round's charge is public and known before it runs (``protocol.charge``), so a round that would
@@ -686,7 +729,9 @@ class _Budget:
     rounds paid for, at a round that depends on no data. Counts include rounds started but not yet
     settled (a block in flight)."""
 
-    def __init__(self, plan: Plan, ledger):
+    def __init__(self, plan: Plan, ledger: Ledger):
+        if plan.privacy.target_epsilon is None:
+            raise ValueError("privacy.enforce_budget=stop needs target epsilons; this plan has none")
         self.ledger, self.committed = ledger, ledger.counts.copy()
         self.target = np.broadcast_to(plan.privacy.target_epsilon, ledger.counts.shape)
 
@@ -714,7 +759,8 @@ class _Budget:
         return len(charges), None
 
 
-def _finish(plan: Plan, protocol, groups, outputs: dict, result: RunResult, ledger, started: float) -> RunResult:
+def _finish(plan: Plan, protocol: RoundProtocol | CentralProgram, groups, outputs: dict, result: RunResult,
+            ledger: Ledger | None, started: float) -> RunResult:
     """Evaluate the released models (the first is the model; the others' metrics get its name as a
     suffix) and close the result."""
     evaluated, diagnostics = _evaluate_stacked(protocol, groups, list(outputs.values()), plan.num_replicas)
@@ -736,9 +782,9 @@ def _finish(plan: Plan, protocol, groups, outputs: dict, result: RunResult, ledg
     return result
 
 
-def _program(plan: Plan, program, groups, tracker, progress, started: float) -> RunResult:
+def _program(plan: Plan, program: CentralProgram, groups, tracker, progress, started: float) -> RunResult:
     """A driver-side program (``fedray.core.program``): one run over the oracle, one release."""
-    ledger = plan.privacy.ledger.fresh() if plan.privacy.private else None
+    ledger = _fresh_ledger(plan)
     ran = program.run(groups, RoundKeys(plan.seed, plan.repetitions, 0, plan.replicas.streams))
     result = RunResult(ran.outputs, constants=dict(program.constants))
     metrics, result.diagnostics = split(ran.metrics)

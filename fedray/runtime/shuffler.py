@@ -160,6 +160,7 @@ class Shuffler:
             # Each of a sender's k messages becomes its own row; identity is gone after this line.
             flat_messages.append(messages.reshape((num_replicas, mask.shape[1] * k) + shape))
             flat_mask.append(np.repeat(mask, k, axis=1))
+        assert message_shape is not None     # set by the first of the (non-empty) blocks
         messages = np.concatenate(flat_messages, axis=1)
         mask = np.concatenate(flat_mask, axis=1)
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 import functools
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import ray
 
 from fedray.core.oracle import block_partials
-from fedray.core.protocol import Messages, RoundProtocol, RoundSpec
+from fedray.core.program import CentralProgram
+from fedray.core.protocol import Messages, OneStep, RoundBlock, RoundProtocol, RoundSpec, StepBlock, client_operation
 from fedray.rng import SiloDraws
 
 
@@ -107,7 +109,9 @@ class SiloGroup:
 
     def __init__(self, dataset, seed: int, trial: int, silo_ids: np.ndarray, streams: np.ndarray,
                  secret_draws: bool = False):
-        self._fed, self.protocol, self._shard = None, None, None
+        self._fed: Any = None            # the federation of this group's units (records stay here)
+        self.protocol: RoundProtocol | CentralProgram | None = None
+        self._shard: Any = None          # the protocol's view of the records (a round protocol's shard)
         if _restarted_actor():
             return      # the driver restores the job this actor held when it died
         self.load(dataset, seed, trial, silo_ids)
@@ -167,45 +171,55 @@ class SiloGroup:
 
     @_loaded
     def evaluate(self, params: np.ndarray) -> dict:
+        if self.protocol is None:
+            raise RuntimeError("evaluate before set_protocol: this group holds no protocol yet")
         return self.protocol.evaluate(params, self._fed)
 
     @_loaded
     def round(self, payload: RoundPayload) -> RoundReply | RoundsReply:
-        spec = payload.spec
-        if spec.operation == "client_block":
-            return self._block(payload)
-        if spec.operation == "client_rounds":
-            return self._rounds(payload)
+        """Run the client operation the spec names, looked up in the protocol's ``operations``."""
+        operation = client_operation(self._protocol(), payload.spec)
+        if isinstance(operation, StepBlock):
+            return self._block(payload, operation)
+        if isinstance(operation, RoundBlock):
+            return self._rounds(payload, operation)
         evaluation = None if payload.evaluate is None else self.evaluate(payload.evaluate)
-        return RoundReply(*self._messages(spec), evaluation)
+        return RoundReply(*self._messages(payload.spec), evaluation)
+
+    def _protocol(self) -> RoundProtocol:
+        if not isinstance(self.protocol, RoundProtocol):
+            raise TypeError(f"a round needs a RoundProtocol; this group holds {type(self.protocol).__name__}")
+        return self.protocol
 
     def _messages(self, spec: RoundSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """This group's part of one round: the units that take part for some replica, their
         (privatized) messages and the (P, U) mask of which replica took which."""
+        protocol = self._protocol()
+        operation = client_operation(protocol, spec)
+        if not isinstance(operation, OneStep):
+            raise TypeError(f"operation {spec.operation!r} of a round is a {type(operation).__name__}; "
+                            "a round's units run a OneStep")
         mask = spec.participation[:, self.silo_ids]
         active = np.flatnonzero(mask.any(axis=0))
-        if active.size == 0 and not getattr(self.protocol, "per_actor_sums", False):
+        if active.size == 0 and not protocol.per_actor_sums:
             shape = np.shape(spec.broadcast)
             return self.silo_ids[:0], np.zeros((mask.shape[0], 0) + shape[1:]), mask[:, :0]
         units = self.silo_ids[active]
         draws = SiloDraws(self._draw_seed, self.streams, spec.round, units, width=self._width)
         sub_mask = mask[:, active]
+        rows: np.ndarray | slice = active
         if active.size and active[-1] - active[0] + 1 == active.size:     # contiguous: a view of the records, no copy
-            active = slice(int(active[0]), int(active[-1]) + 1)
-        if getattr(self.protocol, "per_actor_sums", False):
+            rows = slice(int(active[0]), int(active[-1]) + 1)
+        messages = operation.run(spec.broadcast, self._shard.select(rows), draws, sub_mask)
+        if protocol.per_actor_sums:
             # A curator's step: one row per replica, the sum over the units of this group it takes
             # (a zero row, masked, where it takes none here).
-            messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws, sub_mask)
-            return units, messages, sub_mask.any(axis=1, keepdims=True)
-        if getattr(self.protocol, "masked_client", False):     # computes only the pairs of the mask
-            messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws, sub_mask)
-        else:
-            messages = self.protocol.client_step(spec.broadcast, self._shard.select(active), draws)
+            return units, messages, np.asarray(sub_mask.any(axis=1, keepdims=True))
         # A replica that did not sample this unit receives nothing from it.
         messages = messages * sub_mask.reshape(sub_mask.shape + (1,) * (messages.ndim - 2))
         return units, messages, sub_mask
 
-    def _rounds(self, payload: RoundPayload) -> RoundsReply:
+    def _rounds(self, payload: RoundPayload, operation: RoundBlock) -> RoundsReply:
         """Several ordinary rounds in the group holding every unit (``SampledRounds.rounds``): each
         round's messages are what an ordinary round sends; with them leave the evaluation parts due
         and the end state the server's steps on those messages reach."""
@@ -215,13 +229,13 @@ class SiloGroup:
             _, messages, mask = self._messages(spec)
             return Messages(messages, mask)
 
-        def evaluate(round_index: int, state):
-            return self.evaluate(next(iter(self.protocol.output(state).values()))) if round_index in due else None
+        def evaluate(round_index: int, state) -> dict | None:
+            return self.evaluate(next(iter(self._protocol().output(state).values()))) if round_index in due else None
 
-        sent, evaluated, end = self.protocol.client_rounds(payload.spec, exchange, evaluate)
+        sent, evaluated, end = operation.run(payload.spec, exchange, evaluate)
         return RoundsReply.pack(sent, evaluated, payload.spec.round, end)
 
-    def _block(self, payload: RoundPayload) -> RoundReply:
+    def _block(self, payload: RoundPayload, operation: StepBlock) -> RoundReply:
         """A block of sequential steps whose units all live here: only what the block returns leaves
         (per-step sums, or a curator's per-step releases and its end state)."""
         spec = payload.spec
@@ -230,7 +244,7 @@ class SiloGroup:
         def draws_for(step: int, units: np.ndarray) -> SiloDraws:
             return SiloDraws(self._draw_seed, self.streams, step, units, width=self._width)
 
-        sums, end = self.protocol.client_block(spec, self._shard, self.silo_ids, draws_for)
+        sums, end = operation.run(spec, self._shard, self.silo_ids, draws_for)
         units = self.silo_ids[spec.participation[:, self.silo_ids].any(axis=0)]
         return RoundReply(units, sums, np.ones(sums.shape[:2], dtype=bool), evaluation, end)
 

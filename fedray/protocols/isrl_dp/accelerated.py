@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -79,11 +79,11 @@ def one_pass_gradients(alg, query: np.ndarray, silos: SiloArrays, draws: SiloDra
 class AcSaFields:
     """The hyperparameters every AC-SA algorithm of this package takes (module docstring)."""
 
-    loss: object
+    loss: Any
     step_size: np.ndarray         # (P,) 1/nu
     batch_size: int               # K
     l2_clip: float | np.ndarray      # or one per replica (a clip grid)
-    noise: object                 # GaussianNoise(noise_std (P, N)) or NoNoise()
+    noise: Any                 # GaussianNoise(noise_std (P, N)) or NoNoise()
     strong_convexity: float = 0.0  # mu >= 0 of the loss
     regularization: float = 0.0    # lambda >= 0: the run minimises f + lambda/2 ||w - w_0||^2
     radius: float | None = None    # W = l2 ball of this radius; None = R^d
@@ -96,7 +96,19 @@ class AcSaRounds:
     ``gradient_estimate`` (what the server makes of the messages; the participants' mean unless
     the algorithm says otherwise)."""
 
-    stages: ClassVar = SingleStage()
+    # The algorithm's fields (``AcSaFields``) and parts these halves read.
+    step_size: np.ndarray
+    strong_convexity: float
+    regularization: float
+    radius: float | None
+    average_last: int
+    silo_gradients: ClassVar[Callable[..., np.ndarray]]
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def stages(self) -> Any:
+        """One AC-SA run (``StageFields`` gives multi-stage restarts)."""
+        return SingleStage()
 
     @property
     def server(self) -> AcSa:

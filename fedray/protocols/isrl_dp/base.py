@@ -61,6 +61,8 @@ class PlainIterate:
     its tail): it starts at params0, broadcasts the iterate and releases it with its tail average.
     Needs ``average_last`` on the algorithm."""
 
+    average_last: int        # the algorithm's field: how many last iterates the tail average takes
+
     @staticmethod
     def check_fields(fields: dict) -> None:
         """Nothing beyond the planner's checks."""

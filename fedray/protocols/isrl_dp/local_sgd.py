@@ -19,7 +19,7 @@ Randomness: MINIBATCH and NOISE streams keyed by (repetition, round, silo).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -38,11 +38,11 @@ _CHUNK_VALUES = 1 << 20
 class LocalSGD(PlainIterate):
     """K local steps per participating silo, then model averaging."""
 
-    loss: object
+    loss: Any
     step_size: np.ndarray
     batch_size: int  # K local steps, one record each (the paper matches MB-SGD's K)
     l2_clip: float | np.ndarray      # or one per replica (a clip grid)
-    noise: object
+    noise: Any
     average_last: int = 8
 
     # ISRL-DP (noise in every local step) or no privacy; a participation is K one-record releases.
@@ -70,6 +70,7 @@ class LocalSGD(PlainIterate):
         eta = self.step_size[:, None, None, None]
         clip = replica_clips(self.l2_clip, slice(None), 2)                         # a number, or (P, 1)
         local = np.broadcast_to(params[:, None], shape).copy()
+        normal_t: np.ndarray | None
         x_t, normal_t, grad = np.empty(shape[:3]), np.empty(shape), np.empty(shape)
         # Replicas with streams of their own (the default) draw for themselves: no copy per step.
         own = np.array_equal(rep, np.arange(rep.size))

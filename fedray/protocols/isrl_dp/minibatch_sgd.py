@@ -20,7 +20,7 @@ Randomness: MINIBATCH and NOISE streams keyed by (repetition, round, silo).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -37,11 +37,11 @@ from fedray.rng import SiloDraws
 class MinibatchSGD(PlainIterate):
     """Alg. 2 with per-replica step sizes ``step_size`` (P,) and per-(replica, silo) noise."""
 
-    loss: object
+    loss: Any
     step_size: np.ndarray
     batch_size: int
     l2_clip: float | np.ndarray      # or one per replica (a clip grid)
-    noise: object                 # GaussianNoise(noise_std (P, N)) or NoNoise()
+    noise: Any                 # GaussianNoise(noise_std (P, N)) or NoNoise()
     radius: float | None = None   # W = l2 ball of this radius; None = R^d (the experiments)
     average_last: int = 8
 

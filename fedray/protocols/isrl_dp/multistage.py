@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -89,6 +89,13 @@ class Stages:
         return advanced._replace(stage=state.stage + 1, stage_round=0, prox_center=w_ag.copy())
 
 
+def _number(value: float | None) -> float:
+    """A stage constant ``check_stage_fields`` has checked (never None by then)."""
+    if value is None:
+        raise ValueError("a multi-stage constant is None; check_fields requires every one")
+    return value
+
+
 def check_stage_fields(fields: dict) -> None:
     """The stage schedule's constants; ``ConfigError`` naming the value otherwise."""
     for key in ("strong_convexity", "smoothness", "initial_gap"):
@@ -114,8 +121,10 @@ class StageFields(AcSaFields):
     check_fields = staticmethod(check_stage_fields)
 
     @property
-    def stages(self) -> Stages:
-        return Stages(self.smoothness, self.strong_convexity, self.oracle_std, self.initial_gap)
+    def stages(self) -> Any:
+        """The stage schedule (``check_fields`` has made every constant a number)."""
+        return Stages(_number(self.smoothness), self.strong_convexity, _number(self.oracle_std),
+                      _number(self.initial_gap))
 
 
 @dataclass(frozen=True)

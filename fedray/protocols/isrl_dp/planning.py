@@ -22,12 +22,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
 from fedray.checks import MAX_CLIP, known_keys, positive
-from fedray.core.planning import PlanContext, Replicas
+from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.core.protocol import Routing, SampledRounds
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
@@ -54,20 +54,20 @@ def _max_feature_norm(fed) -> float:
 
 
 @dataclass(frozen=True)
-class IsrlDpPlan:
+class IsrlDpPlan(PlannedProtocol):
     """A seed-004 algorithm resolved against its data (the ``PlannedProtocol`` contract)."""
 
     public_charges: ClassVar[bool] = True      # every round's charge is public (RoundProtocol)
 
     name: str
-    algorithm_class: type
+    algorithm_class: type[Any]
     algorithm_fields: dict          # resolved constructor values except loss, l2_clip and noise
     batch_size: int
     l2_clip: float | np.ndarray | None   # (P,) for a clip grid; None: estimated from the data (as the paper)
-    loss: object
-    sampler: object
+    loss: Any
+    sampler: Any
     num_rounds: int
-    shape: object
+    shape: Any
     replicas: Replicas
     privacy: PrivacyPlan
     routing: Routing
@@ -78,10 +78,11 @@ class IsrlDpPlan:
         replace-one sensitivity, so each replica's noise follows its own clip."""
         l2_clip = float(l2_clip) if np.ndim(l2_clip) == 0 else np.asarray(l2_clip, dtype=np.float64)
         if self.privacy.private:
-            sensitivity = PerExampleClip(l2_clip).sensitivity(self.privacy_sample_size, "replace_one")
+            sensitivity: float | np.ndarray = PerExampleClip(l2_clip).sensitivity(self.privacy_sample_size,
+                                                                                  "replace_one")
             if np.ndim(sensitivity):                # one per replica: (P, 1) against the (P, N) multipliers
-                sensitivity = sensitivity[:, None]
-            noise = GaussianNoise(self.privacy.noise_multiplier, sensitivity)
+                sensitivity = np.asarray(sensitivity)[:, None]
+            noise: GaussianNoise | NoNoise = GaussianNoise(self.privacy.noise_multiplier, sensitivity)
         else:
             noise = NoNoise()
         return self.algorithm_class(loss=self.loss, l2_clip=l2_clip, noise=noise, **self.algorithm_fields)
@@ -124,7 +125,7 @@ def _not_private(priv: dict, shape, num_replicas: int) -> PrivacyPlan:
 
 
 @dataclass(frozen=True)
-class SiloGaussian:
+class SiloGaussian(ProtocolRecipe):
     """ISRL-DP Gaussian releases inside each silo (module docstring).
 
     ``calibrations`` maps a ``privacy.calibration`` mode to a multiplier formula
@@ -149,12 +150,12 @@ class SiloGaussian:
     def check_fields(self, fields: dict, config: dict) -> None:
         """Algorithm fields the privacy plan depends on (none here)."""
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         from fedray.protocols.isrl_dp import theory
 
         return theory.resolve(config, algorithm_class, dataset, shape, loss, sampler)
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> IsrlDpPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> IsrlDpPlan:
         return plan(algorithm_class, config, context)
 
     def privacy(self, priv: dict, name: str, context: PlanContext, batch_size: int) -> PrivacyPlan:
@@ -174,7 +175,7 @@ class SiloGaussian:
         rounds_charged = 1 if self.one_pass else context.num_rounds
         # One calibration per distinct budget row: a grid of E levels costs E solves, not P.
         rows, inverse = np.unique(epsilon, axis=0, return_inverse=True)
-        multipliers = np.stack([calibrate(priv["calibration"], self.calibrations, row, delta, n, rounds_charged,
+        multipliers = np.stack([calibrate(priv["calibration"], dict(self.calibrations), row, delta, n, rounds_charged,
                                           batch_size, sample_size, releases, priv["accountant"], self.one_pass)
                                 for row in rows])
         noise_multiplier = np.broadcast_to(multipliers[inverse.reshape(-1)], (num_replicas, num_silos)).copy()
@@ -305,7 +306,7 @@ class ShuffledVectorSum(SiloGaussian):
                                   f"{value!r} (= {source}, which the privacy ledger accounts)")
 
 
-def _fields(algorithm_class: type, alg: dict, step_sizes: np.ndarray, batch_size: int) -> dict:
+def _fields(algorithm_class: type[Any], alg: dict, step_sizes: np.ndarray, batch_size: int) -> dict:
     allowed = [f.name for f in dataclasses.fields(algorithm_class) if f.name not in BUILT_FIELDS]
     given = {k: v for k, v in alg.items() if k not in RESOLVED_KEYS}
     known_keys("algorithm", given, set(allowed) | set(RESOLVED_KEYS) - {"_target_"})
@@ -318,7 +319,7 @@ def _fields(algorithm_class: type, alg: dict, step_sizes: np.ndarray, batch_size
     return fields
 
 
-def plan(algorithm_class: type, config: dict, context: PlanContext) -> IsrlDpPlan:
+def plan(algorithm_class: type[Any], config: dict, context: PlanContext) -> IsrlDpPlan:
     """Resolve a seed-004 algorithm config (module docstring); ``ConfigError`` on a bad value."""
     recipe, alg, priv = algorithm_class.recipe, config["algorithm"], config["privacy"]
     name = str(alg.get("name"))
@@ -346,7 +347,7 @@ def plan(algorithm_class: type, config: dict, context: PlanContext) -> IsrlDpPla
                           f"at most floor(n / K) = {n_min // batch_size} for {name}, which uses each record once")
     fields = _fields(algorithm_class, alg, context.replicas.step_sizes, batch_size)
     # 1e32 is the authors' "no clipping" (seed-004 §6 item 14d); a list is a clip grid (the replicas').
-    l2_clip = context.replicas.l2_clips
+    l2_clip: float | np.ndarray | None = context.replicas.l2_clips
     if l2_clip is None:
         l2_clip = positive("privacy.l2_clip", priv.get("l2_clip"), allow_none=True, largest=MAX_CLIP)
     if private:

@@ -72,12 +72,15 @@ class ShuffledOnePassAcceleratedSGD(AcSaFields, AcSaRounds):
         """The sum step for D = ``dim``; raises ``ConfigError`` naming a bad P_vec input."""
         if self.target_epsilon is None:
             return ExactSum()
+        if self.target_delta is None or np.ndim(self.l2_clip):
+            raise ConfigError("privacy", {"delta": self.target_delta, "l2_clip": self.l2_clip},
+                              "a delta and one clip L for P_vec's calibration")
         m = self.silos_per_round
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
             raise ConfigError("algorithm.silos_per_round", m,
                               "the fixed M >= 1 P_vec is calibrated for (participation=uniform)")
         return SplitVectorSum(vector_sum_parameters(
-            self.target_epsilon, self.target_delta, dim, int(m) * self.batch_size, self.l2_clip))
+            self.target_epsilon, self.target_delta, dim, int(m) * self.batch_size, float(self.l2_clip)))
 
     @staticmethod
     def silo_gradients(alg, query: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:

@@ -26,6 +26,8 @@ Without either node it returns the config unchanged.
 
 from __future__ import annotations
 
+from typing import Any
+
 import copy
 import math
 from dataclasses import dataclass, field
@@ -38,6 +40,7 @@ from fedray.protocols.isrl_dp import (
 )
 from fedray.protocols.isrl_dp.accelerated import lan_prox_scale, regularized_prox_scale
 from fedray.checks import number_in
+from fedray.core.planning import PlannedAlgorithm
 from fedray.core.protocol import Routing
 from fedray.core.sampling import AllUnits, UniformParticipation
 from fedray.data import SyntheticLinear
@@ -355,7 +358,7 @@ def _problem(cfg: dict, node: dict, shape, spec, loss, silos_per_round, shuffled
     )
 
 
-def resolve(cfg: dict, algorithm_class: type, spec, shape, loss, sampler) -> dict:
+def resolve(cfg: dict, algorithm_class: type[Any], spec, shape, loss, sampler) -> dict:
     """``cfg`` with the hybrid budget (``privacy.silo_level``) and the theorem's values (``theory``)
     filled in; the same object, untouched, when neither node is present."""
     silo_level, node = cfg["privacy"].get("silo_level"), cfg.get("theory")
@@ -378,8 +381,8 @@ def resolve(cfg: dict, algorithm_class: type, spec, shape, loss, sampler) -> dic
 THEOREMS = {f"{__name__}.{theorem.__name__}": theorem for theorem in ALGORITHMS}
 
 
-def _apply_theorem(cfg: dict, node: dict, algorithm_class: type, shape, spec, loss, silos_per_round) -> None:
-    theorem = THEOREMS.get(node.get("_target_"))
+def _apply_theorem(cfg: dict, node: dict, algorithm_class: type[Any], shape, spec, loss, silos_per_round) -> None:
+    theorem = THEOREMS.get(str(node.get("_target_")))
     if theorem is None:
         raise ConfigError("theory._target_", node.get("_target_"), f"one of {list(THEOREMS)}")
     if algorithm_class is not ALGORITHMS[theorem]:

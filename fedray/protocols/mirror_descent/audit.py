@@ -53,7 +53,7 @@ def replay_audit(algorithm, samples, neighbour, lipschitz: float, delta: float) 
     state = algorithm.init(np.zeros((algorithm.step_size.shape[0], 1)))
     other_x, other_y = state.score_x, state.score_y
     batch = algorithm.batch_size
-    score_gap, draw_loss, spread = [], [], []
+    gaps, losses, spreads = [], [], []
     for t in range(algorithm.num_steps):
         query = algorithm.broadcast(state)
         part = slice(t * batch, (t + 1) * batch)
@@ -61,11 +61,11 @@ def replay_audit(algorithm, samples, neighbour, lipschitz: float, delta: float) 
         theirs = algorithm.silo_step(query, neighbour.select(part), None)
         state = algorithm.server_step(state, mine)
         other_x, other_y = algorithm.scores_after(other_x, other_y, theirs)
-        score_gap.append(np.maximum(np.abs(state.score_x - other_x).max(axis=1),
+        gaps.append(np.maximum(np.abs(state.score_x - other_x).max(axis=1),
                                     np.abs(state.score_y - other_y).max(axis=1)))
-        draw_loss.append(np.maximum(_log_ratio(state.score_x, other_x), _log_ratio(state.score_y, other_y)))
-        spread.append(np.maximum(_spread(state.score_x, other_x), _spread(state.score_y, other_y)))
-    score_gap, draw_loss, spread = np.array(score_gap), np.array(draw_loss), np.array(spread)
+        losses.append(np.maximum(_log_ratio(state.score_x, other_x), _log_ratio(state.score_y, other_y)))
+        spreads.append(np.maximum(_spread(state.score_x, other_x), _spread(state.score_y, other_y)))
+    score_gap, draw_loss, spread = np.array(gaps), np.array(losses), np.array(spreads)
     per_step = algorithm.releases_per_step
     # Draws after the last step are never made; step 0's draws are at the uniform start (loss 0).
     squared = per_step * (draw_loss[:-1] ** 2).sum(axis=0)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -54,7 +54,7 @@ class BiasReducedSMD:
     levels: int                   # M
     rows: int
     columns: int
-    sampler: object               # LeveledBatches (levels and batches of every repetition)
+    sampler: Any               # LeveledBatches (levels and batches of every repetition)
     seed: int
     repetitions: np.ndarray       # (P,) keys the levels (public)
     streams: np.ndarray           # (P, k) key the vertex draws

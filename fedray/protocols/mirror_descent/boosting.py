@@ -31,7 +31,7 @@ from their own counter streams, keyed by (replica, stage, part).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -70,12 +70,12 @@ def range_sums(samples, step, broadcast, spans: np.ndarray) -> list[tuple[np.nda
     return out
 
 
-def run_on_ranges(oracle, algorithm, state, spans_of) -> tuple[object, np.ndarray]:
+def run_on_ranges(oracle, algorithm, state, spans_of) -> tuple[Any, np.ndarray]:
     """Run a curator algorithm (``broadcast``/``silo_step``/``server_step``/``done``/``releases``)
     whose replica r reads the sample ids ``spans_of(state, round)[r]`` = [lo, hi) each round;
     (the end state, (P,) the releases of every round run per replica)."""
     shipped = replace(algorithm)                # without the driver's cached draw streams
-    rounds, released = 0, 0
+    rounds, released = 0, np.zeros((), dtype=np.int64)
     while not np.all(algorithm.done(state)):
         spans = np.asarray(spans_of(state, rounds), dtype=np.int64)
         summed = None
@@ -129,7 +129,7 @@ class Boosting:
     lipschitz: float
     ssp_step_size: float
     ssp_levels: int
-    ssp_sampler: object            # LeveledBatches of a part of S1
+    ssp_sampler: Any            # LeveledBatches of a part of S1
     sco_rounds: int
     sco_epsilon: float
     seed: int

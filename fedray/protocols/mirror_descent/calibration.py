@@ -71,7 +71,7 @@ def private_step_size(batch_size: int, num_steps: int, draws: int, epsilon: floa
     return tau
 
 
-def draw_epsilon(step_size: float, lipschitz: float, batch_size: int) -> float:
+def draw_epsilon(step_size: float | np.ndarray, lipschitz: float, batch_size: int) -> float | np.ndarray:
     """Each vertex draw is (4 tau L0 / B)-DP: the score moves by at most 2 tau L0 / B per coordinate
     when one sample of a disjoint batch is replaced (spec §2.2), and the exponential mechanism with
     a score of sensitivity Delta is 2 Delta-DP."""
@@ -116,13 +116,15 @@ def sgd_schedule(regime: str, n: int, epsilon: float | None, delta: float | None
     ell = log_dimensions(dx, dy)
     if epsilon is None:
         num_steps, draws = non_private_steps(n)
+    elif delta is None:
+        raise ValueError(f"epsilon = {epsilon:g} needs a delta (privacy.delta)")
     else:
         num_steps, draws = steps_for(regime, n, epsilon, delta, ell)
     if num_steps < ell and dy == 1:
         raise ConfigError("data.spec.num_samples", n, f"a size with T >= ell = {ell:.3g} (T = {num_steps})")
     batch = n // num_steps
     utility = math.sqrt(ell / num_steps) / lipschitz
-    private = (math.inf if epsilon is None
+    private = (math.inf if epsilon is None or delta is None
                else private_step_size(batch, num_steps, draws, epsilon, delta, lipschitz, calibration))
     return Schedule(num_steps, draws, batch, min(utility, private), utility, private)
 
@@ -144,6 +146,8 @@ def bound_schedule(regime: str, n: int, epsilon: float, delta: float, dx: int, d
             value = explicit_gap_bound(tau, steps, draws, ell, lipschitz, smoothness, second_order, regime)
             if best is None or value < best[0]:
                 best = (value, Schedule(steps, draws, batch, tau, utility, private))
+    if best is None:
+        raise ValueError(f"no schedule for n = {n} samples (the step grid is empty)")
     return best[1]
 
 

@@ -16,12 +16,12 @@ draw reads every sample, so a population ledger (one column for all samples,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fedray.checks import known_keys, number_in, positive
-from fedray.core.planning import PlanContext, Replicas
+from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.core.protocol import CuratorRounds, CuratorSteps, Routing
 from fedray.core.sampling import AllUnits, LeveledBatches, SequentialBatches
 from fedray.errors import ConfigError
@@ -102,7 +102,8 @@ def _budget(priv: dict, calibration: str | tuple = "paper", what: str = "tau_pri
     allowed = (calibration,) if isinstance(calibration, str) else calibration
     if priv.get("calibration") not in allowed:
         raise ConfigError("privacy.calibration", priv.get("calibration"), f"{' or '.join(allowed)} ({what})")
-    epsilon, delta = priv.get("epsilon"), priv.get("delta")
+    epsilon: Any = priv.get("epsilon")      # checked here: numbers in range, or a ConfigError
+    delta: Any = priv.get("delta")
     check_privacy_range(epsilon, delta)
     return float(epsilon), float(delta)
 
@@ -118,7 +119,7 @@ def _mode(alg: dict, modes: tuple = MODES) -> str:
 
 
 def _checked(recipe, config: dict, context: PlanContext, keys: tuple,
-             sampler: type = SequentialBatches, participation: str = "sequential") -> tuple[str, object]:
+             sampler: type = SequentialBatches, participation: str = "sequential") -> tuple[str, Any]:
     """The checks the recipes share; (the algorithm's name, the game)."""
     alg, priv = config["algorithm"], config["privacy"]
     name = str(alg.get("name"))
@@ -174,7 +175,7 @@ def _not_private(replicas: Replicas) -> PrivacyPlan:
 
 
 @dataclass(frozen=True)
-class GamePlan:
+class GamePlan(PlannedProtocol):
     """A seed-001 protocol resolved against its game (``PlannedProtocol``). The sampler decides the
     runtime shape: fixed disjoint batches run as a curator's sequential steps, in blocks of
     ``block_steps`` (``CuratorSteps``); batches that differ between replicas, or every sample
@@ -182,8 +183,8 @@ class GamePlan:
 
     public_charges: ClassVar[bool] = True      # every round's charge is public (RoundProtocol)
 
-    algorithm: object
-    sampler: object
+    algorithm: Any
+    sampler: Any
     replicas: Replicas
     num_rounds: int
     num_units: int
@@ -202,7 +203,7 @@ class GamePlan:
 
 
 @dataclass(frozen=True)
-class VertexSampling:
+class VertexSampling(ProtocolRecipe):
     """The recipe of seed 001's Alg. 1 (module docstring)."""
 
     trust_models: tuple[str, ...] = ("central", "none")
@@ -210,7 +211,7 @@ class VertexSampling:
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         alg, priv = config["algorithm"], config["privacy"]
         game = _game(config, dataset, str(alg.get("name")))
         regime = _regime(alg, game)
@@ -218,19 +219,20 @@ class VertexSampling:
         if mode == "manual":
             return config
         private = priv.get("trust_model") != "none"
-        eps, delta = _budget(priv, CALIBRATIONS, _TAU_PRIV) if private else (None, None)
+        budget = _budget(priv, CALIBRATIONS, _TAU_PRIV) if private else None
         calibration = priv.get("calibration") if private else "paper"
-        if mode == "bound" and private:
-            schedule = bound_schedule(regime, shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz,
+        if mode == "bound" and budget is not None:
+            schedule = bound_schedule(regime, shape.num_silos, *budget, game.rows, game.columns, game.lipschitz,
                                       game.smoothness, game.second_order or 0.0, calibration)
         else:
+            eps, delta = budget if budget is not None else (None, None)
             schedule = sgd_schedule(regime, shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz,
                                     calibration)
         return {**config, "num_rounds": schedule.num_steps,
                 "algorithm": {**alg, "step_size": schedule.step_size, "draws": schedule.draws},
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         _, game = _checked(self, config, context, ALGORITHM_KEYS)
         draws = positive("algorithm.draws", alg.get("draws", 1), int)
@@ -250,7 +252,7 @@ class VertexSampling:
             route = "Prop. 3.3" if calibration == "paper" else "bounded-range draws composed in zCDP"
             _refuse_above(limit, replicas, f"{route} at B = {batch}, T = {steps}, K = {draws}, eps = {eps:g}, "
                                            f"delta = {delta:g}, L0 = {lipschitz:g}")
-            per_draw = draw_epsilon(replicas.step_sizes, lipschitz, batch)[:, None]          # (P, 1)
+            per_draw = np.asarray(draw_epsilon(replicas.step_sizes, lipschitz, batch))[:, None]          # (P, 1)
             draws_accountant = (_pure_draws if calibration == "paper" else _bounded_range_draws)
             privacy = _central(
                 draws_accountant(per_draw, delta, releases_per_round=draws_per_step(draws)), eps, delta, replicas,
@@ -267,7 +269,7 @@ class VertexSampling:
 
 
 @dataclass(frozen=True)
-class GaussianNoise:
+class GaussianNoise(ProtocolRecipe):
     """The recipe of the Gaussian-noise SMD baseline (``gaussian_smd``): ``paper`` sets T, B and
     tau by ``calibration.gaussian_schedule``; the run is (eps, delta)-DP by parallel composition of
     one analytic-Gaussian release per disjoint batch."""
@@ -283,18 +285,23 @@ class GaussianNoise:
                               "coordinate; the sensitivity is 2 L0 sqrt(dx + dy) / B, no clipping)")
         return _budget(priv, "analytic", "the analytic Gaussian at the batch mean's l2 sensitivity")
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         alg, priv = config["algorithm"], config["privacy"]
         game = _game(config, dataset, str(alg.get("name")))
         if _mode(alg) == "manual":
             return config
-        eps, delta = self._budget(priv) if priv.get("trust_model") != "none" else (None, None)
-        schedule = gaussian_schedule(shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz,
-                                     lambda sensitivity: analytic_sigma(eps, delta, sensitivity))
+        budget = self._budget(priv) if priv.get("trust_model") != "none" else None
+        eps, delta = budget if budget is not None else (None, None)
+
+        def noise_std(sensitivity: float) -> float:
+            if budget is None:
+                raise ValueError("a noise std without a privacy budget")
+            return analytic_sigma(*budget, sensitivity)
+        schedule = gaussian_schedule(shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz, noise_std)
         return {**config, "num_rounds": schedule.num_steps, "algorithm": {**alg, "step_size": schedule.step_size},
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         _, game = _checked(self, config, context, GAUSSIAN_KEYS)
         block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
@@ -320,7 +327,7 @@ class GaussianNoise:
 
 
 @dataclass(frozen=True)
-class BiasReduced:
+class BiasReduced(ProtocolRecipe):
     """The recipe of seed 001's Alg. 3: ``paper`` sets (M, U, tau, alpha) by Thm 3.14's fixed point
     with the game's L0 = L1 and L2 = 0 and the per-draw constant ``algorithm.vertex_constant``
     (safe: c_v = 20, spec §6 item 3 and ``calibration.vertex_constant``; the paper's 9 is refused),
@@ -332,7 +339,7 @@ class BiasReduced:
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         alg, priv = config["algorithm"], config["privacy"]
         game = _game(config, dataset, str(alg.get("name")))
         constant = _vertex_constant(alg)
@@ -356,7 +363,7 @@ class BiasReduced:
         return {**config, "num_rounds": int(params.stop), "participation": participation,
                 "algorithm": {**alg, "step_size": params.step_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         _, game = _checked(self, config, context, BIAS_REDUCED_KEYS, LeveledBatches, "leveled")
         sampler, replicas = context.sampler, context.replicas
@@ -402,7 +409,7 @@ def _vertex_constant(alg: dict) -> float:
 
 
 @dataclass(frozen=True)
-class OnlineToBatch:
+class OnlineToBatch(ProtocolRecipe):
     """The recipe of seed 001's Alg. 5 (DP-SCO): ``paper`` sets T, q, K, B and tau by Thm 4.2 (a)
     (``regime=first_order``) or (b) (``second_order``) and the default rule tau = min(utility,
     1 / (4 L0 q), tau_priv); ``manual`` takes them as set and refuses tau above tau_priv(B, k).
@@ -413,7 +420,7 @@ class OnlineToBatch:
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         alg, priv = config["algorithm"], config["privacy"]
         game = _one_loss(config, dataset, str(alg.get("name")))
         regime = alg.get("regime", "second_order")
@@ -431,7 +438,7 @@ class OnlineToBatch:
         return {**config, "num_rounds": schedule.num_steps, "algorithm": algorithm,
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         name, _ = _checked(self, config, context, SCO_KEYS)
         game = _one_loss(config, context.dataset, name)
@@ -451,7 +458,7 @@ class OnlineToBatch:
             limit = sco_private_step(batch, releases, eps, delta, game.lipschitz)
             _refuse_above(limit, replicas, f"Prop. 4.3 at B = {batch}, k = {releases} draws, eps = {eps:g}, "
                                            f"delta = {delta:g}, L0 = {game.lipschitz:g}")
-            per_draw = draw_epsilon(replicas.step_sizes, game.lipschitz, batch)[:, None]
+            per_draw = np.asarray(draw_epsilon(replicas.step_sizes, game.lipschitz, batch))[:, None]
             privacy = _central(
                 _pure_draws(per_draw, delta, most_releases=releases), eps, delta, replicas,
                 details={"tau_priv": limit, "draw_epsilon_max": float(per_draw.max()), "releases": releases,
@@ -472,7 +479,7 @@ def _one_loss(config: dict, dataset, name: str):
 
 
 @dataclass(frozen=True)
-class FrankWolfeRecipe:
+class FrankWolfeRecipe(ProtocolRecipe):
     """The recipe of the DP Frank-Wolfe baseline (``frank_wolfe``): every sample every round
     (``participation=all``), ``paper`` sets T = floor((n eps)^{2/3}) (``num_rounds``; ``manual``
     keeps it); eps0 = eps / (2 sqrt(2 T ln(1/delta))) per draw, composed by Cor. 3.6."""
@@ -482,7 +489,7 @@ class FrankWolfeRecipe:
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         alg, priv = config["algorithm"], config["privacy"]
         _one_loss(config, dataset, str(alg.get("name")))
         if _mode(alg) == "manual" or priv.get("trust_model") == "none":
@@ -490,7 +497,7 @@ class FrankWolfeRecipe:
         eps, _ = _budget(priv)
         return {**config, "num_rounds": frank_wolfe_rounds(shape.num_silos, eps)}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> GamePlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
         alg, priv = config["algorithm"], config["privacy"]
         name, _ = _checked(self, config, context, FRANK_WOLFE_KEYS, AllUnits, "all")
         game = _one_loss(config, context.dataset, name)
@@ -514,10 +521,10 @@ class FrankWolfeRecipe:
 
 
 @dataclass(frozen=True)
-class ProgramPlan:
+class ProgramPlan(PlannedProtocol):
     """A driver-side program resolved against its data (``PlannedProtocol``): built at planning."""
 
-    program: object
+    program: Any
     privacy: PrivacyPlan
     resolved: dict = field(default_factory=dict)
     routing: Routing = Routing.DIRECT
@@ -527,7 +534,7 @@ class ProgramPlan:
 
 
 @dataclass(frozen=True)
-class Boosted:
+class Boosted(ProtocolRecipe):
     """The recipe of seed 001's Alg. 4 (``boosted_smd``, ``boosting``): I and J from
     ``algorithm.failure_probability`` (beta), Alg. 3's Thm 3.14 parameters for a part of S1, the
     Frank-Wolfe stand-in's T = floor((n' eps)^{2/3}) rounds and Cor. 3.6 per-draw epsilon for a
@@ -540,10 +547,10 @@ class Boosted:
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         return config
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> ProgramPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> ProgramPlan:
         alg, priv = config["algorithm"], config["privacy"]
         name, game = _checked(self, config, context, BOOSTED_KEYS, AllUnits, "all")
         if context.num_rounds != 1:

@@ -80,7 +80,8 @@ class PrivateSMD:
     def init(self, params0: np.ndarray) -> SmdState:
         p = params0.shape[0]
         zeros_x, zeros_y = np.zeros((p, self.rows)), np.zeros((p, self.columns))
-        state = SmdState(0, zeros_x, zeros_y, None, None, None, None, zeros_x.astype(np.int64),
+        none, undrawn = np.zeros((p, 0), dtype=np.int64), np.full(p, -1, dtype=np.int64)    # no draw yet
+        state = SmdState(0, zeros_x, zeros_y, none, none, undrawn, undrawn, zeros_x.astype(np.int64),
                          zeros_y.astype(np.int64), zeros_x, zeros_y)
         return self._drawn(state)
 

@@ -92,6 +92,8 @@ def agd_schedule(mode: str, n: int, dim: int, epsilon: float, delta: float, lips
                  diameter: float, smoothness: float | None = None, sum_mse=pvec_mse) -> Schedule:
     """(B, T, step size) of P_AGD: L_t = ((T + 2)^(3/2) sigma / D + beta) / (t + 1), carried as the
     AC-SA step size 2 / ((T + 2)^(3/2) sigma / D + beta) (``fedray.acsa``)."""
+    if smoothness is None:
+        raise ValueError("P_AGD's schedule needs the smoothness beta (the loss's, or algorithm.smoothness)")
     batch = clamp_batch(agd_batch_size_raw(n, dim, epsilon, delta, lipschitz, smoothness, diameter), n)
     steps = n // batch
     sigma = agd_oracle_std(mode, epsilon, delta, dim, batch, lipschitz, sum_mse)

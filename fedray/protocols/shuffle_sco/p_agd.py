@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -52,11 +52,11 @@ class PAGD:
     calibrated for B_j users, from the previous phase's output (``fedray.acsa.Phases``).
     """
 
-    loss: object
+    loss: Any
     step_size: np.ndarray          # (P,) 2 / ((T + 2)^(3/2) sigma / D + beta)
     batch_size: int                # B
     l2_clip: float                 # L = Delta2
-    vector_sum: object             # SplitVectorSum (sdp), Local/CentralGaussianSum (baselines), ExactSum (none)
+    vector_sum: Any             # SplitVectorSum (sdp), Local/CentralGaussianSum (baselines), ExactSum (none)
     radius: float | None = None
     smoothness: float | None = None          # beta, for the paper / exact step size
     strong_convexity: float | None = None    # lambda > 0: the phased method of Thm 4.8
@@ -72,11 +72,13 @@ class PAGD:
 
     def phase(self, index: int) -> "PAGD":
         """Phase ``index`` (0-based) as a plain P_AGD: its B, its P_vec and (4.8a) its envelope."""
-        loss = self.loss
-        if self.phases.get("envelope"):
-            loss = dataclasses.replace(loss, smoothing=self.phases["smoothings"][index])
-        return dataclasses.replace(self, loss=loss, batch_size=int(self.phases["batch_sizes"][index]),
-                                   vector_sum=self.phases["vector_sums"][index], phases=None)
+        loss, phases = self.loss, self.phases
+        if phases is None:
+            raise ValueError("phase(): this P_AGD has no phases (algorithm.strong_convexity sets them)")
+        if phases.get("envelope"):
+            loss = dataclasses.replace(loss, smoothing=phases["smoothings"][index])
+        return dataclasses.replace(self, loss=loss, batch_size=int(phases["batch_sizes"][index]),
+                                   vector_sum=phases["vector_sums"][index], phases=None)
 
     def init(self, params0: np.ndarray) -> AcceleratedState:
         return self.server.init(params0)

@@ -37,12 +37,12 @@ from typing import ClassVar
 import numpy as np
 
 from fedray.core.protocol import step_sum
-from fedray.protocols.shuffle_sco.p_sgd import PSGD, PSGDState
+from fedray.protocols.shuffle_sco.p_sgd import PSGDState, PvecHalves
 from fedray.protocols.shuffle_sco.planning import PvecRounds
 
 
 @dataclass(frozen=True)
-class PGD(PSGD):
+class PGD(PvecHalves):
     """P_SGD's halves with every user in every step: ``batch_size`` is n, and the server step
     takes the round's messages as ``SampledRounds`` delivers them (the summing shuffler's sum)."""
 
@@ -54,11 +54,11 @@ class PGD(PSGD):
     def server_step(self, state: PSGDState, messages: np.ndarray, mask: np.ndarray) -> PSGDState:
         summed = step_sum(messages, mask)
         if self.phases is None:
-            return super().server_step(state, summed)
+            return self.sum_step(state, summed)
         rounds = int(self.phases["rounds"])
         step = self.phases["step_sizes"][state.round // rounds]
         current = dataclasses.replace(self, step_size=np.full_like(self.step_size, step), phases=None)
-        state = PSGD.server_step(current, state, summed)
+        state = current.sum_step(state, summed)
         if state.round % rounds:
             return state
         # The phase ends: the next starts from this phase's average iterate (theta_0 .. theta_{T-1}).

@@ -30,7 +30,7 @@ Randomness: P_vec's draws from the NOISE stream at (repetition, step, user block
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -48,17 +48,16 @@ class PSGDState(NamedTuple):
 
 
 @dataclass(frozen=True)
-class PSGD:
-    """The two halves of P_SGD with a vector-sum step ``vector_sum`` (P_vec, or the exact sum)."""
+class PvecHalves:
+    """What P_SGD and P_GD share: the users' half, the iterate and its average, and the projected
+    step on a step's sum (their server halves differ in what they receive: ``PSGD``, ``PGD``)."""
 
-    loss: object
+    loss: Any
     step_size: np.ndarray          # (P,) eta
     batch_size: int                # B
     l2_clip: float                 # L = Delta2
-    vector_sum: object             # SplitVectorSum (sdp), Local/CentralGaussianSum (baselines), ExactSum (none)
+    vector_sum: Any             # SplitVectorSum (sdp), Local/CentralGaussianSum (baselines), ExactSum (none)
     radius: float | None = None
-
-    recipe: ClassVar[PvecSteps] = PvecSteps()
 
     def init(self, params0: np.ndarray) -> PSGDState:
         theta0 = project_l2_ball(np.asarray(params0, dtype=np.float64), self.radius)
@@ -70,7 +69,7 @@ class PSGD:
     def silo_step(self, params: np.ndarray, users: SiloArrays, draws: SiloDraws) -> np.ndarray:
         return user_messages(self, params, users, draws)
 
-    def server_step(self, state: PSGDState, summed: np.ndarray) -> PSGDState:
+    def sum_step(self, state: PSGDState, summed: np.ndarray) -> PSGDState:
         """The batch's gradient estimate, then the projected step."""
         theta = project_l2_ball(state.params - self.step_size[:, None, None] * batch_gradient(self, summed, state.round), self.radius)
         return PSGDState(state.round + 1, theta, state.iterate_sum + state.params)
@@ -78,6 +77,17 @@ class PSGD:
     def output(self, state: PSGDState) -> dict[str, np.ndarray]:
         average = state.iterate_sum / max(state.round, 1) if state.round else state.params
         return {"last": state.params, "avg": average}
+
+
+@dataclass(frozen=True)
+class PSGD(PvecHalves):
+    """The two halves of P_SGD with a vector-sum step ``vector_sum`` (P_vec, or the exact sum)."""
+
+    recipe: ClassVar[PvecSteps] = PvecSteps()
+
+    def server_step(self, state: PSGDState, summed: np.ndarray) -> PSGDState:
+        """The batch's gradient estimate, then the projected step."""
+        return self.sum_step(state, summed)
 
 
 def user_messages(alg, params: np.ndarray, users: SiloArrays, draws: SiloDraws) -> np.ndarray:

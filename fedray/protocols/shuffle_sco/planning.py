@@ -33,12 +33,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
 from fedray.checks import known_keys, number_in, positive
-from fedray.core.planning import PlanContext, Replicas
+from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.core.protocol import Routing, SampledRounds, SequentialSteps
 from fedray.core.sampling import AllUnits, PhasedBatches, PhasedGroups, SequentialBatches
 from fedray.data.federation import SiloArrays
@@ -71,15 +71,15 @@ ROUTING = {"sdp": Routing.SHUFFLE_SUM, "local": Routing.DIRECT, "central": Routi
 
 
 @dataclass(frozen=True)
-class PvecStepsPlan:
+class PvecStepsPlan(PlannedProtocol):
     """A seed-000 sequential protocol resolved against its data (``PlannedProtocol``)."""
 
     public_charges: ClassVar[bool] = True      # every round's charge is public (RoundProtocol)
 
-    algorithm: object
+    algorithm: Any
     sampler: SequentialBatches
-    loss: object
-    shape: object
+    loss: Any
+    shape: Any
     replicas: Replicas
     num_rounds: int
     block_steps: int
@@ -95,7 +95,7 @@ class PvecStepsPlan:
 
 
 @dataclass(frozen=True)
-class PvecSteps:
+class PvecSteps(ProtocolRecipe):
     """The recipe of a sequential P_vec protocol; ``schedule`` gives its (B, T, step size) in the
     ``paper`` and ``exact`` modes (``hyperparameters``), from beta too when ``needs_smoothness``."""
 
@@ -105,7 +105,7 @@ class PvecSteps:
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         """``algorithm.parameters`` paper or exact: B, T and eta from the paper's formulas
         (``hyperparameters``), replacing participation.batch_size, num_rounds and step_size."""
         alg, priv = config["algorithm"], config["privacy"]
@@ -139,7 +139,7 @@ class PvecSteps:
         return {**config, "num_rounds": schedule.num_steps, "data": data, "algorithm": algorithm,
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PvecStepsPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PvecStepsPlan:
         alg, priv, shape, sampler = config["algorithm"], config["privacy"], context.shape, context.sampler
         own = _check_users(self, algorithm_class, config, context, (SequentialBatches, PhasedBatches),
                            "sequential disjoint batches of users (participation=sequential)")
@@ -177,15 +177,15 @@ class PvecSteps:
 
 
 @dataclass(frozen=True)
-class PvecRoundsPlan:
+class PvecRoundsPlan(PlannedProtocol):
     """A seed-000 fully interactive protocol resolved against its data (``PlannedProtocol``)."""
 
     public_charges: ClassVar[bool] = True      # every round's charge is public (RoundProtocol)
 
-    algorithm: object
+    algorithm: Any
     sampler: AllUnits
-    loss: object
-    shape: object
+    loss: Any
+    shape: Any
     replicas: Replicas
     num_rounds: int
     privacy: PrivacyPlan
@@ -209,7 +209,7 @@ def per_round_budget(epsilon: float, delta: float, num_rounds: int) -> tuple[flo
 
 
 @dataclass(frozen=True)
-class PvecRounds:
+class PvecRounds(ProtocolRecipe):
     """The recipe of a fully interactive P_vec protocol (module docstring); ``paper`` / ``exact``
     set T and eta (``hyperparameters.gd_schedule``)."""
 
@@ -217,7 +217,7 @@ class PvecRounds:
     privacy_keys: tuple[str, ...] = ("composition",)      # advanced (default, the paper's) | pld
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         """``algorithm.parameters`` paper or exact: T and eta from spec §3.5, replacing num_rounds
         and step_size; with a Moreau-envelope loss of null smoothing, smoothed P_GD (Thm 4.9 part 1):
         beta from ``gd_smoothing_parameter`` and L_eff = 2 L in eta (A7, as smoothed P_AGD)."""
@@ -243,7 +243,7 @@ class PvecRounds:
         return {**config, "num_rounds": schedule.num_steps, "data": data,
                 "algorithm": {**alg, "step_size": schedule.step_size}}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PvecRoundsPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PvecRoundsPlan:
         alg, priv, shape = config["algorithm"], config["privacy"], context.shape
         own = _check_users(self, algorithm_class, config, context, (AllUnits, PhasedGroups),
                            "every user (participation=all)")
@@ -351,7 +351,8 @@ def _formula_inputs(alg: dict, priv: dict, mode: str) -> tuple[float, float, flo
     return eps, delta, lipschitz, 2.0 * positive("algorithm.radius", radius)
 
 
-def _check_users(recipe, algorithm_class: type, config: dict, context: PlanContext, sampler_class: type,
+def _check_users(recipe, algorithm_class: type[Any], config: dict, context: PlanContext,
+                 sampler_class: tuple[type, ...],
                  participation: str) -> dict:
     """The checks every seed-000 protocol shares; returns the algorithm's own fields (radius, ...)."""
     alg, priv, shape = config["algorithm"], config["privacy"], context.shape
@@ -410,7 +411,7 @@ PLACEMENT = {"local": "each user", "central": "trusted server, once per sum",
 
 
 def _private_sum(priv: dict, context: PlanContext, eps: float, delta: float, dim: int, users: int, key: str,
-                 value) -> tuple[object, dict]:
+                 value) -> tuple[Any, dict]:
     """``_sum_step`` for the run, and the values to log; a ConfigError on ``key`` (what the user
     would change) if P_vec cannot serve it."""
     trust = priv["trust_model"]
@@ -444,9 +445,9 @@ def _sum_mse(priv: dict, mode: str):
     if trust in ("local", "central", "pan_private") and mode == "paper":
         raise ConfigError("algorithm.parameters", mode, f"exact or manual for trust_model={trust} (the paper's "
                           "formulas are P_vec's)")
-    calibration = "paper"
+    calibration: Any = "paper"
     if trust == "sdp":
-        calibration = priv.get("calibration")
+        calibration = priv.get("calibration")       # checked next: one of CALIBRATION["sdp"]
         if calibration not in CALIBRATION["sdp"]:
             raise ConfigError("privacy.calibration", calibration, "paper or tight for trust_model=sdp (P_vec)")
     return lambda eps, delta, dim, batch, l2: _sum_step(trust, eps, delta, dim, batch, l2,

@@ -39,12 +39,13 @@ phase of one run, so parallel composition covers the runs as it covers the phase
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from fedray.acsa import AcceleratedState, AcSa, Phases
 from fedray.core.evaluation import Metric
+from fedray.core.planning import ProtocolRecipe
 from fedray.core.sampling import phase_of
 from fedray.data.federation import SiloArrays
 from fedray.losses import clipped_weighted_gradients, loss_residual
@@ -88,7 +89,7 @@ class PhasedErmState(NamedTuple):
 class AcceleratedPhasedERM:
     """The two halves of Alg. 3 (module docstring); per-phase tuples are (l,)."""
 
-    loss: object
+    loss: Any
     solvers: tuple               # AcSa per phase: lambda_i, 1 / (beta + lambda_i), its stages, X
     steps: tuple                 # T_i
     batch: tuple                 # K_i
@@ -103,7 +104,7 @@ class AcceleratedPhasedERM:
     streams: np.ndarray          # (P, k) key the server's draws
     smoothing_radius: float = 0.0    # r > 0: gradients at x + y, y uniform in B(0, r) per record and step (App. D)
 
-    recipe: ClassVar[AcceleratedErm] = AcceleratedErm()
+    recipe: ClassVar[ProtocolRecipe] = AcceleratedErm()
 
     @property
     def num_rounds(self) -> int:

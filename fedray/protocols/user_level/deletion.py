@@ -252,6 +252,11 @@ class _SCOutputPertConstants:
     num_users: int
     items_per_user: int
 
+    @property
+    def sensitivity(self) -> float:
+        """Delta, the sensitivity the noise is calibrated to (a mode that calibrates to one defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} calibrates to no fixed sensitivity")
+
     def __post_init__(self) -> None:
         if self.num_users < self.deletions + 2:
             raise ValueError(f"{self.num_users} users: Delta needs n >= 4 kappa + 2 = {self.deletions + 2}")

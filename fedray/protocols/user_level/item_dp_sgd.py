@@ -25,13 +25,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from fedray.checks import number_in, positive
 from fedray.core.evaluation import Metric
-from fedray.core.planning import PlanContext
+from fedray.core.planning import PlanContext, PlannedAlgorithm, ProtocolRecipe
 from fedray.core.sampling import AllUnits
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
@@ -58,7 +58,7 @@ def user_level_epsilon(noise_multiplier: float, batch: int, population: int, ite
 
 
 @dataclass(frozen=True)
-class ItemSampledGaussian:
+class ItemSampledGaussian(ProtocolRecipe):
     """B3's plan: every user every round (``participation=all``), B items a round (at most N m),
     the same m per user, z calibrated by the PLD accountant at the item-level budget
     (``privacy.calibration=accountant``), a rounds ledger pricing user-level epsilon as m times
@@ -68,10 +68,10 @@ class ItemSampledGaussian:
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         return config
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext):
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext):
         from fedray.privacy.accounting import calibrate_noise_multiplier
         from fedray.privacy.ledger import Ledger, RoundsAccountant
         from fedray.privacy.statement import PrivacyPlan
@@ -136,7 +136,7 @@ class ItemSgdState(NamedTuple):
 class ItemDpSgd:
     """B3 (module docstring); ``noise_std`` (P,) = z 2 C / B per replica."""
 
-    loss: object
+    loss: Any
     solver: ProjectedGradient
     l2_clip: float
     noise_std: np.ndarray

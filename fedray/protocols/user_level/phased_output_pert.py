@@ -47,7 +47,7 @@ every sigma_i is scaled by s: a diagnostic of the localization analysis, not DP,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -104,7 +104,7 @@ class PhasedOutputPert(LinearModelProgram):
     def run(self, oracle, keys: RoundKeys) -> ProgramRun:
         data = DataObjective(oracle, self.objective, self.num_units)
         centres = np.zeros((self.num_replicas,) + self.model_shape)
-        tally = {"failed": np.zeros(self.num_replicas), "settled": np.zeros(self.num_replicas),
+        tally: dict[str, Any] = {"failed": np.zeros(self.num_replicas), "settled": np.zeros(self.num_replicas),
                  "searched": np.zeros(self.num_replicas), "calls": 0,
                  "charge": np.zeros((self.num_replicas, self.num_units), dtype=np.int64)}
         localized = np.zeros(self.num_replicas, dtype=bool)

@@ -19,6 +19,8 @@ for K.
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from dataclasses import dataclass, field
 
@@ -26,7 +28,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from fedray.checks import check_bool, number_in, positive
-from fedray.core.planning import PlanContext
+from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe
 from fedray.core.protocol import Routing
 from fedray.errors import ConfigError
 from fedray.objectives import LinearModelObjective
@@ -80,21 +82,21 @@ def balanced_regularization(*args) -> float:
 
 
 @dataclass(frozen=True)
-class PhasedPlan:
+class PhasedPlan(PlannedProtocol):
     """The program resolved against its data (``PlannedProtocol``)."""
 
-    algorithm_class: type
+    algorithm_class: type[Any]
     objective: LinearModelObjective
     phases: tuple
     noise_scale: float
     radius: float
-    shape: object
+    shape: Any
     replicas: int
     privacy: PrivacyPlan
     resolved: dict = field(default_factory=dict)
     routing: Routing = Routing.DIRECT
     ridge: float = 0.0
-    localization: object = None
+    localization: Any = None
     fallback: tuple = ()
 
     def build(self, oracle):
@@ -105,7 +107,7 @@ class PhasedPlan:
 
 
 @dataclass(frozen=True)
-class PhasedOutputPertRecipe:
+class PhasedOutputPertRecipe(ProtocolRecipe):
     """Checks as SCOutputPert (central user-level DP or none, every user in the one program run,
     a smooth loss with a bounded derivative, every user the same m, eps <= 1, the paper's
     calibration), then the phases, the refusals (T >= 1; every release's users >= its N0 unless
@@ -117,10 +119,10 @@ class PhasedOutputPertRecipe:
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         return config
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PhasedPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PhasedPlan:
         from fedray.protocols.user_level.planning import USER, _check_program, _levels, not_private
 
         alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
@@ -160,9 +162,10 @@ class PhasedOutputPertRecipe:
         if not private and scale != 1.0:
             raise ConfigError("algorithm.noise_scale", scale, "1 with privacy=none (the diagnostic scales the noise of "
                               "a privacy budget: keep privacy=central_user)")
-        delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "a number in (0, 1/2]", closed_high=True) \
+        # delta, levels and eps_levels are None exactly when the run is not private
+        delta: Any = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "a number in (0, 1/2]", closed_high=True) \
             if private else None
-        levels = _levels(priv, replicas) if private else None
+        levels: Any = _levels(priv, replicas) if private else None
         if private and np.any(levels > 1):
             raise ConfigError("privacy.epsilon", float(levels.max()), "at most 1 (the paper's range, eps in (0, 1])")
         stages = 2 if mu else 1                           # Alg. 5 / 6: the localization, then the phases
@@ -188,7 +191,7 @@ class PhasedOutputPertRecipe:
             raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs N0 = {fewest} (eps, delta) = "
                               f"({strictest:g}, {shaping_delta:g}) over {count} phases; it has {smallest}"
                               " (or algorithm.allow_few_users=true)")
-        eps_levels = levels / stages if private else None
+        eps_levels: Any = levels / stages if private else None
 
         def phases(lam: float) -> tuple:
             made = []

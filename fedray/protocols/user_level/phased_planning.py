@@ -29,13 +29,15 @@ theorem, and its output is what the printed noise gives (the feasibility notes s
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from fedray.checks import check_bool, known_keys, number_in, positive
-from fedray.core.planning import PlanContext
+from fedray.core.planning import PlanContext, PlannedAlgorithm, ProtocolRecipe
 from fedray.errors import ConfigError
 from fedray.gradient_descent import ProjectedGradient
 from fedray.privacy.composition import ApproxDpComposition
@@ -43,9 +45,9 @@ from fedray.privacy.ledger import Ledger, PhaseAccountant
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.planning import USER, CuratorRoundsPlan, not_private
 from fedray.protocols.user_level.phased_parameters import (
-    COUPLING_CONSTANT, PhaseLayout, Problem, accelerated_notes, accelerated_schedule, derived_batch, derived_noise,
-    good_event_failures, layout_noise_std, phase_layout, privacy_conditions, restarts, smoothed, smoothing_radius,
-    stage_lengths,
+    COUPLING_CONSTANT, AcceleratedSchedule, PhaseLayout, Problem, accelerated_notes, accelerated_schedule, derived_batch,
+    derived_noise, good_event_failures, layout_noise_std, phase_layout, privacy_conditions, restarts, smoothed,
+    smoothing_radius, stage_lengths,
 )
 
 COMMON = ("_target_", "name", "profile", "kappa", "threshold_constant", "lipschitz", "smoothness", "radius")
@@ -124,7 +126,8 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
     return problem, constants
 
 
-def _runs(problem: Problem, constants: dict) -> tuple[list[tuple[Problem, object, PhaseLayout]], float | None]:
+def _runs(problem: Problem,
+          constants: dict) -> tuple[list[tuple[Problem, AcceleratedSchedule, PhaseLayout]], float | None]:
     """Alg. 3's runs: one, or Remark 3.6's restarts (``phased_parameters.restarts``) for a
     strongly convex risk; each run's problem, schedule and layout, and the restarts' D* (None
     without them)."""
@@ -138,7 +141,7 @@ def _joined(layouts) -> PhaseLayout:
     return PhaseLayout(*(tuple(v for layout in layouts for v in getattr(layout, f)) for f in ("users", "steps", "batch")))
 
 
-def _schedule(problem: Problem, constants: dict):
+def _schedule(problem: Problem, constants: dict) -> tuple[AcceleratedSchedule, PhaseLayout]:
     schedule = accelerated_schedule(problem, constants["c_tau"], constants["c_T"], constants["kappa"],
                                     accelerated=constants["solver"] == "acsa")
     if constants["profile"] == "derived":
@@ -178,13 +181,13 @@ def curator_privacy(recipe, config: dict, calibration_why: str = "") -> bool:
 
 
 @dataclass(frozen=True)
-class AcceleratedErm:
+class AcceleratedErm(ProtocolRecipe):
     trust_models: tuple[str, ...] = ("central", "none")
     sets_participation: bool = True           # participation=phased's lists come from the schedule
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         """The phases as ``participation`` and sum T_i as ``num_rounds``."""
         require_phased(config)
         problem, constants = _inputs(config, shape, loss)
@@ -193,7 +196,7 @@ class AcceleratedErm:
                          "batch_sizes": list(layout.batch)}
         return {**config, "participation": participation, "num_rounds": int(sum(layout.steps))}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> CuratorRoundsPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
         from fedray.protocols.user_level.accelerated_erm import phase_solvers
 
         alg, shape, replicas = config["algorithm"], context.shape, context.replicas
@@ -328,7 +331,7 @@ def _phase_privacy(problem: Problem, layout, unit_phase: np.ndarray, multiplier:
 
 
 @dataclass(frozen=True)
-class FullBatchFiltered:
+class FullBatchFiltered(ProtocolRecipe):
     """One phase of Alg. 2's test, filter and noise over all n users, T = ``num_rounds`` steps,
     sigma = c tau sqrt(T) ln(n d e^eps / delta) / (eps n), c = 1000 kappa (profile derived: the
     accountant's sigma for the coupled sensitivity, ``phased_parameters.derived_noise``), no
@@ -346,10 +349,10 @@ class FullBatchFiltered:
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         return config
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> CuratorRoundsPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
         from fedray.acsa import AcSa
         from fedray.core.sampling import AllUnits, UniformParticipation
 

@@ -42,7 +42,7 @@ noise): what the privacy steps cost.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -127,7 +127,7 @@ class PhasedSgd:
     """Alg. 1 (module docstring); per-phase arrays are (P, l) (eta_i scales with each replica's
     step multiplier, and tau_i and sigma_i with eta_i)."""
 
-    loss: object
+    loss: Any
     groups: int                  # C
     group_users: tuple           # N_i
     step_sizes: np.ndarray       # (P, l) eta_i

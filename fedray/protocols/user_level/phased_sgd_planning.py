@@ -23,6 +23,8 @@ the run's size.
 
 from __future__ import annotations
 
+from typing import Any
+
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedray.checks import number_in, positive
-from fedray.core.planning import PlanContext
+from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe
 from fedray.core.protocol import Routing
 from fedray.errors import ConfigError
 from fedray.privacy.composition import ApproxDpComposition
@@ -72,10 +74,10 @@ def _layout(problem: Problem, constants: dict) -> PhasedSgdLayout:
 
 
 @dataclass(frozen=True)
-class PhasedSgdPlan:
+class PhasedSgdPlan(PlannedProtocol):
     """Alg. 1 resolved against its data (``PlannedProtocol``): the program is built here already."""
 
-    algorithm: object
+    algorithm: Any
     privacy: PrivacyPlan
     resolved: dict = field(default_factory=dict)
     routing: Routing = Routing.DIRECT          # no client messages: nothing to shuffle
@@ -85,13 +87,13 @@ class PhasedSgdPlan:
 
 
 @dataclass(frozen=True)
-class PhasedSgdRecipe:
+class PhasedSgdRecipe(ProtocolRecipe):
     trust_models: tuple[str, ...] = ("central", "none")
     sets_participation: bool = True           # participation=phased's lists come from the layout
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         """The phases as ``participation`` (C N_i users, one round each) and l as ``num_rounds``."""
         require_phased(config)
         problem, constants = _problem(config, shape, loss)
@@ -99,7 +101,7 @@ class PhasedSgdRecipe:
         participation = {"_target_": PHASED, "phase_units": users, "steps": [1] * len(users), "batch_sizes": users}
         return {**config, "participation": participation, "num_rounds": len(users)}
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> PhasedSgdPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PhasedSgdPlan:
         shape, replicas = context.shape, context.replicas
         private = curator_privacy(self, config, " (Alg. 1's printed sigma_i; algorithm.profile chooses the constants)")
         problem, constants = _problem(config, shape, context.loss)

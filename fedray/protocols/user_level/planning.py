@@ -9,6 +9,8 @@ release: exactly (eps, delta)).
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from dataclasses import dataclass, field
 from functools import partial
@@ -16,7 +18,7 @@ from functools import partial
 import numpy as np
 
 from fedray.checks import check_bool, known_keys, number_in, positive
-from fedray.core.planning import PlanContext
+from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe
 from fedray.core.protocol import Routing
 from fedray.core.sampling import AllUnits
 from fedray.errors import ConfigError
@@ -39,15 +41,15 @@ CALIBRATIONS = ("accountant", "paper")
 
 
 @dataclass(frozen=True)
-class OutputPerturbationPlan:
+class OutputPerturbationPlan(PlannedProtocol):
     """The program resolved against its data (``PlannedProtocol``)."""
 
-    algorithm_class: type
+    algorithm_class: type[Any]
     objective: LinearModelObjective
     regularization: float
     gradient_tolerance: float
     noise_std: np.ndarray
-    shape: object
+    shape: Any
     privacy: PrivacyPlan
     resolved: dict = field(default_factory=dict)
     routing: Routing = Routing.DIRECT          # no client messages: nothing to shuffle
@@ -59,15 +61,15 @@ class OutputPerturbationPlan:
 
 
 @dataclass(frozen=True)
-class OutputPerturbationRecipe:
+class OutputPerturbationRecipe(ProtocolRecipe):
     trust_models: tuple[str, ...] = ("central", "none")
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         return config
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> OutputPerturbationPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> OutputPerturbationPlan:
         from fedray.protocols.user_level.output_perturbation import sensitivity
 
         alg, priv, shape = config["algorithm"], config["privacy"], context.shape
@@ -99,15 +101,15 @@ class OutputPerturbationRecipe:
 
 
 @dataclass(frozen=True)
-class CertifiedPlan:
+class CertifiedPlan(PlannedProtocol):
     """SCOutputPert resolved against its data (``PlannedProtocol``)."""
 
-    algorithm_class: type
+    algorithm_class: type[Any]
     objective: LinearModelObjective
     strong_convexity: float
     mechanisms: tuple
     tolerance: float
-    shape: object
+    shape: Any
     privacy: PrivacyPlan
     resolved: dict = field(default_factory=dict)
     routing: Routing = Routing.DIRECT
@@ -121,7 +123,7 @@ class CertifiedPlan:
 
 
 @dataclass(frozen=True)
-class CertifiedPerturbationRecipe:
+class CertifiedPerturbationRecipe(ProtocolRecipe):
     """SCOutputPert (certificate mode): checks as output perturbation, plus every user holding the
     same m items, beta in (0, 1), eps <= 1 (the paper's range; refused above), and n >= N0 =
     8 kappa + 2 unless ``algorithm.allow_few_users`` (then the utility guarantee is void; privacy
@@ -134,10 +136,10 @@ class CertifiedPerturbationRecipe:
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         return config
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> CertifiedPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CertifiedPlan:
         alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
         _check_program(self, config, context, CERTIFIED_FIELDS)
         mu = positive("algorithm.strong_convexity", alg.get("strong_convexity"))
@@ -318,15 +320,15 @@ def check_curator_rounds(recipe, config: dict, context: PlanContext, fields: tup
 
 
 @dataclass(frozen=True)
-class CuratorRoundsPlan:
+class CuratorRoundsPlan(PlannedProtocol):
     """A user-level round protocol at a trusted server resolved against its data
     (``PlannedProtocol``): ``CuratorSampledRounds`` over the users' records, starting at 0."""
 
-    algorithm: object
-    sampler: object
-    loss: object
-    shape: object
-    replicas: object
+    algorithm: Any
+    sampler: Any
+    loss: Any
+    shape: Any
+    replicas: Any
     num_rounds: int
     privacy: PrivacyPlan
     resolved: dict = field(default_factory=dict)
@@ -344,7 +346,7 @@ class CuratorRoundsPlan:
 
 
 @dataclass(frozen=True)
-class UserSampledGaussian:
+class UserSampledGaussian(ProtocolRecipe):
     """B1 (``user_dp_sgd``): K users per round (``participation=uniform``), each user's mean
     gradient clipped to L, the mean's Gaussian noise z 2 L / K with z calibrated by the RDP
     accountant for num_rounds K-of-N subsampled releases at (eps, delta) (``privacy.calibration=
@@ -354,10 +356,10 @@ class UserSampledGaussian:
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         return config
 
-    def plan(self, algorithm_class: type, config: dict, context: PlanContext) -> CuratorRoundsPlan:
+    def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
         from fedray.core.sampling import UniformParticipation
         from fedray.gradient_descent import ProjectedGradient
         from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon

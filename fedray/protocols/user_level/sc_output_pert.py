@@ -150,9 +150,9 @@ class SCOutputPert(LinearModelProgram):
             elif certified:
                 chosen = (0, params[0])                                 # S* = {} for every R1 (App. C)
             else:
-                found = DelOutputPert(mechanism.epsilon2, mechanism.delta2, mechanism.sensitivity).search(
+                stable = DelOutputPert(mechanism.epsilon2, mechanism.delta2, mechanism.sensitivity).search(
                     solver_map, self.num_units, int(budget[replica]))
-                chosen = None if found is None else (len(found[0]), found[1])
+                chosen = None if stable is None else (len(stable[0]), stable[1])
             if chosen is None:
                 passed[replica], deleted[replica] = 0.0, np.nan
                 released[replica] = np.nan          # BOT: nothing leaves

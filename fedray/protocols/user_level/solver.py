@@ -14,7 +14,7 @@ iterates on any actor layout (the oracle's sums are layout independent).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.optimize import minimize
@@ -70,6 +70,10 @@ class LinearModelProgram:
     """What a driver-side program releasing linear models shares: its server noise draws and the
     evaluation of its releases (diagnostic training loss and test error on the users' records);
     needs ``objective``, ``num_units`` and ``model_shape``."""
+
+    objective: Any             # the program's fields these methods read
+    num_units: int
+    model_shape: tuple[int, ...]
 
     def output_noise(self, keys, replica: int) -> np.ndarray:
         """Replica ``replica``'s standard normal draw for its released model (its own stream)."""

@@ -15,7 +15,7 @@ with m. Server draws from the replica's own stream keyed by the round.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -37,7 +37,7 @@ class UserSgdState(NamedTuple):
 class UserDpSgd:
     """B1's halves (module docstring); ``noise_std`` (P,) = z 2 L / K per replica."""
 
-    loss: object
+    loss: Any
     solver: ProjectedGradient
     l2_clip: float
     noise_std: np.ndarray
