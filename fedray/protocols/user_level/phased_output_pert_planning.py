@@ -33,6 +33,7 @@ from fedray.objectives import LinearModelObjective
 from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.ledger import ComposedAccountant, Ledger
 from fedray.privacy.statement import PrivacyPlan
+from fedray.protocols.user_level.deletion import CALIBRATIONS as DELETION_CALIBRATIONS
 from fedray.protocols.user_level.deletion import CertifiedPerturbation, enumeration_solves
 from fedray.protocols.user_level.planning import ABORT, check_fallback, not_dp_release, on_unstable_setting
 
@@ -53,9 +54,10 @@ def phase_users(variant: str, n: int, phases: int) -> list[np.ndarray]:
     return [np.arange(i * size, (i + 1) * size) for i in range(phases)]
 
 
-def certificate_constant(epsilon: float, delta: float, beta: float, lipschitz: float, users: int, items: int) -> float:
+def certificate_constant(epsilon: float, delta: float, beta: float, lipschitz: float, users: int, items: int,
+                         calibration: str = "paper") -> float:
     """c with sigma = c G' / (mu n sqrt(m)) for SCOutputPert's certificate at (eps, delta, beta), G'."""
-    mechanism = CertifiedPerturbation(epsilon, delta, beta, lipschitz, 1.0, users, items)
+    mechanism = CertifiedPerturbation(epsilon, delta, beta, lipschitz, 1.0, users, items, calibration)
     return mechanism.noise_std * users * math.sqrt(items) / lipschitz
 
 
@@ -155,8 +157,10 @@ class PhasedOutputPertRecipe:
         else:
             beta = number_in("algorithm.beta", beta, 0.0, 1.0, "a probability in (0, 1)")
         private = priv["trust_model"] != "none"
-        if private and priv["calibration"] != "paper":
-            raise ConfigError("privacy.calibration", priv["calibration"], "paper for Phased-ERM / SCO (Thm 3.3's noise)")
+        calibration = priv["calibration"] if private else "paper"
+        if calibration not in DELETION_CALIBRATIONS:
+            raise ConfigError("privacy.calibration", calibration, f"one of {DELETION_CALIBRATIONS} for Phased-ERM / SCO "
+                              "(paper: Thm 3.3's noise; tight: the same guarantee by its coupling, computed exactly)")
         if not private and scale != 1.0:
             raise ConfigError("algorithm.noise_scale", scale, "1 with privacy=none (the diagnostic scales the noise of "
                               "a privacy budget: keep privacy=central_user)")
@@ -182,7 +186,7 @@ class PhasedOutputPertRecipe:
             raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs at least 4 kappa + 2 = {floor} "
                               f"(Delta's denominator; allow_few_users lifts only the N0 refusal); a phase has {smallest}")
         reference = [CertifiedPerturbation(strictest / share, shaping_delta / share, beta_phase, 2 * lipschitz, 1.0,
-                                           g.size, m) for g in groups] if smallest >= floor else []
+                                           g.size, m, calibration) for g in groups] if smallest >= floor else []
         fewest = max((c.min_users for c in reference), default=0)
         if private and smallest < fewest and not few:
             raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs N0 = {fewest} (eps, delta) = "
@@ -196,7 +200,7 @@ class PhasedOutputPertRecipe:
                 lam_i = lam * 4.0**i
                 mechanisms = tuple(None for _ in range(replicas.count)) if not private else \
                     tuple(CertifiedPerturbation(float(eps) / share, delta / stages / share, beta_phase, 2 * lipschitz,
-                                                lam_i, group.size, m) for eps in eps_levels)
+                                                lam_i, group.size, m, calibration) for eps in eps_levels)
                 made.append(_phase(group, lam_i, mechanisms))
             return tuple(made)
 
@@ -204,7 +208,8 @@ class PhasedOutputPertRecipe:
             """B(lambda) for the noise actually added (s sigma_i) over a set of diameter ``span``."""
             if not private:
                 return float("nan")
-            constants = [scale * certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz, c.num_users, m)
+            constants = [scale * certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz, c.num_users, m,
+                                                      c.calibration)
                          for c in reference]
             return oracle_bound(lam, constants, [g.size for g in groups], lipschitz, span, dim, m, variant != "erm")
 
@@ -222,7 +227,7 @@ class PhasedOutputPertRecipe:
             if located < least:
                 raise ConfigError("data.spec.num_silos", n, f"more users: the localizing release needs at least 4 kappa"
                                   f" + 2 = {least}; it has {located}")
-            local = CertifiedPerturbation(strictest, shaping_delta, beta, lipschitz, mu, located, m)
+            local = CertifiedPerturbation(strictest, shaping_delta, beta, lipschitz, mu, located, m, calibration)
             if private and located < local.min_users and not few:
                 raise ConfigError("data.spec.num_silos", n, f"more users: the localizing release needs N0 = "
                                   f"{local.min_users}; it has {located} (or algorithm.allow_few_users=true)")
@@ -235,7 +240,7 @@ class PhasedOutputPertRecipe:
             local_lam = self._regularization(value, reference, groups, lipschitz, span, min(reach, radius), dim, m,
                                              n - offset, variant, scale)
             mechanisms = tuple(None for _ in range(replicas.count)) if not private else \
-                tuple(CertifiedPerturbation(float(eps), delta / stages, beta, lipschitz, mu, located, m)
+                tuple(CertifiedPerturbation(float(eps), delta / stages, beta, lipschitz, mu, located, m, calibration)
                       for eps in eps_levels)
             localization = _phase(np.arange(located), 0.0, mechanisms, share)
             fallback, first = first, phases(local_lam)
@@ -270,7 +275,7 @@ class PhasedOutputPertRecipe:
             phased = f"basic (localization + {'phases' if share > 1 else 'disjoint phases'})"
         accountant = ComposedAccountant(rule, phased, releases_per_participation=stages * share)
         privacy = PrivacyPlan(
-            trust_model="central", calibration="paper", accountant=accountant.name, unit=USER, relation="replace_one",
+            trust_model="central", calibration=calibration, accountant=accountant.name, unit=USER, relation="replace_one",
             delta=np.full(n, delta), noise_multiplier=np.broadcast_to(sigma_first[:, None], cells).copy(),
             target_epsilon=np.broadcast_to(levels[:, None], cells).copy(), ledger=Ledger(accountant, cells, "user"),
             details={"phases": count, "min_users": fewest})
@@ -302,7 +307,8 @@ class PhasedOutputPertRecipe:
         if value == "paper":
             return lipschitz * math.sqrt(dim) / (paper_diameter * n * math.sqrt(m))
         if value == "balanced":
-            constants = [scale * certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz, c.num_users, m)
+            constants = [scale * certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz, c.num_users, m,
+                                                      c.calibration)
                          for c in reference]
             return balanced_regularization(constants, [g.size for g in groups], lipschitz, diameter, dim, m,
                                            variant != "erm")

@@ -26,6 +26,7 @@ from fedray.privacy.gaussian import analytic_sigma, classic_sigma
 from fedray.privacy.ledger import ComposedAccountant, Ledger, UnboundedAccountant
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.deletion import (
+    CALIBRATIONS as DELETION_CALIBRATIONS,
     SOLVES_CAP,
     CertifiedPerturbation,
     ExactPerturbation,
@@ -164,8 +165,10 @@ class CertifiedPerturbationRecipe:
         if priv["trust_model"] == "none":
             return CertifiedPlan(algorithm_class, objective, mu, (None,) * replicas.count, 1e-9 * lipschitz, shape,
                                  not_private(cells), resolved)
-        if priv["calibration"] != "paper":
-            raise ConfigError("privacy.calibration", priv["calibration"], "paper for SCOutputPert (Thm 3.3's noise)")
+        calibration = priv["calibration"]
+        if calibration not in DELETION_CALIBRATIONS:
+            raise ConfigError("privacy.calibration", calibration, f"one of {DELETION_CALIBRATIONS} for SCOutputPert "
+                              "(paper: Thm 3.3's noise; tight: the same guarantee by its coupling, computed exactly)")
         delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "a number in (0, 1/2]", closed_high=True)
         levels = _levels(priv, replicas)
         if np.any(levels > 1):
@@ -176,7 +179,7 @@ class CertifiedPerturbationRecipe:
             raise ConfigError("data.spec.num_silos", n, f"at least 4 kappa + 2 = {floor} users for (eps, delta) = "
                               f"({float(levels.min()):g}, {delta:g}) (Delta's denominator n - 4 kappa - 1; "
                               "allow_few_users lifts only the N0 refusal)")
-        mechanisms = tuple(constants(float(eps), delta, beta, lipschitz, mu, n, m) for eps in levels)
+        mechanisms = tuple(constants(float(eps), delta, beta, lipschitz, mu, n, m, calibration) for eps in levels)
         fewest = max(mech.min_users for mech in mechanisms)
         if n < fewest and not few:
             raise ConfigError("data.spec.num_silos", n, f"at least N0 = {fewest} users for (eps, delta) = "
@@ -194,7 +197,7 @@ class CertifiedPerturbationRecipe:
             privacy = not_dp_release(levels, delta, cells, sigma / sensitivity, details, NO_RELEASE)
         else:
             check_fallback(solves, most_solves, n, max(mech.kappa for mech in mechanisms), str(alg.get("name")))
-            privacy = _one_release("paper", levels, delta, cells, sigma / sensitivity, details)
+            privacy = _one_release(calibration, levels, delta, cells, sigma / sensitivity, details)
         tolerance = min(mech.strong_convexity * getattr(mech, "tolerance", math.inf) for mech in mechanisms)
         return CertifiedPlan(algorithm_class, objective, mu, mechanisms, tolerance, shape, privacy, resolved)
 
