@@ -56,8 +56,11 @@ def phase_users(variant: str, n: int, phases: int) -> list[np.ndarray]:
 
 def certificate_constant(epsilon: float, delta: float, beta: float, lipschitz: float, users: int, items: int,
                          calibration: str = "paper") -> float:
-    """c with sigma = c G' / (mu n sqrt(m)) for SCOutputPert's certificate at (eps, delta, beta), G'."""
-    mechanism = CertifiedPerturbation(epsilon, delta, beta, lipschitz, 1.0, users, items, calibration)
+    """c with sigma = c G' / (mu n sqrt(m)) for SCOutputPert's certificate at (eps, delta, beta), G'.
+    Under ``calibration="tight"`` the smooth certificate's mu -> infinity limit (its term beta0 r /
+    (mu (n - r)) dropped: below 1e-4 of the rest at the presets' lambda_i; lambda and B(lambda) only)."""
+    mechanism = CertifiedPerturbation(epsilon, delta, beta, lipschitz, 1.0, users, items, calibration,
+                                      0.0 if calibration == "tight" else math.inf)
     return mechanism.noise_std * users * math.sqrt(items) / lipschitz
 
 
@@ -158,6 +161,7 @@ class PhasedOutputPertRecipe:
             beta = number_in("algorithm.beta", beta, 0.0, 1.0, "a probability in (0, 1)")
         private = priv["trust_model"] != "none"
         calibration = priv["calibration"] if private else "paper"
+        smooth = objective.smoothness           # the item loss's Hessians (tight: the smooth certificate)
         if calibration not in DELETION_CALIBRATIONS:
             raise ConfigError("privacy.calibration", calibration, f"one of {DELETION_CALIBRATIONS} for Phased-ERM / SCO "
                               "(paper: Thm 3.3's noise; tight: the same guarantee by its coupling, computed exactly)")
@@ -186,7 +190,7 @@ class PhasedOutputPertRecipe:
             raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs at least 4 kappa + 2 = {floor} "
                               f"(Delta's denominator; allow_few_users lifts only the N0 refusal); a phase has {smallest}")
         reference = [CertifiedPerturbation(strictest / share, shaping_delta / share, beta_phase, 2 * lipschitz, 1.0,
-                                           g.size, m, calibration) for g in groups] if smallest >= floor else []
+                                           g.size, m, calibration, smooth) for g in groups] if smallest >= floor else []
         fewest = max((c.min_users for c in reference), default=0)
         if private and smallest < fewest and not few:
             raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs N0 = {fewest} (eps, delta) = "
@@ -200,7 +204,7 @@ class PhasedOutputPertRecipe:
                 lam_i = lam * 4.0**i
                 mechanisms = tuple(None for _ in range(replicas.count)) if not private else \
                     tuple(CertifiedPerturbation(float(eps) / share, delta / stages / share, beta_phase, 2 * lipschitz,
-                                                lam_i, group.size, m, calibration) for eps in eps_levels)
+                                                lam_i, group.size, m, calibration, smooth) for eps in eps_levels)
                 made.append(_phase(group, lam_i, mechanisms))
             return tuple(made)
 
@@ -227,7 +231,7 @@ class PhasedOutputPertRecipe:
             if located < least:
                 raise ConfigError("data.spec.num_silos", n, f"more users: the localizing release needs at least 4 kappa"
                                   f" + 2 = {least}; it has {located}")
-            local = CertifiedPerturbation(strictest, shaping_delta, beta, lipschitz, mu, located, m, calibration)
+            local = CertifiedPerturbation(strictest, shaping_delta, beta, lipschitz, mu, located, m, calibration, smooth)
             if private and located < local.min_users and not few:
                 raise ConfigError("data.spec.num_silos", n, f"more users: the localizing release needs N0 = "
                                   f"{local.min_users}; it has {located} (or algorithm.allow_few_users=true)")
@@ -240,8 +244,8 @@ class PhasedOutputPertRecipe:
             local_lam = self._regularization(value, reference, groups, lipschitz, span, min(reach, radius), dim, m,
                                              n - offset, variant, scale)
             mechanisms = tuple(None for _ in range(replicas.count)) if not private else \
-                tuple(CertifiedPerturbation(float(eps), delta / stages, beta, lipschitz, mu, located, m, calibration)
-                      for eps in eps_levels)
+                tuple(CertifiedPerturbation(float(eps), delta / stages, beta, lipschitz, mu, located, m, calibration,
+                                            smooth) for eps in eps_levels)
             localization = _phase(np.arange(located), 0.0, mechanisms, share)
             fallback, first = first, phases(local_lam)
             resolved.update(regularization=local_lam, oracle_bound=bound(local_lam, span),
@@ -263,7 +267,7 @@ class PhasedOutputPertRecipe:
         resolved["fallback_solves"] = float(solves)      # SOLVES_CAP + 1: more than 1e18
         if on_unstable == ABORT:
             privacy = not_dp_release(levels, delta, cells, sigma_first, {"phases": count, "min_users": fewest},
-                                     PHASED_NO_RELEASE)
+                                     PHASED_NO_RELEASE, calibration)
             return PhasedPlan(algorithm_class, objective, first, scale, radius, shape, replicas.count, privacy,
                               resolved, ridge=mu or 0.0, localization=localization, fallback=fallback)
         check_fallback(solves, most_solves, max(p.users.size for p in releases),

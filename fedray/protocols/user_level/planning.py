@@ -179,7 +179,10 @@ class CertifiedPerturbationRecipe:
             raise ConfigError("data.spec.num_silos", n, f"at least 4 kappa + 2 = {floor} users for (eps, delta) = "
                               f"({float(levels.min()):g}, {delta:g}) (Delta's denominator n - 4 kappa - 1; "
                               "allow_few_users lifts only the N0 refusal)")
-        mechanisms = tuple(constants(float(eps), delta, beta, lipschitz, mu, n, m, calibration) for eps in levels)
+        # tight: the certificate may also take the smooth route (Hessians of the item loss <= its smoothness)
+        extra = {"smoothness": objective.smoothness} if constants is CertifiedPerturbation else {}
+        mechanisms = tuple(constants(float(eps), delta, beta, lipschitz, mu, n, m, calibration, **extra)
+                           for eps in levels)
         fewest = max(mech.min_users for mech in mechanisms)
         if n < fewest and not few:
             raise ConfigError("data.spec.num_silos", n, f"at least N0 = {fewest} users for (eps, delta) = "
@@ -194,7 +197,7 @@ class CertifiedPerturbationRecipe:
                         fallback_solves=float(solves))
         details = {"noise_std_max": float(sigma.max()), "min_users": fewest}
         if on_unstable == ABORT:
-            privacy = not_dp_release(levels, delta, cells, sigma / sensitivity, details, NO_RELEASE)
+            privacy = not_dp_release(levels, delta, cells, sigma / sensitivity, details, NO_RELEASE, calibration)
         else:
             check_fallback(solves, most_solves, n, max(mech.kappa for mech in mechanisms), str(alg.get("name")))
             privacy = _one_release(calibration, levels, delta, cells, sigma / sensitivity, details)
@@ -244,11 +247,11 @@ def _count(solves: int) -> str:
 
 
 def not_dp_release(levels: np.ndarray, delta: float, cells: tuple, multiplier: np.ndarray, details: dict,
-                   caveat: str) -> PrivacyPlan:
+                   caveat: str, calibration: str = "paper") -> PrivacyPlan:
     """The abort variant's plan: noise calibrated for (eps, delta) (``nominal_epsilon``), a ledger
     that prices every release at epsilon = inf (no finite guarantee), targets inf, and the caveat."""
     return PrivacyPlan(
-        trust_model="central", calibration="paper", accountant="none (not DP)", unit=USER, relation="replace_one",
+        trust_model="central", calibration=calibration, accountant="none (not DP)", unit=USER, relation="replace_one",
         delta=np.full(cells[1], delta), noise_multiplier=np.broadcast_to(multiplier[:, None], cells).copy(),
         target_epsilon=np.full(cells, np.inf), ledger=Ledger(UnboundedAccountant(), cells, "user"),
         nominal_epsilon=np.broadcast_to(levels[:, None], cells).copy(), details={**details, "guarantee": "none"},
