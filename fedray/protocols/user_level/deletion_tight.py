@@ -28,8 +28,9 @@ x (x') is non-empty (Stable(r) grows with r, so the mechanism outputs BOT exactl
 
 The calibration is the smallest sigma / Delta (bisection, on the private side) at which that bound
 is at most the target. At the paper's sigma the bound is below the target (a test pins it), so the
-tight sigma is never larger. At (eps, delta) = (1, 1e-5) it is 5.4x smaller; at Phased-ERM's
-per-phase budgets 6.3 to 6.5x (``experiments/privacy_accounting/deletion_tight.py``).
+tight sigma is never larger. At (eps, delta) = (1, 1e-5) it is 5.26x smaller; at Phased-ERM's
+per-phase budget of ``experiment=phased_erm_synthetic`` 6.29x
+(``experiments/privacy_accounting/deletion_tight.py``).
 """
 
 from __future__ import annotations
