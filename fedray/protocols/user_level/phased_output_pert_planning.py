@@ -35,6 +35,7 @@ from fedray.objectives import LinearModelObjective
 from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.ledger import ComposedAccountant, Ledger
 from fedray.privacy.statement import PrivacyPlan
+from fedray.protocols.user_level.deletion import CALIBRATIONS as DELETION_CALIBRATIONS
 from fedray.protocols.user_level.deletion import CertifiedPerturbation, enumeration_solves
 from fedray.protocols.user_level.planning import ABORT, check_fallback, not_dp_release, on_unstable_setting
 
@@ -55,9 +56,13 @@ def phase_users(variant: str, n: int, phases: int) -> list[np.ndarray]:
     return [np.arange(i * size, (i + 1) * size) for i in range(phases)]
 
 
-def certificate_constant(epsilon: float, delta: float, beta: float, lipschitz: float, users: int, items: int) -> float:
-    """c with sigma = c G' / (mu n sqrt(m)) for SCOutputPert's certificate at (eps, delta, beta), G'."""
-    mechanism = CertifiedPerturbation(epsilon, delta, beta, lipschitz, 1.0, users, items)
+def certificate_constant(epsilon: float, delta: float, beta: float, lipschitz: float, users: int, items: int,
+                         calibration: str = "paper") -> float:
+    """c with sigma = c G' / (mu n sqrt(m)) for SCOutputPert's certificate at (eps, delta, beta), G'.
+    Under ``calibration="tight"`` the smooth certificate's mu -> infinity limit (its term beta0 r /
+    (mu (n - r)) dropped: below 1e-4 of the rest at the presets' lambda_i; lambda and B(lambda) only)."""
+    mechanism = CertifiedPerturbation(epsilon, delta, beta, lipschitz, 1.0, users, items, calibration,
+                                      0.0 if calibration == "tight" else math.inf)
     return mechanism.noise_std * users * math.sqrt(items) / lipschitz
 
 
@@ -157,8 +162,11 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
         else:
             beta = number_in("algorithm.beta", beta, 0.0, 1.0, "a probability in (0, 1)")
         private = priv["trust_model"] != "none"
-        if private and priv["calibration"] != "paper":
-            raise ConfigError("privacy.calibration", priv["calibration"], "paper for Phased-ERM / SCO (Thm 3.3's noise)")
+        calibration = priv["calibration"] if private else "paper"
+        smooth = objective.smoothness           # the item loss's Hessians (tight: the smooth certificate)
+        if calibration not in DELETION_CALIBRATIONS:
+            raise ConfigError("privacy.calibration", calibration, f"one of {DELETION_CALIBRATIONS} for Phased-ERM / SCO "
+                              "(paper: Thm 3.3's noise; tight: the same guarantee by its coupling, computed exactly)")
         if not private and scale != 1.0:
             raise ConfigError("algorithm.noise_scale", scale, "1 with privacy=none (the diagnostic scales the noise of "
                               "a privacy budget: keep privacy=central_user)")
@@ -185,7 +193,7 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
             raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs at least 4 kappa + 2 = {floor} "
                               f"(Delta's denominator; allow_few_users lifts only the N0 refusal); a phase has {smallest}")
         reference = [CertifiedPerturbation(strictest / share, shaping_delta / share, beta_phase, 2 * lipschitz, 1.0,
-                                           g.size, m) for g in groups] if smallest >= floor else []
+                                           g.size, m, calibration, smooth) for g in groups] if smallest >= floor else []
         fewest = max((c.min_users for c in reference), default=0)
         if private and smallest < fewest and not few:
             raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs N0 = {fewest} (eps, delta) = "
@@ -199,7 +207,7 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
                 lam_i = lam * 4.0**i
                 mechanisms = tuple(None for _ in range(replicas.count)) if not private else \
                     tuple(CertifiedPerturbation(float(eps) / share, delta / stages / share, beta_phase, 2 * lipschitz,
-                                                lam_i, group.size, m) for eps in eps_levels)
+                                                lam_i, group.size, m, calibration, smooth) for eps in eps_levels)
                 made.append(_phase(group, lam_i, mechanisms))
             return tuple(made)
 
@@ -207,7 +215,8 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
             """B(lambda) for the noise actually added (s sigma_i) over a set of diameter ``span``."""
             if not private:
                 return float("nan")
-            constants = [scale * certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz, c.num_users, m)
+            constants = [scale * certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz, c.num_users, m,
+                                                      c.calibration)
                          for c in reference]
             return oracle_bound(lam, constants, [g.size for g in groups], lipschitz, span, dim, m, variant != "erm")
 
@@ -225,7 +234,7 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
             if located < least:
                 raise ConfigError("data.spec.num_silos", n, f"more users: the localizing release needs at least 4 kappa"
                                   f" + 2 = {least}; it has {located}")
-            local = CertifiedPerturbation(strictest, shaping_delta, beta, lipschitz, mu, located, m)
+            local = CertifiedPerturbation(strictest, shaping_delta, beta, lipschitz, mu, located, m, calibration, smooth)
             if private and located < local.min_users and not few:
                 raise ConfigError("data.spec.num_silos", n, f"more users: the localizing release needs N0 = "
                                   f"{local.min_users}; it has {located} (or algorithm.allow_few_users=true)")
@@ -238,8 +247,8 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
             local_lam = self._regularization(value, reference, groups, lipschitz, span, min(reach, radius), dim, m,
                                              n - offset, variant, scale)
             mechanisms = tuple(None for _ in range(replicas.count)) if not private else \
-                tuple(CertifiedPerturbation(float(eps), delta / stages, beta, lipschitz, mu, located, m)
-                      for eps in eps_levels)
+                tuple(CertifiedPerturbation(float(eps), delta / stages, beta, lipschitz, mu, located, m, calibration,
+                                            smooth) for eps in eps_levels)
             localization = _phase(np.arange(located), 0.0, mechanisms, share)
             fallback, first = first, phases(local_lam)
             resolved.update(regularization=local_lam, oracle_bound=bound(local_lam, span),
@@ -261,7 +270,7 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
         resolved["fallback_solves"] = float(solves)      # SOLVES_CAP + 1: more than 1e18
         if on_unstable == ABORT:
             privacy = not_dp_release(levels, delta, cells, sigma_first, {"phases": count, "min_users": fewest},
-                                     PHASED_NO_RELEASE)
+                                     PHASED_NO_RELEASE, calibration)
             return PhasedPlan(algorithm_class, objective, first, scale, radius, shape, replicas.count, privacy,
                               resolved, ridge=mu or 0.0, localization=localization, fallback=fallback)
         check_fallback(solves, most_solves, max(p.users.size for p in releases),
@@ -273,7 +282,7 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
             phased = f"basic (localization + {'phases' if share > 1 else 'disjoint phases'})"
         accountant = ComposedAccountant(rule, phased, releases_per_participation=stages * share)
         privacy = PrivacyPlan(
-            trust_model="central", calibration="paper", accountant=accountant.name, unit=USER, relation="replace_one",
+            trust_model="central", calibration=calibration, accountant=accountant.name, unit=USER, relation="replace_one",
             delta=np.full(n, delta), noise_multiplier=np.broadcast_to(sigma_first[:, None], cells).copy(),
             target_epsilon=np.broadcast_to(levels[:, None], cells).copy(), ledger=Ledger(accountant, cells, "user"),
             details={"phases": count, "min_users": fewest})
@@ -305,7 +314,8 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
         if value == "paper":
             return lipschitz * math.sqrt(dim) / (paper_diameter * n * math.sqrt(m))
         if value == "balanced":
-            constants = [scale * certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz, c.num_users, m)
+            constants = [scale * certificate_constant(c.epsilon, c.delta, c.beta, 2 * lipschitz, c.num_users, m,
+                                                      c.calibration)
                          for c in reference]
             return balanced_regularization(constants, [g.size for g in groups], lipschitz, diameter, dim, m,
                                            variant != "erm")

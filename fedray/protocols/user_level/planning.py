@@ -28,6 +28,7 @@ from fedray.privacy.gaussian import analytic_sigma, classic_sigma
 from fedray.privacy.ledger import ComposedAccountant, Ledger, UnboundedAccountant
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.deletion import (
+    CALIBRATIONS as DELETION_CALIBRATIONS,
     SOLVES_CAP,
     CertifiedPerturbation,
     ExactPerturbation,
@@ -166,8 +167,10 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
         if priv["trust_model"] == "none":
             return CertifiedPlan(algorithm_class, objective, mu, (None,) * replicas.count, 1e-9 * lipschitz, shape,
                                  not_private(cells), resolved)
-        if priv["calibration"] != "paper":
-            raise ConfigError("privacy.calibration", priv["calibration"], "paper for SCOutputPert (Thm 3.3's noise)")
+        calibration = priv["calibration"]
+        if calibration not in DELETION_CALIBRATIONS:
+            raise ConfigError("privacy.calibration", calibration, f"one of {DELETION_CALIBRATIONS} for SCOutputPert "
+                              "(paper: Thm 3.3's noise; tight: the same guarantee by its coupling, computed exactly)")
         delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "a number in (0, 1/2]", closed_high=True)
         levels = _levels(priv, replicas)
         if np.any(levels > 1):
@@ -178,7 +181,10 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
             raise ConfigError("data.spec.num_silos", n, f"at least 4 kappa + 2 = {floor} users for (eps, delta) = "
                               f"({float(levels.min()):g}, {delta:g}) (Delta's denominator n - 4 kappa - 1; "
                               "allow_few_users lifts only the N0 refusal)")
-        mechanisms = tuple(constants(float(eps), delta, beta, lipschitz, mu, n, m) for eps in levels)
+        # tight: the certificate may also take the smooth route (Hessians of the item loss <= its smoothness)
+        extra = {"smoothness": objective.smoothness} if constants is CertifiedPerturbation else {}
+        mechanisms = tuple(constants(float(eps), delta, beta, lipschitz, mu, n, m, calibration, **extra)
+                           for eps in levels)
         fewest = max(mech.min_users for mech in mechanisms)
         if n < fewest and not few:
             raise ConfigError("data.spec.num_silos", n, f"at least N0 = {fewest} users for (eps, delta) = "
@@ -193,10 +199,10 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
                         fallback_solves=float(solves))
         details = {"noise_std_max": float(sigma.max()), "min_users": fewest}
         if on_unstable == ABORT:
-            privacy = not_dp_release(levels, delta, cells, sigma / sensitivity, details, NO_RELEASE)
+            privacy = not_dp_release(levels, delta, cells, sigma / sensitivity, details, NO_RELEASE, calibration)
         else:
             check_fallback(solves, most_solves, n, max(mech.kappa for mech in mechanisms), str(alg.get("name")))
-            privacy = _one_release("paper", levels, delta, cells, sigma / sensitivity, details)
+            privacy = _one_release(calibration, levels, delta, cells, sigma / sensitivity, details)
         tolerance = min(mech.strong_convexity * getattr(mech, "tolerance", math.inf) for mech in mechanisms)
         return CertifiedPlan(algorithm_class, objective, mu, mechanisms, tolerance, shape, privacy, resolved)
 
@@ -243,11 +249,11 @@ def _count(solves: int) -> str:
 
 
 def not_dp_release(levels: np.ndarray, delta: float, cells: tuple, multiplier: np.ndarray, details: dict,
-                   caveat: str) -> PrivacyPlan:
+                   caveat: str, calibration: str = "paper") -> PrivacyPlan:
     """The abort variant's plan: noise calibrated for (eps, delta) (``nominal_epsilon``), a ledger
     that prices every release at epsilon = inf (no finite guarantee), targets inf, and the caveat."""
     return PrivacyPlan(
-        trust_model="central", calibration="paper", accountant="none (not DP)", unit=USER, relation="replace_one",
+        trust_model="central", calibration=calibration, accountant="none (not DP)", unit=USER, relation="replace_one",
         delta=np.full(cells[1], delta), noise_multiplier=np.broadcast_to(multiplier[:, None], cells).copy(),
         target_epsilon=np.full(cells, np.inf), ledger=Ledger(UnboundedAccountant(), cells, "user"),
         nominal_epsilon=np.broadcast_to(levels[:, None], cells).copy(), details={**details, "guarantee": "none"},
