@@ -27,7 +27,7 @@ from fedray.core.evaluation import Metric, split
 from fedray.core.oracle import sum_partials
 from fedray.core.program import CentralProgram
 from fedray.core.protocol import Messages, RoundKeys, Routing
-from fedray.runtime import checkpoint
+from fedray.runtime import checkpoint, interrupts
 from fedray.runtime.shuffler import Shuffler, ShufflerActor
 from fedray.runtime.silo_group import ActorRestarted, RoundPayload, RoundsReply, SiloGroup, SiloGroupActor
 
@@ -301,7 +301,9 @@ class RayGroups(GroupOracle):
         refs = submit() if refs is None else refs
         for attempt in range(self.max_restarts + 1):
             try:
-                return ray.get(refs)
+                results = ray.get(refs)
+                interrupts.check()      # a Ctrl-C that came meanwhile ends the run here (a safe point)
+                return results
             except (ray.exceptions.RayActorError, ActorRestarted):
                 if attempt == self.max_restarts:
                     raise
