@@ -60,14 +60,15 @@ def serve(uri: str):
                               env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
+        deadline = time.monotonic() + 600       # a loaded machine: its start took over 3 minutes
+        while True:
             try:
-                urllib.request.urlopen(base, timeout=1)
+                urllib.request.urlopen(base, timeout=5)
                 break
             except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError(f"mlflow ui did not answer at {base}") from None
                 time.sleep(0.5)
-        else:
-            raise RuntimeError(f"mlflow ui did not answer at {base}")
         yield base
     finally:
         server.terminate()

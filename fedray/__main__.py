@@ -6,14 +6,28 @@ import sys
 import time
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
+STOPPED = "stopped: interrupted (Ctrl-C); the run, if one had opened, is marked KILLED in MLflow"
 
-from fedray.cli import console, run_job
-from fedray.override_errors import as_config_error, one_line
-from fedray.runtime.driver import ActorPool
-from fedray.resolvers import register
-from fedray.sweep import LAUNCHED_ENV
+
+def _interrupted_while_importing(signum, frame) -> None:
+    """A Ctrl-C while the imports below run: nothing has started (no run, no Ray, no thread of
+    ours), so the command ends at once, with the same line as later."""
+    sys.stdout.write(STOPPED + "\n")
+    sys.stdout.flush()
+    os._exit(130)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, _interrupted_while_importing)    # until cli() takes over
+
+import hydra  # noqa: E402  (the handler above covers these imports: they take seconds)
+from omegaconf import DictConfig  # noqa: E402
+
+from fedray.cli import console, run_job  # noqa: E402
+from fedray.override_errors import as_config_error, one_line  # noqa: E402
+from fedray.runtime.driver import ActorPool  # noqa: E402
+from fedray.resolvers import register  # noqa: E402
+from fedray.sweep import LAUNCHED_ENV  # noqa: E402
 
 register()  # before Hydra composes the config
 # The jobs of a sweep run in this process; consecutive jobs on the same records reuse the actors.
@@ -75,13 +89,14 @@ def cli() -> None:
     own config errors; ``HYDRA_FULL_ERROR=1`` set by the user keeps Hydra's full report. Ctrl-C
     ends with one line (the run is marked KILLED by ``run_job``), status 130, and no process left."""
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)     # Python's own, once imports are done
         _main()
         signal.signal(signal.SIGINT, signal.SIG_IGN)     # what ran is recorded: end what was started
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C must not cut the clean-up short
         _end_started_processes()
-        console.print("[bold red]stopped:[/] interrupted (Ctrl-C); the run, if one had opened, is marked KILLED "
-                      "in MLflow", soft_wrap=True, highlight=False)
+        stopped, rest = STOPPED.split(":", 1)
+        console.print(f"[bold red]{stopped}:[/]{rest}", soft_wrap=True, highlight=False)
         sys.exit(130)
     _end_started_processes()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +17,7 @@ from fedray.data import ChecksumError, DownloadError
 from fedray.errors import BudgetError, ConfigError
 from fedray.plan import Plan, make_plan
 from fedray.preflight import tracking_store
-from fedray.runtime import checkpoint
+from fedray.runtime import checkpoint, interrupts
 from fedray.runtime.driver import ActorPool, RunResult, run, start
 from fedray.sweep import job_label, parent_run_id
 from fedray.tracking import browse_hint, finish_deferred, run_name, tracker_from_config
@@ -211,17 +210,30 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
             tracker.client.set_tag(tracker.run_id, "overrides", job_overrides())
         return tracker
 
+    # From here a Ctrl-C is raised at safe points only (fedray.runtime.interrupts says why: raised
+    # inside Ray's start-up it could leave the logging lock held, and the command waited forever
+    # for the MLflow run below to open and be marked KILLED).
+    with interrupts.deferred():
+        return _started_job(plan, pool, open_tracker)
+
+
+def _started_job(plan: Plan, pool: ActorPool | None, open_tracker) -> RunResult:
     # The MLflow store (schema creation on a fresh one) is set up while Ray and the silo actors start.
     with ThreadPoolExecutor(max_workers=1) as background:
         pending = background.submit(open_tracker)
         try:
             with console.status(f"starting Ray and the actors of {plan.shape.num_silos:,} units", spinner="dots"):
                 groups = start(plan, pool)
+            interrupts.check()                  # a Ctrl-C during Ray's start-up ends the job here
         except BaseException as err:
+            if interrupts.pending():    # Ctrl-C first: what failed after it (Ray's start cut short) is moot
+                err = KeyboardInterrupt()
             pending.result().fail(_ended(err))     # the run opened meanwhile: never leave it RUNNING
             if isinstance(err, ConnectionError):
                 console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
                 sys.exit(1)
+            if isinstance(err, KeyboardInterrupt):
+                raise err from None
             raise
         tracker = pending.result()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -240,8 +252,10 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
 
         on_round.label, on_round.loss = None, float("nan")      # nothing shown before a first evaluation
         try:
+            interrupts.check()                  # a Ctrl-C while the run opened
             tracker.client.set_tag(tracker.run_id, "ray.actor_nodes", str(len(set(groups.node_ids()))))
             result = run(plan, tracker=tracker, progress=on_round, groups=groups, pool=pool)
+            interrupts.check()                  # a Ctrl-C after the last gather: not finished yet
         except BaseException as err:
             tracker.fail(_ended(err))
             raise
@@ -257,7 +271,7 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
         # A single run is finished and recorded: a Ctrl-C from here on would only cut Ray's shutdown
         # short (at interpreter exit that crashed the process and left Ray's helpers alive), so the
         # rest (the summary, ending the processes this command started) runs to its end.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        interrupts.ignore()
     if result.stopped is not None:
         console.print(f"[bold yellow]stopped:[/] {result.stopped}", soft_wrap=True)
     console.print(summary_table(plan, result))

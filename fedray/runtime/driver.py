@@ -29,7 +29,7 @@ from fedray.core.program import CentralProgram
 from fedray.core.protocol import (Messages, RoundBlock, RoundBlocks, RoundKeys, RoundProtocol,
                                   RoundSpec, Routing, StepBlock, StepBlocks)
 from fedray.core.protocol import client_operation as _operation
-from fedray.runtime import checkpoint
+from fedray.runtime import checkpoint, interrupts
 from fedray.runtime.shuffler import Shuffler, ShufflerActor
 from fedray.runtime.silo_group import ActorRestarted, RoundPayload, RoundsReply, SiloGroup, SiloGroupActor
 
@@ -330,7 +330,9 @@ class RayGroups(GroupOracle):
         refs = submit() if refs is None else refs
         for attempt in range(self.max_restarts + 1):
             try:
-                return ray.get(refs)
+                results = ray.get(refs)
+                interrupts.check()      # a Ctrl-C that came meanwhile ends the run here (a safe point)
+                return results
             except (ray.exceptions.RayActorError, ActorRestarted):
                 if attempt == self.max_restarts:
                     raise

@@ -32,6 +32,18 @@ def test_the_main_job_uses_a_fixed_clip_and_leaves_nothing_outside_the_guarantee
     assert "outside the guarantee" not in plan.privacy.summary()
 
 
+def test_the_bare_command_uses_a_fixed_clip_and_leaves_nothing_outside_the_guarantee():
+    """`python -m fedray` with no arguments: before, privacy=paper's clip was null, the largest
+    feature norm of the silos' records, which the statement had to name outside the guarantee."""
+    plan = make_plan(compose("progress=false"))
+    assert plan.config["privacy"]["l2_clip"] == 1.0 and plan.protocol.l2_clip == 1.0
+    assert plan.privacy.statement()["non_private_inputs"] == []
+    assert "outside the guarantee" not in plan.privacy.summary()
+    # the paper's own data-dependent clip stays where a preset reproduces the paper, and is named
+    e1 = make_plan(compose("experiment=e1_mnist", "privacy.epsilon_grid=null"))
+    assert e1.protocol.l2_clip is None and "largest feature norm" in e1.privacy.summary()
+
+
 def test_shuffle_dp_states_a_federation_wide_unit():
     plan = make_plan(compose(*SHUFFLED))
     record = plan.privacy.statement()
