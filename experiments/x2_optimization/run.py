@@ -23,6 +23,15 @@ at each protocol's B, n up to 1e12) and figure.png next to this file, and prints
     python experiments/x2_optimization/run.py --quick    # n = 1e3 and 3e3, 5 repetitions (a smoke run)
     python experiments/x2_optimization/run.py --ratios-only   # sum_error_ratios.csv alone, in a second
     python experiments/x2_optimization/run.py --figure-only   # figure.png again from results.csv
+    python experiments/x2_optimization/run.py --arms "P_SGD tight" ...   # re-run these arms, keep the rest
+
+Every shuffle arm but P_GD (``NO_TIGHT_TWIN``) has a twin named "<arm> tight" (issue 44): the same
+protocol, B, T and step rule with P_vec calibrated by its exact privacy loss
+(``privacy.calibration=tight``, ``fedray.privacy.vector_sum_tight``) instead of seed-000 §2.2's b
+and p, at the same (eps, delta).
+``--arms`` runs only the named arms' cells and merges their rows into the existing results.csv and
+slopes.csv in ``--out`` (every other arm's rows stay as they were); each cell's per-replica excess
+risks go to excess.npz, merged the same way.
 """
 
 from __future__ import annotations
@@ -73,6 +82,15 @@ ARMS = {
     "non-private SGD (abs)": ("nonsmooth", NONSMOOTH + SGD + ["privacy=none", "privacy.l2_clip=1.0"], "avg", False,
                               "none"),
 }
+TIGHT = " tight"      # the suffix of P_vec's exactly calibrated twin of a shuffle arm (issue 44)
+# P_GD has no tight twin: its rounds run at eps_0 = 0.0024 to 0.012, where the unit-shift bound of
+# vector_sum_tight (L = 212 to 357 unit pairs, PLD grid 3e-5) needs b >= 1e9 trials per user or more
+# (n = 3e3, eps = 1: delta(eps_0) = 2.9e-4 at b = 1e9 against delta_0 = 6.5e-10), 25 s per bound
+# evaluation and more beyond, so planning one cell does not finish in a run's time (see the README).
+NO_TIGHT_TWIN = ("P_GD",)
+ARMS |= {arm + TIGHT: (problem, overrides + ["privacy.calibration=tight"], output, interactive, kind)
+         for arm, (problem, overrides, output, interactive, kind) in list(ARMS.items())
+         if kind == "shuffle" and arm not in NO_TIGHT_TWIN}
 LOSS = {"smooth": "squared", "nonsmooth": "absolute"}
 
 
@@ -135,7 +153,7 @@ def slopes(rows: list[dict], rng: np.random.Generator) -> list[dict]:
             boot = [np.polyfit(logn, np.log10([rng.choice(c["samples"], c["samples"].size).mean() for c in cells]), 1)[0]
                     for _ in range(BOOTSTRAP)]
             low, high = np.percentile(boot, [2.5, 97.5])
-            out.append({"arm": arm, "eps": eps, "n_min": cells[0]["n"], "n_max": cells[-1]["n"],
+            out.append({"arm": arm, "eps": eps, "n_min": int(cells[0]["n"]), "n_max": int(cells[-1]["n"]),
                         "slope": round(float(fit), 3), "ci_low": round(float(low), 3), "ci_high": round(float(high), 3)})
     return out
 
@@ -151,7 +169,7 @@ def figure(rows: list[dict], path: Path) -> None:
     # One colour per method in both problems (the absolute-loss arms share their squared-loss twin's).
     palette = dict(zip(("P_SGD", "P_AGD", "P_AGD phases (4.8b)", "P_GD", "local SGD", "central SGD", "central GD",
                         "non-private SGD"), (f"C{i}" for i in range(8))))
-    fig, axes = plt.subplots(2, len(epsilons), figsize=(5.2 * len(epsilons), 8.4), squeeze=False)
+    fig, axes = plt.subplots(2, len(epsilons), figsize=(6.4 * len(epsilons), 9.6), squeeze=False)
     styles = {"shuffle": "-", "local": "--", "central": ":", "none": "-."}
     for row_index, problem in enumerate(("smooth", "nonsmooth")):
         for col, eps in enumerate(epsilons):
@@ -163,9 +181,11 @@ def figure(rows: list[dict], path: Path) -> None:
                 n = [c["n"] for c in cells]
                 mean = np.array([c["excess_mean"] for c in cells])
                 se = np.array([c["excess_se"] for c in cells])
-                base = arm.removesuffix(" (abs)").removeprefix("smoothed ")
-                ax.errorbar(n, mean, yerr=1.96 * se, linestyle=styles[kind], marker="o", markersize=3, capsize=2,
-                            color=palette[base], label=arm)
+                tight = arm.endswith(TIGHT)
+                base = arm.removesuffix(TIGHT).removesuffix(" (abs)").removeprefix("smoothed ")
+                ax.errorbar(n, mean, yerr=1.96 * se, linestyle=(0, (1, 1)) if tight else styles[kind],
+                            marker="s" if tight else "o", markersize=4 if tight else 3, capsize=2,
+                            color=palette[base], markerfacecolor="white" if tight else None, label=arm)
             zero = next(r["excess_at_zero"] for r in rows if r["problem"] == problem)
             ax.axhline(zero, color="grey", linewidth=0.8, label="the model 0 (releases nothing)")
             ax.set_xscale("log")
@@ -176,9 +196,40 @@ def figure(rows: list[dict], path: Path) -> None:
             ax.set_xlabel("n (users, one record each)")
             ax.set_ylabel("excess population risk (mean, 95% CI)")
             ax.grid(True, which="major", alpha=0.3)
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def _cell(arm: str, n, eps) -> str:
+    return f"{arm}|{int(float(n))}|{float(eps):g}"
+
+
+def _kept(out: Path, todo: set) -> tuple[list[dict], list[dict], dict]:
+    """The existing rows of results.csv and slopes.csv (as written) and replicas of excess.npz for
+    every cell (arm, n, eps) not in ``todo``; slopes only of arms with no cell in ``todo``; nothing
+    if ``out`` has no results yet."""
+    if not (out / "results.csv").exists():
+        return [], [], {}
+    arms = {key.split("|")[0] for key in todo}
+    with open(out / "results.csv") as f:
+        rows = [r for r in csv.DictReader(f) if _cell(r["arm"], r["n"], r["eps"]) not in todo]
+    with open(out / "slopes.csv") as f:
+        fitted = [r for r in csv.DictReader(f) if r["arm"] not in arms]
+    samples = {}
+    if (out / "excess.npz").exists():
+        with np.load(out / "excess.npz") as stored:
+            samples = {k: stored[k] for k in stored.files if k not in todo}
+    return rows, fitted, samples
+
+
+def _typed(row: dict) -> dict:
+    return {k: (v if k in ("arm", "problem", "kind") or not isinstance(v, str) else float(v)) for k, v in row.items()}
+
+
+def _order(row: dict) -> tuple:
+    """A full run's order: eps, then n, then the arm's place in ARMS."""
+    return float(row["eps"]), float(row["n"]), list(ARMS).index(row["arm"])
 
 
 def main() -> None:
@@ -187,6 +238,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE, help="where the CSVs and the figure go")
     parser.add_argument("--ratios-only", action="store_true", help="only sum_error_ratios.csv (closed forms, no runs)")
     parser.add_argument("--figure-only", action="store_true", help="redraw figure.png from results.csv (no runs)")
+    parser.add_argument("--arms", nargs="+", choices=tuple(ARMS), default=None, metavar="ARM",
+                        help="run only these arms' cells and replace their rows in the existing results "
+                             f"(one of: {', '.join(ARMS)})")
+    parser.add_argument("--ns", nargs="+", type=float, default=None, metavar="N",
+                        help="with --arms: run only these n of the grid (the arms' other cells are kept)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ratios = sum_error_ratios()
@@ -205,40 +261,51 @@ def main() -> None:
         return
     if args.figure_only:
         with open(args.out / "results.csv") as f:
-            rows = [{k: (v if k in ("arm", "problem", "kind") else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+            rows = [_typed(r) for r in csv.DictReader(f)]
         figure(rows, args.out / "figure.png")
         return
     if args.quick:
         ns, gd_ns, repetitions = (10**3, 3 * 10**3), (10**3, 3 * 10**3), dict.fromkeys((10**3, 3 * 10**3), 5)
     else:
         ns, gd_ns, repetitions = NS, GD_NS, REPETITIONS
+    arms = set(args.arms or ARMS)
+    only = set(ns) | set(gd_ns) if args.ns is None else {int(n) for n in args.ns}
+    todo = [(arm, n, eps) for eps in EPSILONS for n in sorted(set(ns) | set(gd_ns)) for arm in ARMS
+            if arm in arms and n in only and n in (gd_ns if ARMS[arm][3] else ns)]
+    kept_rows, kept_slopes, samples = (_kept(args.out, {_cell(*c) for c in todo}) if args.arms
+                                       else ([], [], {}))
     started = time.perf_counter()
     rows = []
     with job_session() as pool:
-        for eps in EPSILONS:
-            for n in sorted(set(ns) | set(gd_ns)):
-                for arm, (_, _, _, interactive, _) in ARMS.items():
-                    if n not in (gd_ns if interactive else ns):
-                        continue
-                    reps = GD_REPETITIONS if interactive and not args.quick else repetitions[n]
-                    row = run_cell(arm, n, eps, reps, pool)
-                    rows.append(row)
-                    print(f"{arm:24s} n={n:>8d} eps={eps:g}  excess {row['excess_mean']:.3e} +- {row['excess_se']:.1e}"
-                          f"  B={row['batch']} T={row['steps']} eta={row['step_size']:.3g}  {row['seconds']:.1f} s",
-                          flush=True)
-    fitted = slopes(rows, np.random.default_rng(0))
+        for arm, n, eps in todo:
+            reps = GD_REPETITIONS if ARMS[arm][3] and not args.quick else repetitions[n]
+            row = run_cell(arm, n, eps, reps, pool)
+            rows.append(row)
+            samples[_cell(arm, n, eps)] = row["samples"]
+            print(f"{arm:30s} n={n:>8d} eps={eps:g}  excess {row['excess_mean']:.3e} +- {row['excess_se']:.1e}"
+                  f"  B={row['batch']} T={row['steps']} eta={row['step_size']:.3g}  {row['seconds']:.1f} s",
+                  flush=True)
     columns = [k for k in rows[0] if k != "samples"]
+    merged = sorted(kept_rows + [{k: r[k] for k in columns} for r in rows], key=_order)
     with open(args.out / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, columns)
         writer.writeheader()
-        writer.writerows({k: r[k] for k in columns} for r in rows)
+        writer.writerows(merged)
+    # Slopes of the arms run now, over every cell of theirs that has its replicas (this run's or kept).
+    refit = {r["arm"] for r in rows}
+    cells = [_typed(r) | {"samples": samples[_cell(r["arm"], r["n"], r["eps"])]} for r in merged
+             if r["arm"] in refit and _cell(r["arm"], r["n"], r["eps"]) in samples]
+    fitted = slopes(cells, np.random.default_rng(0))
+    arm_order = list(ARMS)
+    merged_slopes = sorted(kept_slopes + fitted, key=lambda s: (arm_order.index(s["arm"]), float(s["eps"])))
     with open(args.out / "slopes.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, list(fitted[0]))
+        writer = csv.DictWriter(f, list(merged_slopes[0]))
         writer.writeheader()
-        writer.writerows(fitted)
-    figure(rows, args.out / "figure.png")
+        writer.writerows(merged_slopes)
+    np.savez_compressed(args.out / "excess.npz", **samples)
+    figure([_typed(r) for r in merged], args.out / "figure.png")
     for s in fitted:
-        print(f"slope {s['arm']:24s} eps={s['eps']:g}: {s['slope']:+.3f} [{s['ci_low']:+.3f}, {s['ci_high']:+.3f}]")
+        print(f"slope {s['arm']:30s} eps={s['eps']:g}: {s['slope']:+.3f} [{s['ci_low']:+.3f}, {s['ci_high']:+.3f}]")
     print(f"X2 done in {time.perf_counter() - started:.0f} s")
 
 
