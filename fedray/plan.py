@@ -389,6 +389,8 @@ def make_plan(cfg: DictConfig) -> Plan:
         privacy = replace(privacy, non_private_inputs=privacy.non_private_inputs + (
             "common random numbers: replicas of one repetition share noise, so each replica's release is "
             "private on its own but their joint release is not",))
+    if privacy.private and shape.preprocessing_outside_guarantee:
+        privacy = replace(privacy, non_private_inputs=privacy.non_private_inputs + shape.preprocessing_outside_guarantee)
     faithful = runtime.get("faithful", False)
     check_bool("runtime.faithful", faithful)
     if faithful and runtime.get("resume"):

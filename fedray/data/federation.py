@@ -58,6 +58,9 @@ class FederationShape:
     num_outputs: int
     task: str
     summarised_items: int | None = None
+    # Preprocessing that reads the records of many units at once (a PCA basis fitted on pooled
+    # private records, say): it shapes every release, and no unit-level guarantee covers it.
+    preprocessing_outside_guarantee: tuple[str, ...] = ()
 
     @property
     def min_train_size(self) -> int:

@@ -306,6 +306,9 @@ class MnistPairs:
             dim=NUM_PIXELS if self.pca_dim is None else self.pca_dim,
             num_outputs=1,
             task="binary",
+            preprocessing_outside_guarantee=() if self.pca_dim is None else (
+                f"the PCA basis (data.spec.pca_dim={self.pca_dim}) is fitted on the pooled training records of "
+                "all silos (data.spec.pca_dim=null: raw pixels)",),
         )
 
     def load(self, seed: int, trial: int = 0, silo_ids=None) -> Federation:

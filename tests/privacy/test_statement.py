@@ -3,6 +3,7 @@ accountant, epsilon per unit, and whatever lies outside the guarantee."""
 
 import pytest
 
+from fedray.errors import ConfigError
 from fedray.plan import make_plan
 from tests.conftest import compose
 
@@ -19,26 +20,36 @@ def test_the_paper_clip_is_named_as_data_dependent():
         "calibration": "paper", "accountant": "rdp"}
     assert record["epsilon_per_unit_max"] == pytest.approx(float(plan.privacy.planned_epsilon.max()))
     assert record["epsilon_per_unit_max"] <= 3.0 and record["delta_max"] == pytest.approx(1 / 1238**2)
-    assert len(record["non_private_inputs"]) == 1 and "largest feature norm" in record["non_private_inputs"][0]
+    assert len(record["non_private_inputs"]) == 2 and "largest feature norm" in record["non_private_inputs"][0]
+    assert "PCA basis" in record["non_private_inputs"][1]
     assert record["diagnostic_metrics"] == ["test_error", "train_loss"]
     assert "outside the guarantee" in plan.privacy.summary()
 
 
-def test_the_main_job_uses_a_fixed_clip_and_leaves_nothing_outside_the_guarantee():
+def test_the_main_job_uses_a_fixed_clip_and_names_only_the_pooled_pca():
     plan = make_plan(compose("experiment=isrl_dp_convex"))
     assert plan.config["privacy"]["l2_clip"] == 1.0
     record = plan.privacy.statement()
-    assert record["non_private_inputs"] == [] and record["driver_view"].startswith("simulation")
-    assert "outside the guarantee" not in plan.privacy.summary()
+    assert len(record["non_private_inputs"]) == 1 and "PCA basis" in record["non_private_inputs"][0]
+    assert record["driver_view"].startswith("simulation")
 
 
-def test_the_bare_command_uses_a_fixed_clip_and_leaves_nothing_outside_the_guarantee():
+def test_the_bare_command_uses_a_fixed_clip_and_names_only_the_pooled_pca_outside_the_guarantee():
     """`python -m fedray` with no arguments: before, privacy=paper's clip was null, the largest
-    feature norm of the silos' records, which the statement had to name outside the guarantee."""
+    feature norm of the silos' records, which the statement had to name outside the guarantee.
+    MNIST's PCA basis is fitted on the pooled training records of all silos: the statement must
+    name it (it shapes every release and no silo-level guarantee covers it), and a faithful run,
+    which a deployment could not pool for, is refused; raw pixels leave nothing outside."""
     plan = make_plan(compose("progress=false"))
     assert plan.config["privacy"]["l2_clip"] == 1.0 and plan.protocol.l2_clip == 1.0
-    assert plan.privacy.statement()["non_private_inputs"] == []
-    assert "outside the guarantee" not in plan.privacy.summary()
+    outside = plan.privacy.statement()["non_private_inputs"]
+    assert len(outside) == 1 and "PCA basis" in outside[0] and "pooled training records" in outside[0]
+    assert "outside the guarantee: the PCA basis" in plan.privacy.summary()
+    with pytest.raises(ConfigError, match="runtime.faithful"):
+        make_plan(compose("progress=false", "runtime.faithful=true"))
+    raw = make_plan(compose("progress=false", "data.spec.pca_dim=null"))
+    assert raw.privacy.statement()["non_private_inputs"] == []
+    assert "outside the guarantee" not in raw.privacy.summary()
     # the paper's own data-dependent clip stays where a preset reproduces the paper, and is named
     e1 = make_plan(compose("experiment=e1_mnist", "privacy.epsilon_grid=null"))
     assert e1.protocol.l2_clip is None and "largest feature norm" in e1.privacy.summary()
