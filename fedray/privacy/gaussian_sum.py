@@ -44,7 +44,7 @@ import numpy as np
 
 from fedray.core.mechanism import Placement
 from fedray.privacy.gaussian import analytic_sigma
-from fedray.rng import SiloDraws, Stream, generator
+from fedray.rng import SiloDraws, Stream, generators
 
 
 def pan_private_sigma(epsilon: float, delta: float, l2_bound: float) -> float:
@@ -99,8 +99,8 @@ class CentralGaussianSum:
     def estimate(self, total: np.ndarray, users, step: int) -> np.ndarray:
         """(P, D) the released sum: ``total`` plus ``draws`` N(0, sigma^2 I) per replica, keyed by ``step``."""
         rows = np.asarray(self.streams).reshape(total.shape[0], -1)
-        noise = np.stack([generator(self.seed, Stream.OUTPUT_NOISE, *row, step).standard_normal(
-            (self.draws,) + total.shape[1:]).sum(axis=0) for row in rows])
+        noise = np.stack([rng.standard_normal((self.draws,) + total.shape[1:]).sum(axis=0)
+                          for rng in generators(self.seed, Stream.OUTPUT_NOISE, rows, step)])
         return total + self.sigma * noise
 
     def sum_mse(self, users: int, dim: int) -> float:
