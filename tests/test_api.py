@@ -38,6 +38,8 @@ def test_a_mapping_composes_like_the_same_overrides():
     assert fedray.config(given) == fedray.config(typed)
 
 
+@pytest.mark.slow  # the refusal's advice is an accountant search (10-25 s), the one
+# tests/privacy/test_budgets.py also makes (the session's store then answers it)
 def test_an_overspending_plan_is_refused_before_any_run():
     with pytest.raises(BudgetError, match="exceeds privacy.epsilon"):
         fedray.make_plan(["experiment=isrl_dp_convex", "participation.silos_per_round=25"])

@@ -110,9 +110,10 @@ def test_misspelt_keys_and_options_hydra_refuses_get_a_did_you_mean(override, me
      f"error: privacy.epsilonn must be a known key of privacy (did you mean privacy.epsilon?): {PRIVACY_KEYS}; got 3"),
     (["experiment=isrl_dp_convx"], "error: experiment must be one of the options of experiment (did you mean "
                                    f"experiment=isrl_dp_convex?): {EXPERIMENTS}; got 'isrl_dp_convx'"),
-    (["-m", "experiment=isrl_dp_convex", "privacy.epsilon=1,3", "algorithm.stepsize=0.3,1"],   # a sweep
-     "error: algorithm.stepsize must be a known key of algorithm (did you mean algorithm.step_size?): average_last, "
-     "batch_size, name, radius, step_size; got '0.3,1'"),
+    pytest.param(["-m", "experiment=isrl_dp_convex", "privacy.epsilon=1,3", "algorithm.stepsize=0.3,1"],  # a sweep
+                 "error: algorithm.stepsize must be a known key of algorithm (did you mean algorithm.step_size?): "
+                 "average_last, batch_size, name, radius, step_size; got '0.3,1'",
+                 marks=pytest.mark.slow),    # opens the sweep's MLflow parent run first: 15-40 s
 ])
 def test_the_cli_prints_hydras_refusals_in_one_line(tmp_path, args, line):
     proc = subprocess.run([sys.executable, "-m", "fedray", *args, f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",

@@ -67,13 +67,22 @@ def overrides(command: str) -> list[str]:
     return chosen
 
 
-def test_the_site_builds_strictly(tmp_path):
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory):
+    """``mkdocs build --strict`` once for the tests that read the site: (return code, stderr, folder)."""
+    site = tmp_path_factory.mktemp("docs") / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    return proc.returncode, proc.stderr, site
+
+
+@pytest.mark.slow  # about 10 s (20 s on a busy machine); the browser test reads the same build
+def test_the_site_builds_strictly(built_site):
     """Catches a broken internal link, an API page naming a module that no longer exists, or a
     config reference the hook cannot generate."""
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    reference = (tmp_path / "site" / "guide" / "config-reference" / "index.html").read_text()
+    code, stderr, site = built_site
+    assert code == 0, stderr[-4000:]
+    reference = (site / "guide" / "config-reference" / "index.html").read_text()
     assert "runtime.connect_timeout" in reference and "privacy.epsilon" in reference
 
 
@@ -148,7 +157,7 @@ def _serve(folder: Path):
 
 
 @pytest.mark.slow
-def test_every_page_renders_in_a_browser_and_every_internal_link_resolves(tmp_path):
+def test_every_page_renders_in_a_browser_and_every_internal_link_resolves(built_site):
     """Catches a page that renders empty or as an error in a real browser, a link the browser
     would follow to nothing, and API pages that lost the public names they document."""
     from concurrent.futures import ThreadPoolExecutor
@@ -156,9 +165,8 @@ def test_every_page_renders_in_a_browser_and_every_internal_link_resolves(tmp_pa
 
     if shutil.which("chromium") is None:
         pytest.skip("chromium is not installed (Debian: apt-get install chromium); .ci/run installs it when it can")
-    site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)], cwd=REPO,
-                   check=True, capture_output=True, timeout=600)
+    code, stderr, site = built_site
+    assert code == 0, stderr[-4000:]
     pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("index.html"))
     server, base = _serve(site)
     try:

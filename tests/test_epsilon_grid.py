@@ -54,6 +54,8 @@ def test_the_batch_size_formula_uses_the_largest_budget_of_the_grid():
     assert grid.protocol.batch_size == top.protocol.batch_size
 
 
+@pytest.mark.slow  # the refusal's advice is an accountant search (10-25 s); tests/privacy/test_ledger.py
+# covers the guard in the fast tier
 def test_the_budget_guard_names_the_replica_budget_that_overspends():
     with pytest.raises(Exception, match=r"exceeds privacy.epsilon = 4"):
         make_plan(compose(*SMALL[:-1], "privacy.calibration=paper", "privacy.accountant=rdp",

@@ -48,6 +48,7 @@ def test_the_bare_command_plans_within_its_budget_and_lowers_the_loss(ray_local)
     assert float(np.max(result.final["train_loss"])) < START_LOSS
 
 
+@pytest.mark.slow  # two accountant searches (the advice, then privacy.calibration=accountant): 15-30 s
 def test_local_sgd_in_the_main_jobs_preset_is_refused_in_one_line_naming_the_way_out():
     """The issue's case: the paper's noise formula for local SGD overspends the preset's budget."""
     with pytest.raises(BudgetError) as err:

@@ -44,7 +44,7 @@ import numpy as np
 
 from fedray.core.mechanism import Placement
 from fedray.privacy.gaussian import analytic_sigma
-from fedray.rng import SiloDraws, Stream, generator
+from fedray.rng import SiloDraws, Stream, generators
 
 
 def pan_private_sigma(epsilon: float, delta: float, l2_bound: float) -> float:
@@ -115,8 +115,8 @@ class CentralGaussianSum:
     def _noise(self, total: np.ndarray, step: int) -> np.ndarray:
         """(P, draws, D) the step's standard normal draws per replica, in the order they are added."""
         rows = np.asarray(self.streams).reshape(total.shape[0], -1)
-        return np.stack([generator(self.seed, Stream.OUTPUT_NOISE, *row, step).standard_normal(
-            (self.draws,) + total.shape[1:]) for row in rows])
+        return np.stack([rng.standard_normal((self.draws,) + total.shape[1:])
+                         for rng in generators(self.seed, Stream.OUTPUT_NOISE, rows, step)])
 
     def sum_mse(self, users: int, dim: int) -> float:
         """E||estimate - sum||^2 = draws d sigma^2, whatever the number of users."""

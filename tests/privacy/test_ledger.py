@@ -42,6 +42,15 @@ def test_budget_guard_names_the_unit_and_has_no_advice_for_a_federation_guarante
                               "runs it anyway)")
 
 
+def test_the_guard_refuses_an_overspend_of_a_thousandth_and_admits_the_target_itself():
+    """Catches a guard with slack: a plan 0.001 over its budget must be refused (the main job's
+    preset with every silo in every round plans 3.003 against 3), a plan exactly at it admitted."""
+    ledger = Ledger(RoundsAccountant(lambda rounds: 0.001 * rounds, "rounds", 1e-5), (1, 2), "federation")
+    np.testing.assert_array_equal(check_budget(ledger, np.full((1, 2), 3000), np.full(2, 3.0)), np.full((1, 2), 3.0))
+    with pytest.raises(BudgetError, match=r"planned epsilon 3\.001 for federation 0"):
+        check_budget(ledger, np.full((1, 2), 3001), np.full(2, 3.0))
+
+
 def test_per_unit_rounds_charge_only_the_silos_that_took_part():
     """Shuffle DP without silo-sampling credit: a record's exposure is the rounds its silo joined."""
     ledger = Ledger(RoundsAccountant(lambda rounds: 0.5 * rounds, "advanced", 1e-5, per_unit=True), (1, 3), "silo")

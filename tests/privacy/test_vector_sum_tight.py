@@ -13,7 +13,7 @@ from dp_accounting.pld import privacy_loss_distribution
 
 from fedray.errors import ConfigError
 from fedray.privacy import audit_epsilon
-from fedray.privacy.vector_sum import aggregate_counts, analyze_counts, randomize_counts, vector_sum_parameters
+from fedray.privacy.vector_sum import aggregate_counts, analyze_counts, encode, randomize_counts, vector_sum_parameters
 from fedray.privacy.vector_sum_tight import (
     axis_pair_bits, coordinate_delta, invocation_delta, invocation_epsilon, relaxed_delta, relaxed_epsilon,
     tight_vector_sum_parameters, unit_shift_count,
@@ -123,6 +123,19 @@ def test_relaxation_pld_equals_its_own_pair_summed_by_hand(p):
         looser = relaxed_delta(epsilon - count * 3e-5, 1, 12, p, 3, discretization=1e-7)
         assert by_hand - 1e-12 <= bound
         assert bound <= max(looser, by_hand) + 1e-3 * by_hand + 1e-12
+
+
+def test_the_unit_shift_count_covers_encodings_that_differ_by_more_than_sqrt_d_g():
+    """Catches an l1 bound on the shift that forgets the rounding's +d (step 3): neighbours
+    x = (1/2, 1/2, 1/2, 1/2), x' = -x at Delta2 = 1 and g = 10 have t = 7.5 and t' = 2.5 per
+    coordinate, so the encodings can be 8 and 2: an l1 shift of 24 = floor(sqrt(4) 10) + 4 > 20."""
+    params = vector_sum_parameters(1.0, 1e-5, 4, 25, 1.0)          # g = ceil(2 sqrt(25)) = 10
+    assert params.scale == 10
+    x = np.full((4000, 4), 0.5)
+    rng = np.random.default_rng(0)
+    shifts = np.abs(encode(x, params, rng) - encode(-x, params, rng)).sum(axis=1)   # 24 with chance 1/256
+    assert shifts.max() == 24
+    assert unit_shift_count(4, 10) == 24
 
 
 def test_relaxation_bounds_brute_force_pairs_in_two_dimensions():
