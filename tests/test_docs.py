@@ -96,6 +96,24 @@ def test_every_experiment_preset_has_a_command_on_a_papers_page():
     assert documented - presets == set()
 
 
+def test_every_preset_has_its_expected_output_on_a_papers_page():
+    """Catches a preset without a row in experiments/presets/results.csv (the papers pages' expected
+    output), a row that failed, or a papers page that names a preset the config tree lacks."""
+    import csv
+
+    hook = load_script(DOCS / "hooks" / "config_reference.py")
+    presets = {p.stem for p in (hook.config_dir(REPO) / "experiment").glob("*.yaml")}
+    marked = set()
+    for page in (REPO / "docs" / "papers").glob("*.md"):
+        for names in re.findall(r"<!-- expected-output: ([a-z0-9_, ]+) -->", page.read_text()):
+            marked |= {n.strip() for n in names.split(",") if n.strip()}
+    assert marked == presets
+    with open(REPO / "experiments" / "presets" / "results.csv") as f:
+        rows = {r["preset"]: r for r in csv.DictReader(f)}
+    assert set(rows) == presets and all(r["exit"] == "0" for r in rows.values()), {
+        k: r["metrics"] for k, r in rows.items() if r["exit"] != "0"}
+
+
 @pytest.mark.slow  # about 3 minutes on 2 cores with a cold accounting cache
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_documented_command_plans(command):
