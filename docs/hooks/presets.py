@@ -20,7 +20,7 @@ def _rows(root: Path) -> dict[str, dict]:
 
 
 def table(names: list[str], rows: dict[str, dict]) -> str:
-    lines = ["| preset | what `python -m fedray experiment=<preset>` ends with (median over replicas) | eps spent "
+    lines = ["| preset | what `python -m fedray experiment=<preset>` ends with (median over replicas; best replica in brackets) | eps spent "
              "| seconds |", "|---|---|---:|---:|"]
     for name in names:
         row = rows[name]             # a preset without a row is a KeyError: the build fails, as it should
