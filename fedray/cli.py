@@ -190,7 +190,7 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None, sweep: Sweep | None 
     job, or the sweep's end, waits for it)."""
     parent_run_id = None if sweep is None else sweep.parent_run_id
     try:
-        if parent_run_id is None:         # a sweep's parent run has asked the store already
+        if parent_run_id is None:           # a sweep's parent run has asked the store already
             tracking_store(cfg.tracking.uri)    # an MLflow server that does not answer: before planning and Ray
         plan = make_plan(cfg)
         resumed = checkpoint.resumable(plan.runtime, plan.config)     # one of another config is refused here
@@ -201,7 +201,7 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None, sweep: Sweep | None 
         console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
         if sweep is None:
             sys.exit(2)
-        record_refused(cfg, err, sweep)             # in a sweep: a FAILED child run; the sweep goes on
+        record_refused(cfg, err, sweep)      # in a sweep: a FAILED child run; the sweep goes on
         return None
 
     for note in plan.protocol.resolved.get("notes", ()):      # what the resolved parameters mean at this size

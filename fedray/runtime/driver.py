@@ -434,8 +434,8 @@ class RayGroups(GroupOracle):
 class ActorPool:
     """The silo actors of the last finished job, kept for the next job with the same layout.
 
-    The command line owns one per process (``fedray.__main__``); a Hydra sweep runs its jobs in
-    that process. Jobs on the same records (algorithm, budgets or
+    The command line's ``fedray.cli.Jobs`` makes one at its first job and ends it; a Hydra sweep
+    runs its jobs in that process. Jobs on the same records (algorithm, budgets or
     step sizes differ) reuse the actors as they are; a new trial reloads its records into the
     same actor processes, skipping process start-up and imports. At most one set is kept (their
     CPU shares stay reserved); a failed job's actors are killed.
