@@ -21,23 +21,19 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, _interrupted_while_importing)    # until cli() takes over
 
 import hydra  # noqa: E402  (the handler above covers these imports: they take seconds)
-from omegaconf import DictConfig  # noqa: E402
 
-from fedray.cli import console, run_job  # noqa: E402
+from fedray.cli import Jobs, console  # noqa: E402
 from fedray.override_errors import as_config_error, one_line  # noqa: E402
-from fedray.runtime.driver import ActorPool  # noqa: E402
 from fedray.resolvers import register  # noqa: E402
-from fedray.sweep import LAUNCHED_ENV  # noqa: E402
 
 register()  # before Hydra composes the config
-# The jobs of a sweep run in this process; consecutive jobs on the same records reuse the actors.
-POOL = ActorPool()
 
 
-@hydra.main(version_base="1.3", config_path="pkg://fedray.conf", config_name="config")
-def main(cfg: DictConfig) -> None:
-    # A job the ray_jobs launcher started keeps no actors: idle ones would hold CPUs other jobs need.
-    run_job(cfg, None if os.environ.get(LAUNCHED_ENV) else POOL)
+def main(jobs: Jobs | None = None) -> None:
+    """Hydra's command line with ``jobs`` (new ones by default) as the task function: the jobs of a
+    sweep run by this process share its silo actors and its run-writing thread."""
+    task = jobs if jobs is not None else Jobs()
+    hydra.main(version_base="1.3", config_path="pkg://fedray.conf", config_name="config")(task)()
 
 
 def _descendants() -> list[int]:
@@ -87,11 +83,14 @@ def cli() -> None:
     """``main`` with Hydra's composition errors (a misspelt key or option, bad override syntax)
     as one ``error:`` line, a did-you-mean where a name is unknown, and exit status 2, as fedray's
     own config errors; ``HYDRA_FULL_ERROR=1`` set by the user keeps Hydra's full report. Ctrl-C
-    ends with one line (the run is marked KILLED by ``run_job``), status 130, and no process left."""
+    ends with one line (the run is marked KILLED by ``run_job``), status 130, and no process left.
+    The jobs' shared actors and writing thread are made here, when a job needs them, and ended here."""
+    jobs = Jobs()
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)     # Python's own, once imports are done
-        _main()
+        _main(jobs)
         signal.signal(signal.SIGINT, signal.SIG_IGN)     # what ran is recorded: end what was started
+        jobs.close()
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C must not cut the clean-up short
         _end_started_processes()
@@ -101,13 +100,13 @@ def cli() -> None:
     _end_started_processes()
 
 
-def _main() -> None:
+def _main(jobs: Jobs) -> None:
     if os.environ.get("HYDRA_FULL_ERROR"):
-        main()
+        main(jobs)
         return
     os.environ["HYDRA_FULL_ERROR"] = "1"        # Hydra raises its errors here instead of printing them
     try:
-        main()
+        main(jobs)
     except Exception as err:
         error = as_config_error(err, [arg for arg in sys.argv[1:] if not arg.startswith("-")])
         line = str(error) if error is not None else one_line(err)

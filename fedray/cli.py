@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -19,8 +20,8 @@ from fedray.plan import Plan, make_plan
 from fedray.preflight import tracking_store
 from fedray.runtime import checkpoint, interrupts
 from fedray.runtime.driver import ActorPool, RunResult, run, start
-from fedray.sweep import job_label, parent_run_id
-from fedray.tracking import browse_hint, finish_deferred, run_name, tracker_from_config
+from fedray.sweep import LAUNCHED_ENV, Sweep, job_label
+from fedray.tracking import Finisher, browse_hint, run_name, tracker_from_config
 
 console = Console()
 
@@ -154,14 +155,14 @@ def summary_table(plan: Plan, result: RunResult) -> Table:
     return table
 
 
-def record_refused(cfg: DictConfig, err: Exception) -> None:
-    """A sweep's refused job as a FAILED child run tagged with the reason, so the sweep goes on and
-    the parent counts it."""
+def record_refused(cfg: DictConfig, err: Exception, sweep: Sweep) -> None:
+    """A sweep's refused job as a FAILED child run of ``sweep``'s parent tagged with the reason, so
+    the sweep goes on and the parent counts it."""
     from omegaconf import OmegaConf
 
     tracking = OmegaConf.to_container(cfg.tracking, resolve=True)
     tracker = tracker_from_config(tracking, run_name=f"{cfg.algorithm.get('name')} refused",
-                                  parent_run_id=parent_run_id())
+                                  parent_run_id=sweep.parent_run_id)
     tracker.client.set_tag(tracker.run_id, "refused", str(err)[:5000])
     tracker.client.set_tag(tracker.run_id, "overrides", job_overrides())
     tracker.fail()
@@ -179,10 +180,16 @@ def _ended(err: BaseException) -> str:
     return "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED"
 
 
-def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
-    """One job: plan, start (or reuse ``pool``'s) actors while the MLflow run opens, rounds, summary."""
+def run_job(cfg: DictConfig, pool: ActorPool | None = None, sweep: Sweep | None = None,
+            finisher: Finisher | None = None) -> RunResult | None:
+    """One job: plan, start (or reuse ``pool``'s) actors while the MLflow run opens, rounds, summary.
+
+    In a ``sweep`` the run is a child of its parent run, and a refused job is a FAILED child (the
+    sweep goes on); with a ``finisher`` too, the run's writing is handed to its thread (the next
+    job, or the sweep's end, waits for it)."""
+    parent_run_id = None if sweep is None else sweep.parent_run_id
     try:
-        if parent_run_id() is None:         # a sweep's parent run has asked the store already
+        if parent_run_id is None:           # a sweep's parent run has asked the store already
             tracking_store(cfg.tracking.uri)    # an MLflow server that does not answer: before planning and Ray
         plan = make_plan(cfg)
         resumed = checkpoint.resumable(plan.runtime, plan.config)     # one of another config is refused here
@@ -191,22 +198,21 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
             prepare()
     except (ConfigError, BudgetError, DownloadError, ChecksumError) as err:
         console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-        if parent_run_id() is None:
+        if sweep is None:
             sys.exit(2)
-        record_refused(cfg, err)             # in a sweep: a FAILED child run; the sweep goes on
+        record_refused(cfg, err, sweep)      # in a sweep: a FAILED child run; the sweep goes on
         return None
 
     for note in plan.protocol.resolved.get("notes", ()):      # what the resolved parameters mean at this size
         console.print(f"[bold yellow]note:[/] {note}", soft_wrap=True)
 
     def open_tracker():
-        in_sweep = parent_run_id() is not None
-        label = job_label(job_overrides().split()) if in_sweep else ""     # the swept values first
+        label = "" if sweep is None else job_label(job_overrides().split(), sweep.swept_keys)  # swept values first
         tracker = tracker_from_config(plan.tracking, run_name=run_name(plan, label),
-                                      parent_run_id=parent_run_id(),  # set by fedray.sweep.ParentRun
+                                      parent_run_id=parent_run_id,    # from fedray.sweep.ParentRun
                                       resumed=resumed)                # its MLflow run goes on
         tracker.log_plan(plan)
-        if parent_run_id() is not None:
+        if sweep is not None:
             tracker.client.set_tag(tracker.run_id, "overrides", job_overrides())
         return tracker
 
@@ -214,10 +220,11 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
     # inside Ray's start-up it could leave the logging lock held, and the command waited forever
     # for the MLflow run below to open and be marked KILLED).
     with interrupts.deferred():
-        return _started_job(plan, pool, open_tracker)
+        return _started_job(plan, pool, open_tracker, sweep, finisher)
 
 
-def _started_job(plan: Plan, pool: ActorPool | None, open_tracker) -> RunResult:
+def _started_job(plan: Plan, pool: ActorPool | None, open_tracker, sweep: Sweep | None,
+                 finisher: Finisher | None) -> RunResult:
     # The MLflow store (schema creation on a fresh one) is set up while Ray and the silo actors start.
     with ThreadPoolExecutor(max_workers=1) as background:
         pending = background.submit(open_tracker)
@@ -260,14 +267,15 @@ def _started_job(plan: Plan, pool: ActorPool | None, open_tracker) -> RunResult:
             tracker.fail(_ended(err))
             raise
         bar.update(task, status=final_status(plan, result))     # the released model's values, not a round's
-    try:
-        finish_deferred()               # the previous job's run, written during these rounds
-    except BaseException:
-        tracker.fail()
-        raise
+    if finisher is not None:
+        try:
+            finisher.wait()             # the previous job's run, written during these rounds
+        except BaseException:
+            tracker.fail()
+            raise
     # In a sweep run by this process the next job (or the sweep's end) waits for this run's writing.
-    tracker.finish(plan, result, defer=pool is not None and parent_run_id() is not None)
-    if parent_run_id() is None and threading.current_thread() is threading.main_thread():
+    tracker.finish(plan, result, finisher=finisher if sweep is not None else None)
+    if sweep is None and threading.current_thread() is threading.main_thread():
         # A single run is finished and recorded: a Ctrl-C from here on would only cut Ray's shutdown
         # short (at interpreter exit that crashed the process and left Ray's helpers alive), so the
         # rest (the summary, ending the processes this command started) runs to its end.
@@ -283,3 +291,50 @@ def _started_job(plan: Plan, pool: ActorPool | None, open_tracker) -> RunResult:
     where = browse_hint(tracker.uri, tracker.experiment_id, tracker.run_id)
     console.print(f"MLflow run [bold]{tracker.run_id}[/] in [bold]{tracker.uri}[/]; {where}", soft_wrap=True)
     return result
+
+
+class Jobs:
+    """Hydra's task function for the jobs this process runs, and what they share; made and ended
+    (``close``) by ``fedray.__main__.cli``, nothing of it at import.
+
+    - The silo actors kept from one job for the next (an ``ActorPool``, made at the first job):
+      consecutive jobs of a sweep on the same records reuse them. A job the ray_jobs launcher
+      started (``FEDRAY_LAUNCHED_JOB``) keeps none: idle actors would hold CPUs other jobs need.
+    - The sweep the jobs belong to, handed in by ``fedray.sweep.ParentRun`` at each job's start
+      (``join_sweep``), and the thread that writes a finished job's run while the next job runs
+      (a ``Finisher``), waited for at the sweep's end (``wait_written``).
+    """
+
+    def __init__(self) -> None:
+        self.pool: ActorPool | None = None
+        self.sweep: Sweep | None = None
+        self.finisher: Finisher | None = None
+
+    def join_sweep(self, sweep: Sweep) -> None:
+        self.sweep = sweep
+
+    def __call__(self, cfg: DictConfig) -> None:
+        if os.environ.get(LAUNCHED_ENV):
+            run_job(cfg, None, self.sweep)
+            return
+        if self.pool is None:
+            self.pool = ActorPool()
+        if self.sweep is not None and self.finisher is None:
+            self.finisher = Finisher()
+        run_job(cfg, self.pool, self.sweep, self.finisher)
+
+    def wait_written(self) -> None:
+        """Wait until every finished job's run is written; re-raise the first write that failed."""
+        if self.finisher is not None:
+            self.finisher.wait()
+
+    def close(self) -> None:
+        """End the writing thread (after its writes) and the kept actors."""
+        try:
+            if self.finisher is not None:
+                self.finisher.close()
+        finally:
+            self.finisher = None
+            if self.pool is not None:
+                self.pool.drop_all()
+            self.pool = None

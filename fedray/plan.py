@@ -25,7 +25,7 @@ from fedray.checks import MAX_CLIP, check_bool, known_keys, natural, positive
 from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
-from fedray.privacy.accounting import use_store
+from fedray.privacy.accounting import accountant_store
 from fedray.privacy.ledger import check_budget
 from fedray.privacy.statement import PrivacyPlan
 from fedray.rng import setting_words
@@ -312,10 +312,16 @@ def _guard(privacy: PrivacyPlan, sampler, replicas: Replicas, seed: int, num_rou
 
 def make_plan(cfg: DictConfig) -> Plan:
     """Validate ``cfg`` and resolve it into a ``Plan``; raises ``ConfigError`` on the first bad value
-    and ``BudgetError`` if the participations would overspend a unit's budget."""
+    and ``BudgetError`` if the participations would overspend a unit's budget. Changes no state of
+    the process: the accountant store is chosen for this call alone."""
     config = cast(dict, OmegaConf.to_container(cfg, resolve=True))      # plain data from here on (a DictConfig's: a dict)
     # A faithful run trusts no accountant answer it did not compute itself (fedray.privacy.stored).
-    use_store(not bool((config.get("runtime") or {}).get("faithful", False)))
+    with accountant_store(not bool((config.get("runtime") or {}).get("faithful", False))):
+        return _resolved(config)
+
+
+def _resolved(config: dict) -> Plan:
+    """``make_plan`` of the config as plain data, inside its accountant-store scope."""
     natural("seed", config.get("seed"))
     natural("trial", config.get("trial"))
     _check_epsilon_magnitude(config["privacy"])

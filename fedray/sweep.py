@@ -1,30 +1,44 @@
 """Hydra multirun sweeps as one MLflow parent run with a child run per job.
 
 ``ParentRun`` is a Hydra callback (``hydra.callbacks`` in an experiment config). On multirun
-start it creates the parent run in the store and experiment of ``tracking``, tags it with the
-sweep's overrides and directory, and exports its id in ``FEDRAY_PARENT_RUN_ID``; every job of
-the sweep (in this process with Hydra's basic launcher, or a child process of it) reads the
-variable in ``fedray.cli`` and files its run under the parent, so the MLflow UI shows the sweep
-as one expandable row. On multirun end the parent is closed and the variable removed.
+start it creates the parent run in the store and experiment of ``tracking`` and tags it with the
+sweep's overrides and directory. At each job's start it hands the ``Sweep`` (the parent's id and
+the swept keys) to the job's task function, if that is a ``SweepMember`` (the command line's
+``fedray.cli.Jobs``), which files the job's run under the parent, so the MLflow UI shows the
+sweep as one expandable row. The hand-over is a value, not the environment: wherever Hydra runs a
+job (this process, or a Ray worker of the ray_jobs launcher, which receives the callbacks and the
+task function with the job), the job's callback holds the parent. On multirun end the parent is
+closed.
 """
 
 from __future__ import annotations
 
 import atexit
-import os
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from omegaconf import DictConfig, OmegaConf
 
-PARENT_ENV = "FEDRAY_PARENT_RUN_ID"
-SWEPT_ENV = "FEDRAY_SWEPT_KEYS"         # the keys the sweep varies, space-separated (for run names)
 LAUNCHED_ENV = "FEDRAY_LAUNCHED_JOB"     # set by the ray_jobs launcher in every job it starts
 
 
-def parent_run_id() -> str | None:
-    """The parent run id of the sweep this job belongs to, if any."""
-    return os.environ.get(PARENT_ENV) or None
+@dataclass(frozen=True)
+class Sweep:
+    """The sweep a job belongs to: its MLflow parent run and the keys it varies (for run names)."""
+
+    parent_run_id: str
+    swept_keys: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class SweepMember(Protocol):
+    """A task function that runs a sweep's jobs: ``ParentRun`` hands it the sweep at each job's start
+    and waits for its writing at the sweep's end."""
+
+    def join_sweep(self, sweep: Sweep) -> None: ...
+
+    def wait_written(self) -> None: ...
 
 
 def swept_overrides(overrides: list[str]) -> list[str]:
@@ -61,10 +75,9 @@ def sweep_name(config: DictConfig, name: str | None = None) -> str:
     return text if len(text) <= 120 else text[:119] + "…"
 
 
-def job_label(overrides: list[str]) -> str:
-    """In a sweep's job, the values of the keys the sweep varies (``FEDRAY_SWEPT_KEYS``), each as its
-    last name part: ``epsilon=1 step_size=0.3``; empty outside a sweep."""
-    keys = os.environ.get(SWEPT_ENV, "").split()
+def job_label(overrides: list[str], keys: tuple[str, ...] | list[str]) -> str:
+    """In a sweep's job, the values of the keys the sweep varies (``keys``), each as its last name
+    part: ``epsilon=1 step_size=0.3``; empty outside a sweep (no keys)."""
     values = dict(line.lstrip("+~").split("=", 1) for line in overrides if "=" in line)
     return " ".join(f"{key.rsplit('.', 1)[-1].rsplit('/', 1)[-1]}={values[key]}" for key in keys if key in values)
 
@@ -90,6 +103,8 @@ class ParentRun(Callback):
         self.name = name
         self._client = None
         self._run_id: str | None = None
+        self._sweep: Sweep | None = None
+        self._members: list[SweepMember] = []      # the task functions of this process's jobs
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from mlflow.entities import RunTag
@@ -115,9 +130,17 @@ class ParentRun(Callback):
         tracker.client.log_batch(tracker.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         self._client, self._run_id = tracker.client, tracker.run_id
         self._where = (tracker.uri, tracker.experiment_id)
-        os.environ[PARENT_ENV] = tracker.run_id
-        os.environ[SWEPT_ENV] = " ".join(swept_keys(config))
+        self._sweep = Sweep(tracker.run_id, tuple(swept_keys(config)))
         atexit.register(self._abandoned)
+
+    def on_job_start(self, config: DictConfig, *, task_function: Any = None, **kwargs: Any) -> None:
+        """Hand the sweep to the job's task function (in the job's process: the ray_jobs launcher
+        runs this callback, pickled with the parent's id, in the job's Ray worker)."""
+        if self._sweep is None or not isinstance(task_function, SweepMember):
+            return
+        task_function.join_sweep(self._sweep)
+        if not any(member is task_function for member in self._members):
+            self._members.append(task_function)
 
     def _abandoned(self) -> None:
         """At exit without ``on_multirun_end`` (the sweep aborted: a launcher error, Ctrl-C): the
@@ -129,9 +152,8 @@ class ParentRun(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self._run_id is None:
             return
-        from fedray.tracking import finish_deferred
-
-        finish_deferred()       # the last job's run (a failure leaves the parent to _abandoned: FAILED)
+        for member in self._members:
+            member.wait_written()   # the last job's run (a failure leaves the parent to _abandoned: FAILED)
         children = self._client.search_runs(
             [self._client.get_run(self._run_id).info.experiment_id],
             filter_string=f"tags.mlflow.parentRunId = '{self._run_id}'", max_results=50000)
@@ -148,9 +170,7 @@ class ParentRun(Callback):
         uri, experiment_id = self._where
         print(f"MLflow parent run {self._run_id} ({len(children)} jobs) in {uri}; "
               f"{browse_hint(uri, experiment_id, self._run_id)}")
-        os.environ.pop(PARENT_ENV, None)
-        os.environ.pop(SWEPT_ENV, None)
-        self._run_id = None
+        self._run_id, self._sweep, self._members = None, None, []
         if failed:              # the sweep's exit status says so (Hydra turns exceptions here into warnings)
             print(f"error: {failed} of {len(children)} jobs of the sweep failed or were refused (the table above)",
                   flush=True)

@@ -294,22 +294,20 @@ class MlflowTracker:
         for future in written:
             future.result()
 
-    def finish(self, plan, result, status: str = "FINISHED", defer: bool = False) -> None:
+    def finish(self, plan, result, status: str = "FINISHED", finisher: Finisher | None = None) -> None:
         """Final metrics, artifacts and the run's end status.
 
-        With ``defer`` (a sweep's job that another job or the sweep's end follows in this process)
-        the writing is handed to a background thread and this returns at once: a many-replica
-        run's finish (rounds.csv, artifacts) takes about 0.4 s of Python, which then overlaps
-        the next job's rounds, when the driver mostly waits on its actors. ``finish_deferred``
-        waits for it and re-raises its error; a failed deferred finish leaves its run FAILED.
+        With a ``finisher`` (a sweep's job that another job or the sweep's end follows in this
+        process) the writing is handed to its background thread and this returns at once: a
+        many-replica run's finish (rounds.csv, artifacts) takes about 0.4 s of Python, which then
+        overlaps the next job's rounds, when the driver mostly waits on its actors.
+        ``finisher.wait()`` waits for it and re-raises its error; a failed handed-over finish
+        leaves its run FAILED.
         """
-        if not defer:
+        if finisher is None:
             self._finish(plan, result, status)
             return
-        global _FINISHER
-        if _FINISHER is None:
-            _FINISHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-finish")
-        _DEFERRED.append(_FINISHER.submit(self._finish_or_fail, plan, result, status))
+        finisher.submit(self._finish_or_fail, plan, result, status)
 
     def _finish_or_fail(self, plan, result, status: str) -> None:
         try:
@@ -360,23 +358,44 @@ class MlflowTracker:
             self.client.set_terminated(self.run_id, status)
 
 
-# Finishes handed over by ``MlflowTracker.finish(defer=True)``, written one at a time, in order.
-_FINISHER: ThreadPoolExecutor | None = None
-_DEFERRED: list[Future] = []
+class Finisher:
+    """Writes the finishes that ``MlflowTracker.finish(..., finisher=)`` hands over, one at a time,
+    in order, in one background thread, started at the first finish handed over.
 
+    Its owner (the command line's ``fedray.cli.Jobs``, for the jobs of a sweep in one process)
+    ``wait``s for them before writing its next run and at the sweep's end, and ``close``s it.
+    """
 
-def finish_deferred() -> None:
-    """Wait until every deferred finish is written; re-raise the first that failed."""
-    pending = list(_DEFERRED)
-    del _DEFERRED[:]
-    errors = []
-    for future in pending:
+    def __init__(self) -> None:
+        self._thread: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
+
+    def submit(self, finish, *args) -> None:
+        """Run ``finish(*args)`` after the finishes handed over before it."""
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-finish")
+        self._pending.append(self._thread.submit(finish, *args))
+
+    def wait(self) -> None:
+        """Wait until every finish handed over is written; re-raise the first that failed."""
+        pending, self._pending = self._pending, []
+        errors = []
+        for future in pending:
+            try:
+                future.result()
+            except BaseException as err:    # wait for the others before reporting
+                errors.append(err)
+        if errors:
+            raise errors[0]
+
+    def close(self) -> None:
+        """Wait for what was handed over (its errors are raised) and end the thread."""
         try:
-            future.result()
-        except BaseException as err:    # wait for the others before reporting
-            errors.append(err)
-    if errors:
-        raise errors[0]
+            self.wait()
+        finally:
+            if self._thread is not None:
+                self._thread.shutdown()
+                self._thread = None
 
 
 OUTPUT_ARTIFACT = "output.npz"

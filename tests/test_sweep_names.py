@@ -2,7 +2,7 @@
 
 from omegaconf import OmegaConf
 
-from fedray.sweep import SWEPT_ENV, job_label, sweep_name, swept_keys
+from fedray.sweep import job_label, sweep_name, swept_keys
 
 
 def _config(task, params=None, experiment="isrl_dp_convex"):
@@ -39,9 +39,8 @@ def test_a_long_sweep_name_is_cut_with_an_ellipsis():
     assert len(name) == 120 and name.endswith("…")
 
 
-def test_a_jobs_label_holds_the_swept_values_first_and_short(monkeypatch):
-    monkeypatch.setenv(SWEPT_ENV, "privacy.epsilon algorithm.step_size")
-    label = job_label(["experiment=isrl_dp_convex", "algorithm.step_size=0.3", "privacy.epsilon=1"])
+def test_a_jobs_label_holds_the_swept_values_first_and_short():
+    label = job_label(["experiment=isrl_dp_convex", "algorithm.step_size=0.3", "privacy.epsilon=1"],
+                      ("privacy.epsilon", "algorithm.step_size"))
     assert label == "epsilon=1 step_size=0.3"
-    monkeypatch.delenv(SWEPT_ENV)
-    assert job_label(["privacy.epsilon=1"]) == ""
+    assert job_label(["privacy.epsilon=1"], ()) == ""

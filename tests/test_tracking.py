@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from fedray.plan import make_plan
 from fedray.runtime.driver import run
 from fedray import tracking
-from fedray.tracking import _round_table, finish_deferred, tracker_from_config
+from fedray.tracking import Finisher, _round_table, tracker_from_config
 from tests.conftest import compose
 
 SMALL = ["data=synthetic", "data.spec.num_silos=4", "data.spec.samples_per_silo=40", "data.spec.dim=3",
@@ -105,26 +105,29 @@ def _deferred_run(tmp_path):
     return plan, result, tracker
 
 
-def test_a_deferred_finish_is_written_by_the_time_finish_deferred_returns(tmp_path):
+def test_a_handed_over_finish_is_written_by_the_time_the_finisher_waited(tmp_path):
     plan, result, tracker = _deferred_run(tmp_path)
-    tracker.finish(plan, result, defer=True)
-    finish_deferred()
+    finisher = Finisher()
+    tracker.finish(plan, result, finisher=finisher)
+    finisher.wait()
     client = MlflowClient(tracking_uri=tracker.uri)
     assert client.get_run(tracker.run_id).info.status == "FINISHED"
     summary = json.loads(open(client.download_artifacts(tracker.run_id, "summary.json", str(tmp_path))).read())
     assert summary["final_train_loss"] == np.asarray(result.final["train_loss"]).tolist()
-    finish_deferred()                      # nothing left: returns at once
+    finisher.wait()                        # nothing left: returns at once
+    finisher.close()
 
 
-def test_a_failed_deferred_finish_is_raised_by_finish_deferred_and_leaves_its_run_failed(tmp_path, monkeypatch):
+def test_a_failed_handed_over_finish_is_raised_by_the_finisher_and_leaves_its_run_failed(tmp_path, monkeypatch):
     plan, result, tracker = _deferred_run(tmp_path)
 
     def broken(*args):
         raise OSError("disk full")
 
     monkeypatch.setattr(tracking, "_round_table", broken)
-    tracker.finish(plan, result, defer=True)       # returns: the error belongs to the background write
+    finisher = Finisher()
+    tracker.finish(plan, result, finisher=finisher)     # returns: the error belongs to the background write
     with pytest.raises(OSError, match="disk full"):
-        finish_deferred()
+        finisher.wait()
     assert MlflowClient(tracking_uri=tracker.uri).get_run(tracker.run_id).info.status == "FAILED"
-    finish_deferred()                      # reported once
+    finisher.close()                       # reported once

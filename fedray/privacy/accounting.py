@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from functools import lru_cache
+from functools import lru_cache, wraps
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -110,18 +110,32 @@ def epsilon_of(event: dp_accounting.DpEvent, delta: float, accountant: str) -> f
     return float(acc.get_epsilon(delta))
 
 
-def use_store(enabled: bool) -> None:
-    """Keep the answers below on disk (``fedray.privacy.stored``), or compute each in this process
-    (a faithful run): then the answers in memory are dropped too, since they may have been read
-    from the store."""
-    _store.use_store(enabled)
-    if not enabled:
-        _rdp_curve.cache_clear()
-        _rdp_epsilons.cache_clear()
-        participation_epsilon.cache_clear()
+accountant_store = _store.accountant_store    # with accountant_store(False): compute every answer here
 
 
-@lru_cache(maxsize=4096)
+def _memo(maxsize: int):
+    """An in-memory cache (``functools.lru_cache``) per store setting: an answer that may have been
+    read from the store is never returned inside ``accountant_store(False)`` (a faithful run)."""
+
+    def wrap(fn):
+        caches = {True: lru_cache(maxsize=maxsize)(fn), False: lru_cache(maxsize=maxsize)(fn)}
+
+        @wraps(fn)
+        def cached(*args, **kwargs):
+            return caches[_store.store_enabled()](*args, **kwargs)
+
+        def cache_clear() -> None:
+            for cache in caches.values():
+                cache.cache_clear()
+
+        cached.cache_clear = cache_clear     # type: ignore[attr-defined]
+        cached.cache_info = lambda: caches[_store.store_enabled()].cache_info()   # type: ignore[attr-defined]
+        return cached
+
+    return wrap
+
+
+@_memo(maxsize=4096)
 @stored
 def _rdp_curve(noise_multiplier: float, sample_size: int, dataset_size: int, releases: int) -> tuple:
     """RDP orders and values of one participation; c participations multiply the values by c."""
@@ -130,7 +144,7 @@ def _rdp_curve(noise_multiplier: float, sample_size: int, dataset_size: int, rel
     return acc.orders, acc.rdp
 
 
-@lru_cache(maxsize=4096)
+@_memo(maxsize=4096)
 @stored
 def _rdp_epsilons(noise_multiplier: float, sample_size: int, dataset_size: int, releases: int, horizon: int,
                   delta: float) -> tuple:
@@ -150,7 +164,7 @@ def _epsilon_after(
                       accountant)
 
 
-@lru_cache(maxsize=65536)
+@_memo(maxsize=65536)
 def participation_epsilon(
     noise_multiplier: float, sample_size: int, dataset_size: int, releases: int, count: int, delta: float, accountant: str
 ) -> float:

@@ -19,11 +19,14 @@ Trust: the store holds the epsilons and noise multipliers the planner and the le
 believe; whoever can write to it could make a run under-report its spend. A store file or folder
 that another user owns, or that its group or others may write, is not used. Faithful runs
 (``runtime.faithful``) use no store at all: every answer is computed in the process
-(``use_store``).
+(``accountant_store(False)``, a scope of the calling thread's context, not a process-wide switch:
+two plans made at once, one faithful, do not change each other's answers).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import hashlib
 import inspect
@@ -35,7 +38,7 @@ import stat
 import threading
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -47,13 +50,25 @@ _SOURCE_HASH = hashlib.sha256(b"".join((_HERE / name).read_bytes() for name in S
 
 _open: dict[Path, sqlite3.Connection] = {}
 _lock = threading.Lock()
-_enabled = True
+# Whether the store is read and written, for the code running in this context (a thread starts
+# with the default); set only for the length of an ``accountant_store`` block.
+_enabled: contextvars.ContextVar[bool] = contextvars.ContextVar("fedray_accountant_store", default=True)
 
 
-def use_store(enabled: bool) -> None:
-    """Read and write the store (True), or compute every answer in this process (False)."""
-    global _enabled
-    _enabled = bool(enabled)
+@contextlib.contextmanager
+def accountant_store(enabled: bool) -> Iterator[None]:
+    """Within the block, in this thread (and the asyncio tasks it starts), read and write the store
+    (True), or compute every answer in this process (False); outside it, as before."""
+    token = _enabled.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _enabled.reset(token)
+
+
+def store_enabled() -> bool:
+    """Whether answers are read from and written to the store here (``accountant_store``)."""
+    return _enabled.get()
 
 
 @functools.cache
@@ -123,7 +138,7 @@ def stored(fn: Callable) -> Callable:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         arguments = [_argument(a) for a in bound.arguments.values()]
-        if not _enabled:
+        if not _enabled.get():
             return fn(*bound.args, **bound.kwargs)
         key = None
         try:

@@ -29,6 +29,7 @@ from fedray.core.program import CentralProgram
 from fedray.core.protocol import (Messages, RoundBlock, RoundBlocks, RoundKeys, RoundProtocol,
                                   RoundSpec, Routing, StepBlock, StepBlocks)
 from fedray.core.protocol import client_operation as _operation
+from fedray.privacy.stored import accountant_store
 from fedray.runtime import checkpoint, interrupts
 from fedray.runtime.shuffler import Shuffler, ShufflerActor
 from fedray.runtime.silo_group import ActorRestarted, RoundPayload, RoundsReply, SiloGroup, SiloGroupActor
@@ -435,8 +436,8 @@ class RayGroups(GroupOracle):
 class ActorPool:
     """The silo actors of the last finished job, kept for the next job with the same layout.
 
-    The command line owns one per process (``fedray.__main__``); a Hydra sweep runs its jobs in
-    that process. Jobs on the same records (algorithm, budgets or
+    The command line's ``fedray.cli.Jobs`` makes one at its first job and ends it; a Hydra sweep
+    runs its jobs in that process. Jobs on the same records (algorithm, budgets or
     step sizes differ) reuse the actors as they are; a new trial reloads its records into the
     same actor processes, skipping process start-up and imports. At most one set is kept (their
     CPU shares stay reserved); a failed job's actors are killed.
@@ -529,7 +530,14 @@ def run(plan: Plan, tracker=None, progress=None, inline: bool = False,
 
     ``groups``: from ``start(plan, pool)`` if the caller started the actors already; inline, the
     ``InlineGroups`` to use (default: one group holding every unit). With a ``pool`` the silo
-    actors are kept in it for the next job; without one they end with the run."""
+    actors are kept in it for the next job; without one they end with the run. The ledger's
+    answers come from the accountant store unless the plan is faithful (as in ``make_plan``)."""
+    with accountant_store(not plan.privacy.faithful):
+        return _run(plan, tracker, progress, inline, groups, pool)
+
+
+def _run(plan: Plan, tracker, progress, inline: bool, groups: RayGroups | InlineGroups | None,
+         pool: ActorPool | None) -> RunResult:
     if inline:
         started = time.perf_counter()
         groups = groups if groups is not None else InlineGroups(plan)

@@ -8,10 +8,11 @@ spread over the cluster like any job's. The task itself takes no CPU (``num_cpus
 work is in its actors, and a waiting coordinator must not hold the CPUs its actors need.
 
 What a job needs reaches every node through the task's ``runtime_env``: the variables fedray reads
-(``FEDRAY_DATA_DIR``, ``FEDRAY_CACHE_DIR``, the sweep's ``FEDRAY_PARENT_RUN_ID``, ``MLFLOW_*``)
-as set in the launching shell, plus ``env_vars`` from the config, and the launching directory, which
-the task enters first so that relative paths (``sqlite:///mlflow.db``, data folders) mean the same
-as for the driver. That directory must exist on every node (one machine, or a shared file system);
+(``FEDRAY_DATA_DIR``, ``FEDRAY_CACHE_DIR``, ``MLFLOW_*``) as set in the launching shell, plus
+``env_vars`` from the config, and the launching directory, which the task enters first so that
+relative paths (``sqlite:///mlflow.db``, data folders) mean the same as for the driver. The sweep's
+parent run travels as a value: in the Hydra callbacks the task receives with the job (its
+``fedray.sweep.ParentRun`` hands it to the task function at the job's start). That directory must exist on every node (one machine, or a shared file system);
 otherwise give absolute paths and an ``mlflow server`` URI (README, "Sweeps on a cluster").
 
 Why not an existing launcher: hydra-ray-launcher 1.2.2 pins cloudpickle < 3, which the installed
@@ -37,11 +38,11 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from fedray.data.download import CACHE_DIR_ENV, DATA_DIR_ENV
-from fedray.sweep import LAUNCHED_ENV, PARENT_ENV, SWEPT_ENV
+from fedray.sweep import LAUNCHED_ENV
 
 log = logging.getLogger(__name__)
 
-FORWARDED = (DATA_DIR_ENV, CACHE_DIR_ENV, PARENT_ENV, SWEPT_ENV)
+FORWARDED = (DATA_DIR_ENV, CACHE_DIR_ENV)
 
 
 @dataclass

@@ -12,8 +12,8 @@ import pytest
 
 from fedray.privacy import stored
 from fedray.privacy import accounting
-from fedray.privacy.accounting import (RDP_HORIZON, _rdp_curve, _rdp_epsilons, calibrate_noise_multiplier,
-                                         participation_epsilon)
+from fedray.privacy.accounting import (RDP_HORIZON, _rdp_curve, _rdp_epsilons, accountant_store,
+                                         calibrate_noise_multiplier, participation_epsilon)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -134,13 +134,71 @@ def test_a_faithful_plan_uses_no_store(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path))
     job = ["data=synthetic", "participation.silos_per_round=5", "privacy.epsilon=2.0", "privacy.l2_clip=1.0",
            "num_rounds=4"]
-    try:
-        make_plan(compose(*job, "runtime.faithful=true"))
-        assert not stored.store_path().exists()
-        make_plan(compose(*job, "privacy.epsilon=3.0"))        # answers not in memory yet
-        assert stored.store_path().exists()
-    finally:
-        stored.use_store(True)
+    make_plan(compose(*job, "runtime.faithful=true"))
+    assert not stored.store_path().exists()
+    make_plan(compose(*job, "privacy.epsilon=3.0"))        # answers not in memory yet
+    assert stored.store_path().exists()
+
+
+def _poison(path: Path, factor: float) -> int:
+    """Scale every stored answer by ``factor``, each under a valid check (a store someone rewrote)."""
+    import sqlite3
+
+    connection = sqlite3.connect(path)
+    rows = connection.execute("SELECT key, value FROM answers").fetchall()
+    for key, text in rows:
+        answer = stored._decode(key, text)
+        scaled = tuple(v * factor for v in answer) if isinstance(answer, tuple) else answer * factor
+        connection.execute("UPDATE answers SET value = ? WHERE key = ?", (stored._encode(key, scaled), key))
+    connection.commit()
+    connection.close()
+    return len(rows)
+
+
+def _clear_memory():
+    for cache in (participation_epsilon, _rdp_curve, _rdp_epsilons):
+        cache.cache_clear()
+
+
+def test_two_plans_in_one_process_keep_their_own_store_setting(store):
+    """A faithful plan computes its answers itself even after a plan that read the store put them in
+    memory, and leaves the process as it found it: the next plan (or any caller) reads the store."""
+    from fedray.plan import make_plan
+    from tests.conftest import compose
+
+    job = ["data=synthetic", "participation.silos_per_round=5", "privacy.epsilon=2.0", "privacy.l2_clip=1.0",
+           "num_rounds=4", "privacy.enforce_budget=false"]
+    honest = make_plan(compose(*job)).privacy.planned_epsilon
+    assert _poison(store, 0.5) > 0
+    _clear_memory()
+    read = make_plan(compose(*job)).privacy.planned_epsilon             # from the rewritten store
+    faithful = make_plan(compose(*job, "runtime.faithful=true")).privacy.planned_epsilon
+    after = make_plan(compose(*job)).privacy.planned_epsilon
+    np.testing.assert_allclose(read, 0.5 * honest, rtol=1e-12)
+    np.testing.assert_array_equal(faithful, honest)                      # computed, not the memory's
+    np.testing.assert_array_equal(after, read)                          # the store is on again
+    _clear_memory()
+    args = (1.3, 100, 2400, 1, 3, 1e-5, "pld")
+    participation_epsilon(*args)                                        # outside any plan: stored
+    assert _poison(store, 0.5) > 0
+    _clear_memory()
+    assert participation_epsilon(*args) == 0.5 * accounting._epsilon_after.uncached(*args)
+
+
+def test_the_store_setting_is_the_calling_threads_alone(store):
+    """``accountant_store(False)`` in one thread (a faithful plan) leaves another thread's calls on
+    the store, and neither sees the other's answers in memory."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    args = (1.3, 100, 2400, 1, 35, 1.7e-7, "rdp")
+    honest = participation_epsilon(*args)
+    _poison(store, 2.0)
+    _clear_memory()
+    with accountant_store(False), ThreadPoolExecutor(1) as other:
+        elsewhere = other.submit(participation_epsilon, *args).result()   # that thread reads the store
+        here = participation_epsilon(*args)
+    assert elsewhere == 2.0 * honest and here == honest
+    assert participation_epsilon(*args) == 2.0 * honest
 
 
 def test_the_key_covers_every_fedray_module_the_stored_functions_read():

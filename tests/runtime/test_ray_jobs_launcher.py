@@ -33,7 +33,12 @@ def _sweep(tmp_path, name: str, extra: list[str], env: dict) -> dict:
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])
-    return {r.info.run_name: r for r in runs if r.data.tags.get("sweep") != "parent"}
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "parent"]
+    children = {r.info.run_name: r for r in runs if r is not parent}
+    # The parent's id reaches every job as a value (the callbacks pickled with the task), whatever
+    # the environment: a variable of the old hand-over left set must not redirect the children.
+    assert all(r.data.tags.get("mlflow.parentRunId") == parent.info.run_id for r in children.values())
+    return children
 
 
 def test_a_sweep_runs_concurrently_across_a_cluster_and_equals_a_sequential_one(tmp_path, data_dir):
@@ -46,7 +51,8 @@ def test_a_sweep_runs_concurrently_across_a_cluster_and_equals_a_sequential_one(
             cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
         try:
-            env = {**os.environ, "FEDRAY_DATA_DIR": data}  # the driver's shell has it
+            env = {**os.environ, "FEDRAY_DATA_DIR": data,   # the driver's shell has it
+                   "FEDRAY_PARENT_RUN_ID": "not-a-run"}   # read by the old hand-over
             launched = _sweep(tmp_path, "launched", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
                                                      "hydra.launcher.max_concurrent=2"], env)
         finally:
