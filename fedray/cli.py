@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -17,7 +18,7 @@ from rich.table import Table
 from fedray.data import ChecksumError, DownloadError
 from fedray.errors import BudgetError, ConfigError
 from fedray.plan import Plan, make_plan
-from fedray.preflight import tracking_store
+from fedray.preflight import shadowed_configs, tracking_store
 from fedray.runtime import checkpoint
 from fedray.runtime.driver import ActorPool, RunResult, run, start
 from fedray.sweep import job_label, parent_run_id
@@ -180,11 +181,20 @@ def _ended(err: BaseException) -> str:
     return "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED"
 
 
+def _check_searchpath() -> None:
+    """A user's config directory never silently loses to fedray's same-named file."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        shadowed_configs(list(HydraConfig.get().searchpath), Path(__file__).resolve().parent / "conf")
+
+
 def run_job(cfg: DictConfig, pool: ActorPool | None = None) -> RunResult | None:
     """One job: plan, start (or reuse ``pool``'s) actors while the MLflow run opens, rounds, summary."""
     try:
         if parent_run_id() is None:         # a sweep's parent run has asked the store already
             tracking_store(cfg.tracking.uri)    # an MLflow server that does not answer: before planning and Ray
+        _check_searchpath()
         plan = make_plan(cfg)
         resumed = checkpoint.resumable(plan.runtime, plan.config)     # one of another config is refused here
         prepare = getattr(plan.dataset, "prepare", None)  # fetch public files once, before actors start
