@@ -3,7 +3,7 @@
 ``check_protocol(case)`` runs every check on a ``ProtocolCase`` (a small config that selects the
 protocol, and what the privacy checks need to know of it); ``checks(case)`` lists them as
 ``(name, check)`` pairs to parametrize a pytest test with. Each check raises ``AssertionError``
-naming what failed. The contract checks:
+naming what failed (the privacy checks return the numbers they compared). The contract checks:
 
 - ``config_errors_before_ray``: a misspelt algorithm key is a ``ConfigError`` from planning, which
   starts no Ray;
@@ -203,7 +203,7 @@ def _claim(plan) -> float:
     return float(ledger.epsilons().max())
 
 
-def noise_matches_ledger(case: ProtocolCase) -> None:
+def noise_matches_ledger(case: ProtocolCase) -> dict:
     from scipy.stats import chi2
 
     assert case.neighbours is not None, "ProtocolCase.neighbours is needed for the privacy checks"
@@ -219,9 +219,10 @@ def noise_matches_ledger(case: ProtocolCase) -> None:
     z = float(plan.privacy.noise_multiplier.max())
     assert lo <= z <= hi, (f"the noise added is {np.sqrt(variance) / shift:.4f} times the pair's shift "
                            f"(99.99% interval [{lo:.4f}, {hi:.4f}]); the ledger prices a noise multiplier of {z:.4f}")
+    return {"measured": float(np.sqrt(variance) / shift), "interval": (float(lo), float(hi)), "priced": z}
 
 
-def audit(case: ProtocolCase) -> None:
+def audit(case: ProtocolCase) -> dict:
     from fedray.privacy.audit import audit_epsilon
 
     neighbours = case.neighbours
@@ -243,17 +244,20 @@ def audit(case: ProtocolCase) -> None:
     honest = audit_epsilon(sampler(keep), case.audit_draws, np.random.default_rng(0), delta=case.delta)
     assert honest.eps_lower <= claim, (f"the audit's epsilon lower bound {honest.eps_lower:.3f} exceeds the "
                                        f"ledger's claim {claim:.3f} for one round")
+    found = {"claim": claim, "honest_lower": float(honest.eps_lower)}
     if case.weaken is not None:
         weak = audit_epsilon(sampler(case.weaken), case.audit_draws, np.random.default_rng(1), delta=case.delta)
         assert weak.eps_lower > claim, (f"the audit could not catch half the noise: lower bound {weak.eps_lower:.3f} "
                                         f"against the claim {claim:.3f}")
+        found["half_noise_lower"] = float(weak.eps_lower)
+    return found
 
 
 CONTRACT = (config_errors_before_ray, contract, converges, deterministic, actor_layout, only_messages)
 PRIVACY = (noise_matches_ledger, audit)
 
 
-def checks(case: ProtocolCase) -> list[tuple[str, Callable[[], None]]]:
+def checks(case: ProtocolCase) -> list[tuple[str, Callable[[], object]]]:
     """Every check as ``(name, check)``, the privacy ones where ``case.neighbours`` is given."""
     chosen = CONTRACT + (PRIVACY if case.neighbours is not None else ())
     return [(check.__name__, partial(check, case)) for check in chosen]

@@ -51,7 +51,9 @@ SLOW = {"audit"}
 @pytest.mark.parametrize("name,check", [pytest.param(n, c, marks=[pytest.mark.slow] if n in SLOW else [], id=n)
                                         for n, c in checks(CASE)])
 def test_fedray_testing_check(name, check):
-    check()
+    found = check()
+    if found:
+        print(name, found)
 
 
 def test_the_kit_catches_a_protocol_whose_noise_the_ledger_does_not_price():
@@ -85,6 +87,7 @@ def test_py_modules_must_be_importable_packages():
         fedray.make_plan([*SMALL, "runtime.py_modules=[no_such_package_here]"])
 
 
+@pytest.mark.slow        # a cold `python -m fedray` with Ray and MLflow: about 90 s on this 2-core machine
 def test_runs_from_the_command_line_outside_the_checkout(tmp_path):
     """A copy of the example renamed to ``userpkg`` in a folder outside the checkout: the driver
     finds it in its working directory, the Ray workers only through ``runtime.py_modules``."""
@@ -102,3 +105,27 @@ def test_runs_from_the_command_line_outside_the_checkout(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.search(r"dp_fedavg", done.stdout), done.stdout[-2000:]
+
+
+def test_py_modules_ship_the_package_to_every_worker(tmp_path):
+    """``runtime.py_modules`` reaches the workers as Ray's shipped copy (what a multi-node cluster
+    needs; on one machine Ray also hands the workers the driver's ``sys.path``)."""
+    shutil.copytree(REPO / "examples" / "dp_fedavg", tmp_path / "shipped_pkg", ignore=shutil.ignore_patterns("__pycache__"))
+    for path in (tmp_path / "shipped_pkg").rglob("*.py"):
+        path.write_text(path.read_text().replace("examples.dp_fedavg", "shipped_pkg"))
+    script = (f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+              "import ray\n"
+              "from fedray.runtime.driver import connect\n"
+              "import shipped_pkg; sys.path.pop(0)\n"       # found here, then off the path Ray forwards
+              "connect({'py_modules': ['shipped_pkg'], 'num_cpus': 1})\n"
+              "def where():\n"
+              "    import shipped_pkg\n"
+              "    return shipped_pkg.__file__\n"
+              "print('WORKER', ray.get(ray.remote(where).remote()))\n"
+              "ray.shutdown()\n")
+    (tmp_path / "elsewhere").mkdir()
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path / "elsewhere", env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = done.stdout.split("WORKER ", 1)[1].strip()
+    assert "runtime_resources" in found and not found.startswith(str(tmp_path)), found

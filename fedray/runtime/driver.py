@@ -78,7 +78,7 @@ def runtime_env(runtime: dict) -> dict | None:
     """Ray's ``runtime_env`` for the run: ``runtime.py_modules`` (the user's own packages, e.g. a
     protocol written outside fedray) are zipped and shipped to every worker, on every node."""
     names = runtime.get("py_modules") or []
-    return {"py_modules": [importlib.import_module(name) for name in names]} if names else None
+    return {"py_modules": [list(importlib.import_module(name).__path__)[0] for name in names]} if names else None
 
 
 def connect(runtime: dict) -> None:
