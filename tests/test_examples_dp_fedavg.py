@@ -80,6 +80,15 @@ def test_a_same_named_builtin_config_is_an_error(tmp_path):
         fedray.config([f"hydra.searchpath=[file://{tmp_path}]", "algorithm=isrl_dp_mb_sgd"])
 
 
+def test_the_command_line_refuses_a_same_named_config_before_planning(tmp_path):
+    (tmp_path / "algorithm").mkdir()
+    (tmp_path / "algorithm" / "isrl_dp_mb_sgd.yaml").write_text("_target_: mine.Protocol\nname: mine\n")
+    done = subprocess.run([sys.executable, "-m", "fedray", f"hydra.searchpath=[file://{tmp_path}]",
+                           "algorithm=isrl_dp_mb_sgd", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "algorithm/isrl_dp_mb_sgd.yaml is fedray's too" in done.stdout, done.stdout[-2000:]
+
+
 def test_py_modules_must_be_importable_packages():
     import fedray
 
