@@ -5,8 +5,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig

@@ -47,62 +47,6 @@ class FedAvgState(NamedTuple):
 
 
 @dataclass(frozen=True)
-class DpFedAvg:
-    """The two halves (module docstring); ``noise_std`` (P,) = z 2C per replica (0: no privacy)."""
-
-    loss: Any
-    step_size: np.ndarray        # (P,) client learning rate
-    local_steps: int
-    server_lr: float
-    l2_clip: float
-    noise_std: np.ndarray
-    num_rounds: int
-    seed: int
-    streams: np.ndarray
-
-    recipe: ClassVar[ProtocolRecipe]
-
-    def init(self, params0: np.ndarray) -> FedAvgState:
-        return FedAvgState(0, params0.copy(), np.zeros_like(params0))
-
-    def broadcast(self, state: FedAvgState) -> np.ndarray:
-        return state.params
-
-    def silo_step(self, params: np.ndarray, silos: SiloArrays, draws, participation: np.ndarray) -> np.ndarray:
-        """(P, S, d, C): each sampled client's delta after local steps, clipped to C (zero elsewhere)."""
-        weights = (np.arange(silos.x.shape[1])[None, :] < silos.sizes[:, None]) / silos.sizes[:, None]   # (S, n)
-        local = np.broadcast_to(params[:, None], participation.shape + params.shape[1:]).copy()         # (P, S, d, C)
-        for _ in range(self.local_steps):
-            residual = loss_residual(self.loss, np.einsum("snd,psdc->psnc", silos.x, local), silos.y[None],
-                                     silos.x_norms[None]) * weights[None, :, :, None]
-            local -= self.step_size[:, None, None, None] * np.einsum("snd,psnc->psdc", silos.x, residual)
-        delta = local - params[:, None]
-        norms = np.sqrt((delta ** 2).sum(axis=(2, 3)))
-        factor = np.where(participation, np.minimum(1.0, self.l2_clip / np.maximum(norms, 1e-300)), 0.0)
-        return delta * factor[..., None, None]
-
-    def charge(self, state: FedAvgState, participation: np.ndarray) -> np.ndarray:
-        return participation            # the rounds accountant charges every client of a round with any
-
-    def server_step(self, state: FedAvgState, values: np.ndarray, mask: np.ndarray) -> FedAvgState:
-        total = np.einsum("ps,ps...->p...", mask.astype(np.float64), values)
-        noise = np.stack([generator(self.seed, Stream.SERVER, *row, state.round).standard_normal(total.shape[1:])
-                          for row in self.streams])
-        noisy = total + self.noise_std[:, None, None] * noise
-        k = np.maximum(mask.sum(axis=1), 1)[:, None, None]
-        return FedAvgState(state.round + 1, state.params + self.server_lr * noisy / k, noisy)
-
-    def metrics(self, state: FedAvgState) -> dict:
-        return {}
-
-    def done(self, state: FedAvgState) -> np.ndarray:
-        return np.full(state.params.shape[0], state.round >= self.num_rounds)
-
-    def output(self, state: FedAvgState) -> dict[str, np.ndarray]:
-        return {"last": state.params}
-
-
-@dataclass(frozen=True)
 class FedAvgPlan(PlannedProtocol):
     """DP-FedAvg resolved against its data: ``CuratorSampledRounds`` starting at 0."""
 
@@ -159,4 +103,57 @@ class FedAvgRecipe(ProtocolRecipe):
         return FedAvgPlan(make(noise_std=np.full(replicas.count, z * 2 * clip)), context, privacy, resolved)
 
 
-DpFedAvg.recipe = FedAvgRecipe()
+@dataclass(frozen=True)
+class DpFedAvg:
+    """The two halves (module docstring); ``noise_std`` (P,) = z 2C per replica (0: no privacy)."""
+
+    loss: Any
+    step_size: np.ndarray        # (P,) client learning rate
+    local_steps: int
+    server_lr: float
+    l2_clip: float
+    noise_std: np.ndarray
+    num_rounds: int
+    seed: int
+    streams: np.ndarray
+
+    recipe: ClassVar[FedAvgRecipe] = FedAvgRecipe()
+
+    def init(self, params0: np.ndarray) -> FedAvgState:
+        return FedAvgState(0, params0.copy(), np.zeros_like(params0))
+
+    def broadcast(self, state: FedAvgState) -> np.ndarray:
+        return state.params
+
+    def silo_step(self, params: np.ndarray, silos: SiloArrays, draws, participation: np.ndarray) -> np.ndarray:
+        """(P, S, d, C): each sampled client's delta after local steps, clipped to C (zero elsewhere)."""
+        weights = (np.arange(silos.x.shape[1])[None, :] < silos.sizes[:, None]) / silos.sizes[:, None]   # (S, n)
+        local = np.broadcast_to(params[:, None], participation.shape + params.shape[1:]).copy()         # (P, S, d, C)
+        for _ in range(self.local_steps):
+            residual = loss_residual(self.loss, np.einsum("snd,psdc->psnc", silos.x, local), silos.y[None],
+                                     silos.x_norms[None]) * weights[None, :, :, None]
+            local -= self.step_size[:, None, None, None] * np.einsum("snd,psnc->psdc", silos.x, residual)
+        delta = local - params[:, None]
+        norms = np.sqrt((delta ** 2).sum(axis=(2, 3)))
+        factor = np.where(participation, np.minimum(1.0, self.l2_clip / np.maximum(norms, 1e-300)), 0.0)
+        return delta * factor[..., None, None]
+
+    def charge(self, state: FedAvgState, participation: np.ndarray) -> np.ndarray:
+        return participation            # the rounds accountant charges every client of a round with any
+
+    def server_step(self, state: FedAvgState, values: np.ndarray, mask: np.ndarray) -> FedAvgState:
+        total = np.einsum("ps,ps...->p...", mask.astype(np.float64), values)
+        noise = np.stack([generator(self.seed, Stream.SERVER, *row, state.round).standard_normal(total.shape[1:])
+                          for row in self.streams])
+        noisy = total + self.noise_std[:, None, None] * noise
+        k = np.maximum(mask.sum(axis=1), 1)[:, None, None]
+        return FedAvgState(state.round + 1, state.params + self.server_lr * noisy / k, noisy)
+
+    def metrics(self, state: FedAvgState) -> dict:
+        return {}
+
+    def done(self, state: FedAvgState) -> np.ndarray:
+        return np.full(state.params.shape[0], state.round >= self.num_rounds)
+
+    def output(self, state: FedAvgState) -> dict[str, np.ndarray]:
+        return {"last": state.params}
