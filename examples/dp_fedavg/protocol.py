@@ -8,8 +8,11 @@ Round t: K of the N clients, uniformly without replacement (``participation=unif
 ``local_steps`` full-batch gradient steps from the broadcast model w and sends its delta clipped
 to C. The server releases S = sum of deltas + N(0, sigma^2 I), sigma = z 2C, and sets
 w <- w + server_lr S / K.
+With ``participation=poisson`` (each client with probability q) the relation is add/remove one
+client (ADD_OR_REMOVE_ONE; the sum moves by C, so sigma = z C) and the step divides by the expected
+count q N, a public constant (McMahan et al.'s fixed-denominator estimator).
 Calibration: z from dp-accounting's RDP accountant for num_rounds K-of-N subsampled Gaussian
-releases at (privacy.epsilon, privacy.delta) (``privacy.calibration=accountant``). The ledger
+releases (or Poisson-sampled ones) at (privacy.epsilon, privacy.delta) (``privacy.calibration=accountant``). The ledger
 charges every client every round (the sampling credit holds while each round's clients stay
 secret): each carries the federation's epsilon.
 Randomness: the server's noise comes from the replica's own SERVER stream keyed by the round.
@@ -18,7 +21,7 @@ Randomness: the server's noise comes from the replica's own SERVER stream keyed 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -26,7 +29,7 @@ import numpy as np
 from fedray.checks import known_keys, positive
 from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe
 from fedray.core.protocol import CuratorSampledRounds, Routing
-from fedray.core.sampling import UniformParticipation
+from fedray.core.sampling import PoissonParticipation, UniformParticipation
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
@@ -78,40 +81,78 @@ class FedAvgRecipe(ProtocolRecipe):
         known_keys("algorithm", alg, FIELDS)
         if priv["trust_model"] not in self.trust_models:
             raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {self.trust_models} for dp_fedavg")
-        if not isinstance(context.sampler, UniformParticipation):
-            raise ConfigError("participation", type(context.sampler).__name__, "uniform (K of the N clients) for dp_fedavg")
+        poisson = isinstance(context.sampler, PoissonParticipation)
+        if not (poisson or isinstance(context.sampler, UniformParticipation)):
+            raise ConfigError("participation", type(context.sampler).__name__, "uniform or poisson for dp_fedavg")
         clip = positive("algorithm.l2_clip", alg.get("l2_clip"))
         steps = positive("algorithm.local_steps", alg.get("local_steps"), int)
         server_lr = positive("algorithm.server_lr", alg.get("server_lr"))
-        clients, rounds, k = context.shape.num_silos, context.num_rounds, int(context.sampler.silos_per_round)
-        cells = (replicas.count, clients)
-        make = partial(algorithm_class, context.loss, replicas.step_sizes, steps, server_lr, clip,
+        clients, rounds = context.shape.num_silos, context.num_rounds
+        q = float(context.sampler.probability) if poisson else None
+        k = q * clients if q is not None else int(context.sampler.silos_per_round)
+        cells, relation, sensitivity = (replicas.count, clients), "add_remove" if poisson else "replace_one", (1 if poisson else 2) * clip
+        make = partial(algorithm_class, context.loss, replicas.step_sizes, steps, server_lr, clip, k,
                        num_rounds=rounds, seed=context.seed, streams=replicas.streams)
         resolved = {"l2_clip": clip, "clients_per_round": k}
         if priv["trust_model"] == "none":
-            privacy = PrivacyPlan("none", "none", "none", UNIT, "replace_one", np.zeros(clients), np.zeros(cells), None, None)
+            privacy = PrivacyPlan("none", "none", "none", UNIT, relation, np.zeros(clients), np.zeros(cells), None, None)
             return FedAvgPlan(make(noise_std=np.zeros(replicas.count)), context, privacy, resolved)
         if priv.get("calibration") != "accountant" or priv.get("epsilon_grid") is not None:
             raise ConfigError("privacy.calibration", priv.get("calibration"), "accountant, with epsilon_grid null, for dp_fedavg")
         delta, epsilon = float(priv["delta"]), float(priv["epsilon"])
-        z = calibrate_noise_multiplier(epsilon, delta, k, clients, 1, rounds, "rdp")
-        accountant = RoundsAccountant(partial(participation_epsilon, z, k, clients, 1, delta=delta, accountant="rdp"),
-                                      "rdp (K of N clients, every round)", delta)
-        resolved.update(noise_multiplier=z, noise_std=z * 2 * clip)
-        privacy = PrivacyPlan("central", "accountant", "rdp", UNIT, "replace_one", np.full(clients, delta),
+        if q is None:
+            z = calibrate_noise_multiplier(epsilon, delta, int(k), clients, 1, rounds, "rdp")
+            after = partial(participation_epsilon, z, int(k), clients, 1, delta=delta, accountant="rdp")
+        else:
+            z = _poisson_calibration(epsilon, delta, q, rounds)
+            after = partial(_poisson_epsilon, z, q, delta)
+        accountant = RoundsAccountant(after, f"rdp ({'Poisson' if q else 'K of N'} clients, every round)", delta)
+        resolved.update(noise_multiplier=z, noise_std=z * sensitivity)
+        privacy = PrivacyPlan("central", "accountant", "rdp", UNIT, relation, np.full(clients, delta),
                               np.full(cells, z), np.full(cells, epsilon), Ledger(accountant, cells, "client"))
-        return FedAvgPlan(make(noise_std=np.full(replicas.count, z * 2 * clip)), context, privacy, resolved)
+        return FedAvgPlan(make(noise_std=np.full(replicas.count, z * sensitivity)), context, privacy, resolved)
+
+
+def _poisson_event(z: float, q: float, rounds: int):
+    import dp_accounting
+
+    return dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), rounds)
+
+
+def _add_remove_rdp():
+    import dp_accounting
+
+    return dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+
+
+@lru_cache(maxsize=None)
+def _poisson_epsilon(z: float, q: float, delta: float, rounds: int) -> float:
+    """epsilon at delta of ``rounds`` Poisson-sampled Gaussian releases (RDP, add/remove one)."""
+    if rounds == 0:
+        return 0.0
+    accountant = _add_remove_rdp()
+    accountant.compose(_poisson_event(z, q, rounds))
+    return float(accountant.get_epsilon(delta))
+
+
+def _poisson_calibration(epsilon: float, delta: float, q: float, rounds: int) -> float:
+    from dp_accounting import mechanism_calibration
+
+    return float(mechanism_calibration.calibrate_dp_mechanism(
+        _add_remove_rdp, lambda z: _poisson_event(z, q, rounds), epsilon, delta,
+        mechanism_calibration.LowerEndpointAndGuess(1e-2, 1.0)))
 
 
 @dataclass(frozen=True)
 class DpFedAvg:
-    """The two halves (module docstring); ``noise_std`` (P,) = z 2C per replica (0: no privacy)."""
+    """The two halves (module docstring); ``noise_std`` (P,) = z times the sum's sensitivity (0: no privacy)."""
 
     loss: Any
     step_size: np.ndarray        # (P,) client learning rate
     local_steps: int
     server_lr: float
     l2_clip: float
+    expected_clients: float      # K, or q N under Poisson sampling: the step's public denominator
     noise_std: np.ndarray
     num_rounds: int
     seed: int
@@ -146,8 +187,7 @@ class DpFedAvg:
         noise = np.stack([generator(self.seed, Stream.SERVER, *row, state.round).standard_normal(total.shape[1:])
                           for row in self.streams])
         noisy = total + self.noise_std[:, None, None] * noise
-        k = np.maximum(mask.sum(axis=1), 1)[:, None, None]
-        return FedAvgState(state.round + 1, state.params + self.server_lr * noisy / k, noisy)
+        return FedAvgState(state.round + 1, state.params + self.server_lr * noisy / self.expected_clients, noisy)
 
     def metrics(self, state: FedAvgState) -> dict:
         return {}
