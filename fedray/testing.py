@@ -60,7 +60,7 @@ class ProtocolCase:
     weaken: Callable | None = None
     misspelt: tuple[str, str] = ("stepsize", "step_size")
     noise_replicas: int = 2000
-    audit_draws: int = 50_000
+    audit_draws: int = 200_000     # per neighbour: at 100,000 a half-noise Gaussian at eps 2 was caught by 0.007
     delta: float = 1e-5
     tolerance: dict = field(default_factory=dict)
 
