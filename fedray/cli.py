@@ -6,6 +6,7 @@ import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig
@@ -17,7 +18,7 @@ from rich.table import Table
 from fedray.data import ChecksumError, DownloadError
 from fedray.errors import BudgetError, ConfigError
 from fedray.plan import Plan, make_plan
-from fedray.preflight import tracking_store
+from fedray.preflight import shadowed_configs, tracking_store
 from fedray.runtime import checkpoint, interrupts
 from fedray.runtime.driver import ActorPool, RunResult, run, start
 from fedray.sweep import LAUNCHED_ENV, Sweep, job_label
@@ -180,6 +181,14 @@ def _ended(err: BaseException) -> str:
     return "KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED"
 
 
+def _check_searchpath() -> None:
+    """A user's config directory never silently loses to fedray's same-named file."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        shadowed_configs(list(HydraConfig.get().searchpath), Path(__file__).resolve().parent / "conf")
+
+
 def run_job(cfg: DictConfig, pool: ActorPool | None = None, sweep: Sweep | None = None,
             finisher: Finisher | None = None) -> RunResult | None:
     """One job: plan, start (or reuse ``pool``'s) actors while the MLflow run opens, rounds, summary.
@@ -191,6 +200,7 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None, sweep: Sweep | None 
     try:
         if parent_run_id is None:           # a sweep's parent run has asked the store already
             tracking_store(cfg.tracking.uri)    # an MLflow server that does not answer: before planning and Ray
+        _check_searchpath()
         plan = make_plan(cfg)
         resumed = checkpoint.resumable(plan.runtime, plan.config)     # one of another config is refused here
         prepare = getattr(plan.dataset, "prepare", None)  # fetch public files once, before actors start

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fedray.plan import Plan, make_plan
+from fedray.preflight import shadowed_configs
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 
@@ -21,6 +22,7 @@ def compose_config(overrides: list[str]):
     from fedray.resolvers import register
 
     register()
+    shadowed_configs(_searchpath(overrides), CONFIG_DIR)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
             return compose("config", overrides=list(overrides))
@@ -29,6 +31,16 @@ def compose_config(overrides: list[str]):
             if error is None:
                 raise
             raise error from err
+
+
+def _searchpath(overrides: list[str]) -> list[str]:
+    """The ``hydra.searchpath`` entries ``overrides`` set (none when they do not set it)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    found = [o for o in OverridesParser.create().parse_overrides([x for x in overrides if "searchpath" in x])
+             if o.key_or_group == "hydra.searchpath"]
+    value = found[-1].value() if found else []
+    return list(value) if isinstance(value, list) else [value]
 
 
 def compose_plan(overrides: list[str]) -> Plan:

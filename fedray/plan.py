@@ -32,7 +32,8 @@ from fedray.rng import setting_words
 from fedray.smoothing import MoreauEnvelope
 
 RUNTIME_KEYS = ("address", "connect_timeout", "num_actors", "num_cpus", "dashboard", "checkpoint_path", "checkpoint_every",
-                "resume", "faithful", "max_restarts", "fault_injection", "rounds_per_call", "single_actor_work")
+                "resume", "faithful", "max_restarts", "fault_injection", "rounds_per_call", "single_actor_work",
+                "py_modules")
 MAX_RESTARTS = 100
 TRACKING_KEYS = ("uri", "artifact_location", "experiment_name", "log_every", "replica_curves", "figure")
 # "grids": values presets interpolate from (step-size grids per algorithm); read by nothing else.
@@ -152,6 +153,24 @@ def _check_epsilon_magnitude(priv: dict) -> None:
         for v in _list(values):
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v > MAX_EPSILON:
                 raise ConfigError(f"privacy.{key}", value, f"budgets of at most {MAX_EPSILON:g}")
+
+
+def _check_py_modules(names) -> None:
+    """``runtime.py_modules``: importable packages of the user's own (shipped to every Ray worker)."""
+    import importlib
+
+    allowed = "a list of importable package names (the user's own code, shipped to every Ray worker)"
+    if names is None:
+        return
+    if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError("runtime.py_modules", names, allowed)
+    for name in names:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as err:
+            raise ConfigError("runtime.py_modules", name, f"{allowed}; importing it failed here: {err}") from None
+        if not hasattr(module, "__path__"):
+            raise ConfigError("runtime.py_modules", name, f"{allowed}; {name} is a single-file module, not a package")
 
 
 def _check_faults(runtime: dict, num_rounds: int) -> None:
@@ -372,6 +391,7 @@ def _resolved(config: dict) -> Plan:
     positive("runtime.connect_timeout", runtime.get("connect_timeout"), allow_none=True)
     check_bool("runtime.dashboard", runtime.get("dashboard", False))
     _check_faults(runtime, num_rounds)
+    _check_py_modules(runtime.get("py_modules"))
     address = runtime.get("address")
     if address is not None and (not isinstance(address, str) or not address.strip()):
         raise ConfigError("runtime.address", address, 'null (a private local Ray), "auto", or "host:port" / "ray://host:port"')

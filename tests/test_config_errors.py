@@ -56,7 +56,7 @@ def test_bad_values_name_the_key_and_the_allowed_range(override, message):
          "calibration, delta, enforce_budget, epsilon, epsilon_grid, l2_clip, silo_level, trust_model; got 2"),
         (["+runtime.num_actor=2"],
          "runtime.num_actor must be a known key of runtime (did you mean runtime.num_actors?): address, "
-         "checkpoint_every, checkpoint_path, connect_timeout, dashboard, faithful, fault_injection, max_restarts, num_actors, num_cpus, resume, rounds_per_call, single_actor_work; got 2"),
+         "checkpoint_every, checkpoint_path, connect_timeout, dashboard, faithful, fault_injection, max_restarts, num_actors, num_cpus, py_modules, resume, rounds_per_call, single_actor_work; got 2"),
         (["+num_round=10"],
          "num_round must be a known key at the top level (did you mean num_rounds?): algorithm, data, "
          "evaluate_every, grids, num_rounds, participation, privacy, progress, repetitions, replicas, runtime, "

@@ -53,12 +53,13 @@ COMMANDS = sorted({c for page in PAGES for c in shell_commands(page)} | set(tabl
 
 def overrides(command: str) -> list[str]:
     """What the command line would compose: a sweep's first value of each swept key, Hydra's own
-    settings (launcher, sweeper) left to Hydra."""
+    settings (launcher, sweeper) left to Hydra, but for the search path (a user's config folder)."""
     words = shlex.split(command)[3:]
     sweep = "-m" in words
     chosen = []
     for word in words:
-        if word == "-m" or word.startswith(("hydra/", "hydra.")) or "$" in word:
+        if word == "-m" or (word.startswith(("hydra/", "hydra.")) and not word.startswith("hydra.searchpath=")) \
+                or "$" in word:
             continue            # Hydra's own settings, and a recipe's shell variables (addresses)
         if sweep and "=" in word and "[" not in word:
             key, value = word.split("=", 1)

@@ -12,6 +12,7 @@ is behind ``fedray.core.protocol.RoundProtocol``.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -74,6 +75,13 @@ def _drop_auth_default_warning(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
+def runtime_env(runtime: dict) -> dict | None:
+    """Ray's ``runtime_env`` for the run: ``runtime.py_modules`` (the user's own packages, e.g. a
+    protocol written outside fedray) are zipped and shipped to every worker, on every node."""
+    names = runtime.get("py_modules") or []
+    return {"py_modules": [list(importlib.import_module(name).__path__)[0] for name in names]} if names else None
+
+
 def connect(runtime: dict) -> None:
     """Join ``runtime.address``, or start a private local Ray: ``address="local"`` never joins a
     cluster somebody else started on this machine (which a bare ``ray.init()`` would)."""
@@ -92,13 +100,13 @@ def connect(runtime: dict) -> None:
         try:
             # the dashboard costs a second of start-up and a process: opt in with runtime.dashboard
             ray.init(address="local", num_cpus=runtime.get("num_cpus"), include_dashboard=bool(runtime.get("dashboard")),
-                     log_to_driver=False)
+                     log_to_driver=False, runtime_env=runtime_env(runtime))
         finally:
             auth_log.removeFilter(_drop_auth_default_warning)
         return
     _reachable(str(address), float(runtime.get("connect_timeout") or 30.0))
     try:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, runtime_env=runtime_env(runtime))
     except ConnectionError as err:
         # Ray 2.5x clusters started with `ray start` use token authentication; a driver without
         # RAY_AUTH_MODE=token is refused with a message that does not say so.

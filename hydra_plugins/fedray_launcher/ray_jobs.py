@@ -94,7 +94,9 @@ class RayJobsLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         try:
-            connect({"address": self.address, "connect_timeout": self.connect_timeout})
+            # runtime.py_modules (the user's packages) become the Ray job's: every job task and its actors get them
+            py_modules = (self.config.get("runtime") or {}).get("py_modules")
+            connect({"address": self.address, "connect_timeout": self.connect_timeout, "py_modules": py_modules})
         except ConnectionError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(1)

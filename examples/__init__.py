@@ -1,0 +1,1 @@
+"""Packages that extend fedray from outside it (each imports only fedray's public modules)."""

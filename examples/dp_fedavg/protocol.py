@@ -1,0 +1,199 @@
+"""DP-FedAvg with clipped client deltas and Gaussian noise at a trusted server (McMahan et al. 2018).
+
+Trust model: central DP. The server is trusted with the clients' clipped deltas and adds the noise
+itself; what it releases (every round's model) is private.
+Unit and neighbouring relation: a client (silo) and all its records; neighbours replace one
+client's data (REPLACE_ONE), so the sum of deltas clipped to C moves by at most 2C in L2.
+Round t: K of the N clients, uniformly without replacement (``participation=uniform``). Each runs
+``local_steps`` full-batch gradient steps from the broadcast model w and sends its delta clipped
+to C. The server releases S = sum of deltas + N(0, sigma^2 I), sigma = z 2C, and sets
+w <- w + server_lr S / K.
+With ``participation=poisson`` (each client with probability q) the relation is add/remove one
+client (ADD_OR_REMOVE_ONE; the sum moves by C, so sigma = z C) and the step divides by the expected
+count q N, a public constant (McMahan et al.'s fixed-denominator estimator).
+Calibration: z from dp-accounting's RDP accountant for num_rounds K-of-N subsampled Gaussian
+releases (or Poisson-sampled ones) at (privacy.epsilon, privacy.delta) (``privacy.calibration=accountant``). The ledger
+charges every client every round (the sampling credit holds while each round's clients stay
+secret): each carries the federation's epsilon.
+Randomness: the server's noise comes from the replica's own SERVER stream keyed by the round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache, partial
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+
+from fedray.checks import known_keys, positive
+from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe
+from fedray.core.protocol import CuratorSampledRounds, Routing
+from fedray.core.sampling import PoissonParticipation, UniformParticipation
+from fedray.data.federation import SiloArrays
+from fedray.errors import ConfigError
+from fedray.evaluation import LinearModelEvaluation
+from fedray.losses import loss_residual
+from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
+from fedray.privacy.ledger import Ledger, RoundsAccountant
+from fedray.privacy.statement import PrivacyPlan
+from fedray.rng import Stream, generator
+
+FIELDS = ("_target_", "name", "step_size", "local_steps", "server_lr", "l2_clip")
+UNIT = "client (all records of one silo)"
+
+
+class FedAvgState(NamedTuple):
+    round: int
+    params: np.ndarray           # (P, d, C)
+    noisy_sum: np.ndarray        # (P, d, C) the last released sum of deltas (diagnostic for the test kit)
+
+
+@dataclass(frozen=True)
+class FedAvgPlan(PlannedProtocol):
+    """DP-FedAvg resolved against its data: ``CuratorSampledRounds`` starting at 0."""
+
+    algorithm: DpFedAvg
+    context: PlanContext
+    privacy: Any
+    resolved: dict = field(default_factory=dict)
+    routing: Routing = Routing.DIRECT
+
+    def build(self, oracle):
+        c = self.context
+        params0 = np.zeros((c.replicas.count, c.shape.dim, c.loss.num_outputs))
+        return CuratorSampledRounds(self.algorithm, c.sampler, LinearModelEvaluation(c.loss), SiloArrays.of,
+                                    params0, c.num_rounds, c.shape.num_silos, self.routing,
+                                    {"l2_clip": self.algorithm.l2_clip, "noise_std": float(self.algorithm.noise_std.max())})
+
+
+@dataclass(frozen=True)
+class FedAvgRecipe(ProtocolRecipe):
+    trust_models: tuple[str, ...] = ("central", "none")
+    privacy_keys: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
+
+    def resolve(self, algorithm_class, config: dict, dataset, shape, loss, sampler) -> dict:
+        return config
+
+    def plan(self, algorithm_class, config: dict, context: PlanContext) -> FedAvgPlan:
+        alg, priv, replicas = config["algorithm"], config["privacy"], context.replicas
+        known_keys("algorithm", alg, FIELDS)
+        if priv["trust_model"] not in self.trust_models:
+            raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {self.trust_models} for dp_fedavg")
+        poisson = isinstance(context.sampler, PoissonParticipation)
+        if not (poisson or isinstance(context.sampler, UniformParticipation)):
+            raise ConfigError("participation", type(context.sampler).__name__, "uniform or poisson for dp_fedavg")
+        clip = positive("algorithm.l2_clip", alg.get("l2_clip"))
+        steps = positive("algorithm.local_steps", alg.get("local_steps"), int)
+        server_lr = positive("algorithm.server_lr", alg.get("server_lr"))
+        clients, rounds = context.shape.num_silos, context.num_rounds
+        q = float(context.sampler.probability) if poisson else None
+        k = q * clients if q is not None else int(context.sampler.silos_per_round)
+        cells, relation, sensitivity = (replicas.count, clients), "add_remove" if poisson else "replace_one", (1 if poisson else 2) * clip
+        make = partial(algorithm_class, context.loss, replicas.step_sizes, steps, server_lr, clip, k,
+                       num_rounds=rounds, seed=context.seed, streams=replicas.streams)
+        resolved = {"l2_clip": clip, "clients_per_round": k}
+        if priv["trust_model"] == "none":
+            privacy = PrivacyPlan("none", "none", "none", UNIT, relation, np.zeros(clients), np.zeros(cells), None, None)
+            return FedAvgPlan(make(noise_std=np.zeros(replicas.count)), context, privacy, resolved)
+        if priv.get("calibration") != "accountant" or priv.get("epsilon_grid") is not None:
+            raise ConfigError("privacy.calibration", priv.get("calibration"), "accountant, with epsilon_grid null, for dp_fedavg")
+        delta, epsilon = float(priv["delta"]), float(priv["epsilon"])
+        if q is None:
+            z = calibrate_noise_multiplier(epsilon, delta, int(k), clients, 1, rounds, "rdp")
+            after = partial(participation_epsilon, z, int(k), clients, 1, delta=delta, accountant="rdp")
+        else:
+            z = _poisson_calibration(epsilon, delta, q, rounds)
+            after = partial(_poisson_epsilon, z, q, delta)
+        accountant = RoundsAccountant(after, f"rdp ({'Poisson' if q else 'K of N'} clients, every round)", delta)
+        resolved.update(noise_multiplier=z, noise_std=z * sensitivity)
+        privacy = PrivacyPlan("central", "accountant", "rdp", UNIT, relation, np.full(clients, delta),
+                              np.full(cells, z), np.full(cells, epsilon), Ledger(accountant, cells, "client"))
+        return FedAvgPlan(make(noise_std=np.full(replicas.count, z * sensitivity)), context, privacy, resolved)
+
+
+def _poisson_event(z: float, q: float, rounds: int):
+    import dp_accounting
+
+    return dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), rounds)
+
+
+def _add_remove_rdp():
+    import dp_accounting
+
+    return dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+
+
+@lru_cache(maxsize=None)
+def _poisson_epsilon(z: float, q: float, delta: float, rounds: int) -> float:
+    """epsilon at delta of ``rounds`` Poisson-sampled Gaussian releases (RDP, add/remove one)."""
+    if rounds == 0:
+        return 0.0
+    accountant = _add_remove_rdp()
+    accountant.compose(_poisson_event(z, q, rounds))
+    return float(accountant.get_epsilon(delta))
+
+
+def _poisson_calibration(epsilon: float, delta: float, q: float, rounds: int) -> float:
+    from dp_accounting import mechanism_calibration
+
+    return float(mechanism_calibration.calibrate_dp_mechanism(
+        _add_remove_rdp, lambda z: _poisson_event(z, q, rounds), epsilon, delta,
+        mechanism_calibration.LowerEndpointAndGuess(1e-2, 1.0)))
+
+
+@dataclass(frozen=True)
+class DpFedAvg:
+    """The two halves (module docstring); ``noise_std`` (P,) = z times the sum's sensitivity (0: no privacy)."""
+
+    loss: Any
+    step_size: np.ndarray        # (P,) client learning rate
+    local_steps: int
+    server_lr: float
+    l2_clip: float
+    expected_clients: float      # K, or q N under Poisson sampling: the step's public denominator
+    noise_std: np.ndarray
+    num_rounds: int
+    seed: int
+    streams: np.ndarray
+
+    recipe: ClassVar[FedAvgRecipe] = FedAvgRecipe()
+
+    def init(self, params0: np.ndarray) -> FedAvgState:
+        return FedAvgState(0, params0.copy(), np.zeros_like(params0))
+
+    def broadcast(self, state: FedAvgState) -> np.ndarray:
+        return state.params
+
+    def silo_step(self, params: np.ndarray, silos: SiloArrays, draws, participation: np.ndarray) -> np.ndarray:
+        """(P, S, d, C): each sampled client's delta after local steps, clipped to C (zero elsewhere)."""
+        weights = (np.arange(silos.x.shape[1])[None, :] < silos.sizes[:, None]) / silos.sizes[:, None]   # (S, n)
+        local = np.broadcast_to(params[:, None], participation.shape + params.shape[1:]).copy()         # (P, S, d, C)
+        for _ in range(self.local_steps):
+            residual = loss_residual(self.loss, np.einsum("snd,psdc->psnc", silos.x, local), silos.y[None],
+                                     silos.x_norms[None]) * weights[None, :, :, None]
+            local -= self.step_size[:, None, None, None] * np.einsum("snd,psnc->psdc", silos.x, residual)
+        delta = local - params[:, None]
+        norms = np.sqrt((delta ** 2).sum(axis=(2, 3)))
+        factor = np.where(participation, np.minimum(1.0, self.l2_clip / np.maximum(norms, 1e-300)), 0.0)
+        return delta * factor[..., None, None]
+
+    def charge(self, state: FedAvgState, participation: np.ndarray) -> np.ndarray:
+        return participation            # the rounds accountant charges every client of a round with any
+
+    def server_step(self, state: FedAvgState, values: np.ndarray, mask: np.ndarray) -> FedAvgState:
+        total = np.einsum("ps,ps...->p...", mask.astype(np.float64), values)
+        noise = np.stack([generator(self.seed, Stream.SERVER, *row, state.round).standard_normal(total.shape[1:])
+                          for row in self.streams])
+        noisy = total + self.noise_std[:, None, None] * noise
+        return FedAvgState(state.round + 1, state.params + self.server_lr * noisy / self.expected_clients, noisy)
+
+    def metrics(self, state: FedAvgState) -> dict:
+        return {}
+
+    def done(self, state: FedAvgState) -> np.ndarray:
+        return np.full(state.params.shape[0], state.round >= self.num_rounds)
+
+    def output(self, state: FedAvgState) -> dict[str, np.ndarray]:
+        return {"last": state.params}
