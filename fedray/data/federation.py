@@ -16,7 +16,7 @@ driver only ever sees a ``FederationShape``, which holds sizes and no records.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -59,8 +59,9 @@ class FederationShape:
     task: str
     summarised_items: int | None = None
     # Preprocessing that reads the records of many units at once (a PCA basis fitted on pooled
-    # private records, say): it shapes every release, and no unit-level guarantee covers it.
-    preprocessing_outside_guarantee: tuple[str, ...] = ()
+    # private records, say): it shapes every release, and no unit-level guarantee covers it. A fact
+    # about how the records were made, not their shape: loaded arrays compare equal without it.
+    preprocessing_outside_guarantee: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def min_train_size(self) -> int:
