@@ -323,13 +323,16 @@ class MlflowTracker:
         self.wait()
         stamp = int(time.time() * 1000)
         final = {f"final_{k}": v for k, v in result.final.items()}
-        final.update(result.constants)
+        # Numeric constants are metrics; the rest (a mode's name, say) are tags.
+        numeric = {k: v for k, v in result.constants.items() if np.asarray(v).dtype.kind in "biuf"}
+        final.update(numeric)
         final["wall_time_s"] = result.wall_time
         if result.epsilon_spent is not None:
             final["epsilon_spent_max"] = result.epsilon_spent.max(axis=1)
             final["epsilon_spent_mean"] = result.epsilon_spent.mean(axis=1)
         # Which metrics read the units' data (diagnostics a deployment's server would not see).
         tags = [RunTag("diagnostic_metrics", ",".join(sorted(result.diagnostics)))]
+        tags += [RunTag(f"constant.{k}", str(v)) for k, v in result.constants.items() if k not in numeric]
         if result.stopped is not None:
             tags.append(RunTag("stopped", result.stopped))
         self._batch(metrics=list(self._metric_items(self._reduced(final), plan.num_rounds, stamp)), tags=tags)

@@ -66,3 +66,20 @@ def test_a_sweep_runs_each_job_as_its_own_run_would(ray_local):
     assert len(swept) == 2
     np.testing.assert_array_equal(swept[1].outputs["last"], alone.outputs["last"])
     assert not np.array_equal(swept[0].outputs["last"], swept[1].outputs["last"])
+
+
+def test_a_tracked_run_keeps_a_constant_that_is_not_a_number_as_a_tag(tmp_path):
+    """Catches the tracker logging every protocol constant as a metric: Phased-ERM's resolved
+    constants carry ``on_unstable`` (a mode's name), and `python -m fedray
+    experiment=phased_erm_synthetic` ended in a ValueError at the run's last write."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    plan = fedray.make_plan(["experiment=phased_erm_synthetic", "data.spec.num_silos=2000",
+                             "data.spec.samples_per_silo=1", "data.spec.dim=3", "algorithm.allow_few_users=true",
+                             "progress=false", f"tracking.uri={uri}", f"tracking.artifact_location={tmp_path}/artifacts"])
+    done = fedray.run(plan, inline=True, track=True)
+    record = MlflowClient(tracking_uri=uri).get_run(done.run_id)
+    assert record.info.status == "FINISHED"
+    assert record.data.tags["constant.on_unstable"] == plan.protocol.resolved["on_unstable"]
+    assert "on_unstable" not in record.data.metrics and "phases" in record.data.metrics
