@@ -10,6 +10,15 @@ import pytest
 from fedray.runtime import interrupts
 
 
+@pytest.fixture(autouse=True)
+def python_default_handler():
+    """Each test starts from Python's own SIGINT handler, whatever an earlier test in this process
+    left (a command-line job run in-process ignores SIGINT once its run is recorded)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _ctrl_c() -> None:
     os.kill(os.getpid(), signal.SIGINT)     # delivered to the main thread before os.kill returns
 
