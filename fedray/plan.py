@@ -10,10 +10,10 @@ overspend is refused (``BudgetError``).
 
 from __future__ import annotations
 
-
 import json
 import math
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import cast
 
@@ -162,7 +162,7 @@ def _check_py_modules(names) -> None:
     allowed = "a list of importable package names (the user's own code, shipped to every Ray worker)"
     if names is None:
         return
-    if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+    if isinstance(names, str) or not isinstance(names, Sequence) or not all(isinstance(n, str) and n for n in names):
         raise ConfigError("runtime.py_modules", names, allowed)
     for name in names:
         try:
