@@ -23,7 +23,8 @@ def _script(name: str, script: str = "run.py"):
 
 
 E1, E6 = _script("mirror_descent/e1_bilinear"), _script("mirror_descent/e6_audit")
-TRUST = {"vertex": "central", "vertex_bound": "central", "gaussian": "central", "non_private": "none"}
+TRUST = {"vertex": "central", "vertex_bound": "central", "vertex_tight": "central", "gaussian": "central",
+         "non_private": "none"}
 
 
 @pytest.mark.slow
@@ -37,6 +38,7 @@ def test_e1_cells_plan_with_their_arms_privacy(quick):
             assert plan.privacy.target_epsilon.max() == cell["eps"]
         if cell["K"] != 1:
             assert plan.protocol.algorithm.vertices.draws == cell["K"]
+        assert (plan.privacy.calibration == "tight") == (cell["arm"] == "vertex_tight")
 
 
 @pytest.mark.slow
