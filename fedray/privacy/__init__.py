@@ -9,6 +9,6 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "fedray.privacy.accounting": ("calibrate_noise_multiplier", "epsilon_of", "make_accountant",
                                   "participation_epsilon", "participation_event", "release_event"),
     "fedray.privacy.ledger": ("Ledger", "RoundsAccountant", "SampledGaussianAccountant", "check_budget", "silo_ledger"),
-    "fedray.privacy.vector_sum": ("VectorSumParameters", "VectorSumRandomizer", "vector_sum_parameters"),
+    "fedray.privacy.vector_sum": ("VectorSumParameters", "vector_sum_parameters"),
     "fedray.privacy.mechanisms": ("GaussianNoise", "NoNoise", "PerExampleClip"),
 })

@@ -35,11 +35,11 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from dataclasses import asdict, dataclass
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 
-from fedray.errors import BudgetError, ConfigError
+from fedray.errors import ConfigError
 
 ROUTES = ("basic", "advanced", "best")
 _RANGES = {
@@ -63,13 +63,6 @@ def _check(name: str, value, allowed: str) -> np.ndarray:
 
 def _counts(counts) -> np.ndarray:
     return _check("counts", counts, "integers >= 0").astype(np.int64)
-
-
-def _broadcasts_to(shape: tuple, target: tuple) -> bool:
-    try:
-        return np.broadcast_shapes(shape, target) == target
-    except ValueError:
-        return False
 
 
 def _route(route: str) -> str:
@@ -384,83 +377,6 @@ class ParallelComposition:
 
     def describe(self) -> dict:
         return {"name": "parallel", "inner": self.inner.describe()}
-
-
-class FilterState(NamedTuple):
-    """Running sums of a privacy filter, one entry per unit (num_steps counts steps with eps_m > 0)."""
-
-    sum_squared_epsilon: np.ndarray
-    sum_epsilon: np.ndarray
-    sum_delta: np.ndarray
-    num_steps: np.ndarray
-
-
-class PrivacyFilter:
-    """Fully adaptive composition (privacy filter), seed-001 §2.3 Thm 3.5 [Whitehouse:2023].
-
-    Step m is (eps_m, delta_m)-DP with eps_m, delta_m chosen adaptively. A step is admitted only if
-    afterwards  sqrt(2 ln(1/delta') sum eps_m^2) + sum eps_m^2 / 2 <= target_epsilon  and
-    sum delta_m <= delta''. The stopped composition is (target_epsilon, delta' + delta'')-DP under
-    the caller's relation. seed-001 draws are pure (delta_m = 0): delta' = delta, delta'' = 0,
-    the defaults. Vectorised over units of the given ``shape``; a unit that does not take part in
-    a step passes epsilon 0 (always admitted).
-
-    Parameters
-    ----------
-    target_epsilon : eps of the guarantee, > 0.
-    delta_slack : delta' in (0, 1).
-    delta_budget : delta'' in [0, 1), the budget for sum delta_m.
-    shape : the unit axes, () for one unit.
-    """
-
-    def __init__(self, target_epsilon: float, delta_slack: float, delta_budget: float = 0.0, shape: tuple = ()):
-        self.target_epsilon = float(_check("target_epsilon", target_epsilon, "> 0"))
-        self.delta_slack = float(_check("delta_slack", delta_slack, "in (0, 1)"))
-        self.delta_budget = float(_check("delta_budget", delta_budget, "in [0, 1)"))
-        zeros = np.zeros(shape)
-        self._state = FilterState(zeros, zeros, zeros, np.zeros(shape, dtype=np.int64))
-
-    def _bound(self, sum_squared):
-        return np.sqrt(2 * math.log(1 / self.delta_slack) * sum_squared) + sum_squared / 2
-
-    def admits(self, epsilon, delta=0.0) -> np.ndarray:
-        """Whether each unit may take a step (epsilon, delta) without the bound passing the target."""
-        epsilon, delta = _check("epsilon", epsilon, ">= 0"), _check("delta", delta, "in [0, 1)")
-        state, shape = self._state, self._state.sum_delta.shape
-        for name, value in (("epsilon", epsilon), ("delta", delta)):
-            if not _broadcasts_to(value.shape, shape):
-                raise ConfigError(f"{name} shape", value.shape, f"broadcastable to the filter's unit shape {shape}")
-        return ((self._bound(state.sum_squared_epsilon + epsilon**2) <= self.target_epsilon)
-                & (state.sum_delta + delta <= self.delta_budget))
-
-    def spend(self, epsilon, delta=0.0) -> None:
-        """Record one step for every unit; BudgetError (nothing recorded) if any unit is not admitted."""
-        admitted = self.admits(epsilon, delta)
-        if not np.all(admitted):
-            refused = int(np.size(admitted) - np.sum(admitted))
-            raise BudgetError(f"privacy filter refuses the step (epsilon up to {np.max(epsilon)}): {refused} "
-                              f"unit(s) would pass target_epsilon = {self.target_epsilon} or delta_budget = "
-                              f"{self.delta_budget}")
-        epsilon, delta, state = np.asarray(epsilon, dtype=np.float64), np.asarray(delta, dtype=np.float64), self._state
-        self._state = FilterState(state.sum_squared_epsilon + epsilon**2, state.sum_epsilon + epsilon,
-                                  state.sum_delta + delta, state.num_steps + (epsilon > 0))
-
-    def spent(self) -> tuple[np.ndarray, np.ndarray]:
-        """The running bound and delta' + sum delta_m (0 for a unit with nothing spent), per unit.
-
-        For logging how much of the target is used. The certified guarantee is the target
-        (target_epsilon, delta' + delta''); with adaptive eps_m the running value is not an odometer.
-        """
-        state = self._state
-        used = state.sum_squared_epsilon > 0
-        return self._bound(state.sum_squared_epsilon), state.sum_delta + np.where(used, self.delta_slack, 0.0)
-
-    def state(self) -> dict:
-        """What a checkpoint needs to resume the filter (plain arrays)."""
-        return {k: np.array(v) for k, v in self._state._asdict().items()}
-
-    def restore(self, state: dict) -> None:
-        self._state = FilterState(**{k: np.array(state[k]) for k in FilterState._fields})
 
 
 @lru_cache(maxsize=4096)

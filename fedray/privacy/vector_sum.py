@@ -65,17 +65,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
-from fedray.core.mechanism import Placement
 from fedray.errors import ConfigError
 from fedray.rng import SiloDraws, Stream
 
 __all__ = [
     "VectorSumParameters",
-    "VectorSumRandomizer",
     "aggregate_counts",
     "analyze_counts",
     "analyze_messages",
@@ -364,34 +361,6 @@ def analyze_messages(messages: np.ndarray, params: VectorSumParameters) -> np.nd
     if np.any(totals != totals[0]) or totals[0] % per_user:
         raise ConfigError("per-label message counts", totals.tolist(), f"equal multiples of g + b = {per_user}")
     return analyze_counts(ones, params, num_users=int(totals[0] // per_user))
-
-
-@dataclass(frozen=True)
-class VectorSumRandomizer:
-    """P_vec's randomizer as a silo-side privacy step (M2 counts; the analyzer runs at the server).
-
-    ``apply(x, rng)`` takes user vectors (..., n, d) and returns each user's counts plus metrics.
-    Where it runs: inside the silo that holds the vectors, before the shuffler (the mechanism
-    contract, ``fedray.core.mechanism``). Its event is the ``(epsilon, delta)`` of one invocation
-    as the shuffler outputs it: the randomizer alone is not private, the guarantee needs the
-    shuffle (seed-000 Thm 3.2).
-    """
-
-    params: VectorSumParameters
-    placement: ClassVar[Placement] = Placement.CLIENT
-
-    def event(self, replica: int, unit: int):
-        from fedray.privacy.events import EpsilonDeltaDpEvent     # dp-accounting: planning only, not in the actors
-
-        return EpsilonDeltaDpEvent(self.params.epsilon, self.params.delta)
-
-    def apply(self, x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
-        counts = randomize_counts(x, self.params, rng)
-        p = self.params
-        noise_std = (p.value_range / p.scale) * math.sqrt(
-            p.num_users * p.noise_bits * p.bit_probability * (1.0 - p.bit_probability)
-        )
-        return counts, {"messages_per_user": float(p.messages_per_user), "sum_noise_std": noise_std}
 
 
 @dataclass(frozen=True)

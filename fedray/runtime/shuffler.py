@@ -21,10 +21,6 @@ A block is anything with ``messages`` (P, S_g, ...) and ``mask`` (P, S_g) attrib
 ``RoundReply``) or a ``(messages, mask)`` pair; other attributes (silo ids,
 evaluation metrics) are ignored and not returned, so per-silo evaluation must travel separately.
 
-Multi-message randomizers (e.g. the vector sum of ``fedray.privacy.vector_sum``): pass
-``messages_per_sender=k`` and blocks shaped (P, S_g, k, ...); each of the k rows is a separate
-message and all of a participating sender's messages are shuffled together with everybody else's.
-
 Summed output (``Shuffler(..., output="sum")``, for a randomizer whose messages are labelled
 one-bit messages sent as per-label counts): each sender's message is a vector of 1-bit counts that encodes its multiset of
 labelled one-bit messages without loss. The analyzer's view of the permuted multiset of all those
@@ -111,7 +107,7 @@ class Shuffler:
             raise invalid_argument("shuffler output", output, f"one of {self.OUTPUTS}")
         self.output = output
 
-    def shuffle(self, round_index: int, *blocks, messages_per_sender: int = 1) -> ShuffledMessages:
+    def shuffle(self, round_index: int, *blocks) -> ShuffledMessages:
         """The permuted multiset of the participating messages of round ``round_index``.
 
         Parameters
@@ -120,10 +116,8 @@ class Shuffler:
             The round (the permutation's stream coordinate).
         *blocks
             One per silo group, in silo-id order: ``(messages, mask)`` pairs or objects with
-            ``.messages`` (P, S_g, [k,] ...) and ``.mask`` (P, S_g). A (p, s) cell with mask False
+            ``.messages`` (P, S_g, ...) and ``.mask`` (P, S_g). A (p, s) cell with mask False
             (silo s did not take part for replica p) contributes nothing.
-        messages_per_sender : int
-            k, the messages each participating sender contributes (1 for one report per silo).
 
         Returns
         -------
@@ -138,10 +132,6 @@ class Shuffler:
         """
         if not blocks:
             raise invalid_argument("blocks", 0, "at least one message block")
-        k = messages_per_sender
-        if isinstance(k, bool) or int(k) != k or k < 1:
-            raise invalid_argument("messages_per_sender", messages_per_sender, "an integer >= 1")
-        k = int(messages_per_sender)
         num_replicas = self.streams.shape[0]
         pairs = [_as_block(b, i) for i, b in enumerate(blocks)]
         message_shape = None
@@ -149,17 +139,15 @@ class Shuffler:
         for i, (messages, mask) in enumerate(pairs):
             if mask.ndim != 2 or mask.shape[0] != num_replicas:
                 raise invalid_argument(f"message block {i} mask", mask.shape, f"(P, S_g) with P = {num_replicas}")
-            lead = mask.shape + ((k,) if k > 1 else ())
-            if messages.shape[: len(lead)] != lead:
-                raise invalid_argument(f"message block {i} messages", messages.shape, f"leading axes {lead}")
-            shape = messages.shape[len(lead):]
+            if messages.shape[:2] != mask.shape:
+                raise invalid_argument(f"message block {i} messages", messages.shape, f"leading axes {mask.shape}")
+            shape = messages.shape[2:]
             if message_shape is None:
                 message_shape = shape
             elif shape != message_shape:
                 raise invalid_argument(f"message block {i} messages", messages.shape, f"messages of shape {message_shape}")
-            # Each of a sender's k messages becomes its own row; identity is gone after this line.
-            flat_messages.append(messages.reshape((num_replicas, mask.shape[1] * k) + shape))
-            flat_mask.append(np.repeat(mask, k, axis=1))
+            flat_messages.append(messages)
+            flat_mask.append(mask)
         assert message_shape is not None     # set by the first of the (non-empty) blocks
         messages = np.concatenate(flat_messages, axis=1)
         mask = np.concatenate(flat_mask, axis=1)

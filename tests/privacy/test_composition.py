@@ -10,11 +10,10 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedray.errors import BudgetError, ConfigError
+from fedray.errors import ConfigError
 from fedray.privacy.composition import (
     ApproxDpComposition,
     ParallelComposition,
-    PrivacyFilter,
     PureDpComposition,
     advanced_composition,
     advanced_composition_budget,
@@ -165,64 +164,6 @@ def test_best_budget_takes_basic_composition_for_few_releases():
     assert advanced_composition_budget(1.0, 10_000, 1e-5, route="best") == many > 1.0 / 10_000
 
 
-# --- the privacy filter (seed-001 Thm 3.5) -------------------------------------------------------
-
-
-def test_filter_admits_exactly_the_hand_computed_number_of_constant_steps():
-    # eps = 1, delta' = 1e-5, eps_m = 0.01. With a = sqrt(2 ln 1e5) = 4.798525912 and u = sqrt(sum eps_m^2),
-    # a u + u^2 / 2 <= 1  <=>  u <= -a + sqrt(a^2 + 2) = -4.798525912 + 5.002584425 = 0.204058513,
-    # sum <= 0.041639877 = n * 1e-4, so n_max = 416 (bound 0.99951 at 416, 1.00074 at 417).
-    privacy_filter = PrivacyFilter(1.0, 1e-5)
-    steps = 0
-    while privacy_filter.admits(0.01):
-        privacy_filter.spend(0.01)
-        steps += 1
-    assert steps == 416
-    epsilon, delta = privacy_filter.spent()
-    assert epsilon == pytest.approx(0.9995111, abs=1e-7) and delta == 1e-5
-    # constant steps make the filter the Cor. 3.6 composition
-    assert epsilon == pytest.approx(pure_advanced_composition(0.01, 416, 1e-5)[0], rel=1e-12)
-    with pytest.raises(BudgetError, match="target_epsilon = 1.0"):
-        privacy_filter.spend(0.01)
-    assert privacy_filter.spent()[0] == epsilon                         # a refused step records nothing
-
-
-@settings(max_examples=50, deadline=None, derandomize=True, database=None)
-@given(steps=st.lists(st.floats(0.0, 0.5), min_size=1, max_size=80), target=st.floats(0.1, 5.0))
-def test_filter_never_lets_the_bound_pass_the_target(steps, target):
-    privacy_filter = PrivacyFilter(target, 1e-6)
-    total = 0.0
-    for epsilon in steps:
-        bound_after = math.sqrt(2 * math.log(1e6) * (total + epsilon**2)) + (total + epsilon**2) / 2
-        assert bool(privacy_filter.admits(epsilon)) == (bound_after <= target)
-        if privacy_filter.admits(epsilon):
-            privacy_filter.spend(epsilon)
-            total += epsilon**2
-        assert privacy_filter.spent()[0] <= target
-
-
-def test_filter_is_vectorised_checkpoints_and_respects_the_delta_budget():
-    # target 2: a 0.3 step alone gives sqrt(2 ln(1e6) * 0.09) + 0.045 = sqrt(2.4868) + 0.045 = 1.622
-    privacy_filter = PrivacyFilter(2.0, 1e-6, delta_budget=1e-6, shape=(2, 3))
-    step = np.array([[0.1, 0.0, 0.3], [0.0, 0.0, 0.2]])
-    privacy_filter.spend(step, delta=np.where(step > 0, 4e-7, 0.0))
-    checkpoint = privacy_filter.state()
-    epsilon, delta = privacy_filter.spent()
-    assert epsilon.shape == delta.shape == (2, 3)
-    assert epsilon[0, 1] == 0 and delta[0, 1] == 0 and delta[0, 0] == pytest.approx(1.4e-6)
-    assert not privacy_filter.admits(0.01, delta=7e-7)[0, 0]          # 4e-7 + 7e-7 > delta'' = 1e-6
-    with pytest.raises(BudgetError, match="3 unit"):                    # the three that already spent 4e-7
-        privacy_filter.spend(np.full((2, 3), 0.01), delta=7e-7)
-    with pytest.raises(ConfigError, match=r"epsilon shape must be broadcastable to the filter's unit shape \(2, 3\)"):
-        privacy_filter.spend(np.zeros((4, 3)))
-    with pytest.raises(ConfigError, match=r"delta shape .*; got \(3, 1\)"):
-        privacy_filter.admits(0.1, delta=np.zeros((3, 1)))
-    restored = PrivacyFilter(2.0, 1e-6, delta_budget=1e-6, shape=(2, 3))
-    restored.restore(checkpoint)
-    np.testing.assert_array_equal(restored.spent()[0], epsilon)
-    np.testing.assert_array_equal(restored.state()["num_steps"], [[1, 0, 1], [0, 0, 1]])
-
-
 # --- validation --------------------------------------------------------------------------------
 
 
@@ -236,8 +177,6 @@ def test_filter_is_vectorised_checkpoints_and_respects_the_delta_budget():
     (lambda: PureDpComposition(0.1, 1e-5).epsilons(np.array([1.5])), "counts must be integers >= 0; got 1.5"),
     (lambda: advanced_composition_budget(1.0, 0, 1e-5), "count must be an integer >= 1; got 0.0"),
     (lambda: pure_advanced_composition_budget(-2.0, 10, 1e-5), "target_epsilon must be > 0; got -2.0"),
-    (lambda: PrivacyFilter(1.0, 0.0), r"delta_slack must be in \(0, 1\); got 0.0"),
-    (lambda: PrivacyFilter(1.0, 1e-5).admits(-0.1), "epsilon must be >= 0; got -0.1"),
 ])
 def test_bad_parameters_name_the_value_and_the_range(build, message):
     with pytest.raises(ConfigError, match=message):

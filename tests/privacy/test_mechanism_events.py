@@ -36,15 +36,3 @@ def test_event_reads_the_cell_and_zero_noise_is_not_private():
     assert noise.select(np.array([1])).event(0, 0) == dp_accounting.GaussianDpEvent(1.0)
     assert GaussianNoise(np.array([[0.7]])).event(3, 5) == dp_accounting.GaussianDpEvent(0.7)
     assert isinstance(NoNoise().event(0, 0), dp_accounting.NonPrivateDpEvent)
-
-
-def test_the_vector_sum_randomizer_is_a_client_step_whose_event_is_the_shuffled_invocation():
-    from fedray.privacy.events import EpsilonDeltaDpEvent
-    from fedray.privacy.vector_sum import VectorSumRandomizer, vector_sum_parameters
-
-    params = vector_sum_parameters(1.0, 1e-6, 4, 1000, 1.0)
-    randomizer = VectorSumRandomizer(params)
-    assert isinstance(randomizer, Mechanism) and randomizer.placement is Placement.CLIENT
-    assert randomizer.event(0, 0) == EpsilonDeltaDpEvent(params.epsilon, params.delta)
-    # dp-accounting's accountants cannot price it: fedray's composition theorems do.
-    assert not rdp.RdpAccountant().supports(randomizer.event(0, 0))

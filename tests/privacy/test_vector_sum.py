@@ -10,7 +10,6 @@ from scipy import stats
 from fedray.errors import ConfigError
 from fedray.privacy.events import EpsilonDeltaDpEvent
 from fedray.privacy.vector_sum import (
-    VectorSumRandomizer,
     aggregate_counts,
     analyze_counts,
     analyze_messages,
@@ -161,9 +160,8 @@ def test_message_form_equals_count_form_for_the_same_draws():
     x = np.array([[0.6, -0.8], [0.1, 0.2], [-1.0, 0.0], [0.3, 0.3]])
     messages = randomize_messages(x, p, np.random.default_rng(6))
     counts = randomize_counts(x, p, np.random.default_rng(6))
-    shuffled = Shuffler(0, np.array([0])).shuffle(
-        3, (messages[None], np.ones((1, 4), dtype=bool)), messages_per_sender=p.messages_per_user
-    )
+    rows = messages.reshape(1, 4 * p.messages_per_user, 2)      # every message a row of its own
+    shuffled = Shuffler(0, np.array([0])).shuffle(3, (rows, np.ones(rows.shape[:2], dtype=bool)))
     assert shuffled.counts.tolist() == [4 * p.messages_per_user]
     from_messages = analyze_messages(shuffled.messages[0], p)
     np.testing.assert_array_equal(from_messages, analyze_counts(counts.sum(axis=0), p))
@@ -231,26 +229,17 @@ def test_analyzer_refuses_an_inconsistent_message_multiset():
         analyze_messages(messages[:-1], p)
 
 
-def test_randomizer_step_reports_metrics():
-    p = vector_sum_parameters(**SMALL)
-    counts, metrics = VectorSumRandomizer(p).apply(np.zeros((10, 1)), np.random.default_rng(10))
-    assert counts.shape == (10, 1)
-    assert metrics["messages_per_user"] == 3758
-    assert metrics["sum_noise_std"] == pytest.approx(math.sqrt(765.5), rel=0.01)
-    assert VectorSumRandomizer(p).event(0, 0) == EpsilonDeltaDpEvent(15.0, 0.49)
-
-
 def test_split_randomizer_draws_the_same_bits_as_the_m2_randomizer_per_block():
     """SplitVectorSum.randomize rounds every user at once and draws per block; the counts must equal,
-    bit for bit, VectorSumRandomizer (randomize_counts) run on each padded block of users."""
-    from fedray.privacy.vector_sum import SplitVectorSum, VectorSumRandomizer
+    bit for bit, the M2 randomizer (randomize_counts) run on each padded block of users."""
+    from fedray.privacy.vector_sum import SplitVectorSum
     from fedray.rng import SiloDraws, Stream
 
     params = vector_sum_parameters(2.0, 1e-6, 3, 150, 1.0)
     rng = np.random.default_rng(5)
     vectors = rng.standard_normal((2, 150, 1, 3)) * 0.7                     # some outside the ball
     draws = SiloDraws(9, np.array([[0, 1], [0, 2]]), 4, np.arange(30, 180))
-    reference = draws.blockwise(Stream.NOISE, vectors, lambda block, g: VectorSumRandomizer(params).apply(block, g)[0])
+    reference = draws.blockwise(Stream.NOISE, vectors, lambda block, g: randomize_counts(block, params, g))
     np.testing.assert_array_equal(SplitVectorSum(params).randomize(vectors, draws), reference.sum(axis=2))
 
 

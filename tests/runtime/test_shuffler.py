@@ -101,19 +101,6 @@ def test_replicas_of_one_repetition_share_the_permutation():
     assert np.array_equal(out.messages[0], out.messages[1])
 
 
-def test_multi_message_senders_are_mixed_message_by_message():
-    # Two senders with 3 messages each; every message is its own row.
-    messages = np.array([[[[1.0], [2.0], [3.0]], [[4.0], [5.0], [6.0]]]])       # (P=1, S=2, k=3, 1)
-    out = Shuffler(0, np.array([0])).shuffle(1, (messages, np.ones((1, 2), dtype=bool)), messages_per_sender=3)
-    assert out.counts.tolist() == [6]
-    assert sorted(out.messages[0, :, 0].tolist()) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
-    interleaved = 0
-    for r in range(50):
-        rows = Shuffler(0, np.array([0])).shuffle(r, (messages, np.ones((1, 2), dtype=bool)), messages_per_sender=3)
-        interleaved += rows.messages[0, :3, 0].max() > 3.0 and rows.messages[0, :3, 0].min() <= 3.0
-    assert interleaved > 25
-
-
 def test_replica_with_no_participant_gets_no_rows():
     messages = np.ones((2, 3, 2))
     mask = np.array([[True, False, True], [False, False, False]])

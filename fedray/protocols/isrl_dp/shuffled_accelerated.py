@@ -19,7 +19,7 @@ batches), so parallel composition gives (eps, delta) for the run; no subsampling
 Silo half (Alg. 6 line 6): K records WITHOUT replacement from disjoint blocks of a per-silo
 permutation (``SiloDraws.epoch_slice``, as ``OnePassAcceleratedSGD``), the gradient of each at the
 query point w^md_r clipped to L, no Gaussian noise. Each gradient runs P_vec's randomizer inside
-the silo in its count form M2 (``VectorSumRandomizer``); the silo sends the sum of its K records'
+the silo in its count form M2 (``SplitVectorSum.randomize``); the silo sends the sum of its K records'
 count vectors. The shuffler (``Routing.SHUFFLE_SUM``) hands the server only the sum over the M
 silos: exactly the per-label 1-bit counts of the message form M1, the analyzer's whole view.
 Server half: A_vec on the summed counts (debiased with n_u = M_r K), divided by M_r K, then the
