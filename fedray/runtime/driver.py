@@ -19,6 +19,7 @@ import sys
 import socket
 import time
 from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,13 +28,13 @@ import ray
 from fedray.core.evaluation import Metric, split
 from fedray.core.oracle import sum_partials
 from fedray.core.program import CentralProgram
-from fedray.core.protocol import (Messages, RoundBlock, RoundBlocks, RoundKeys, RoundProtocol,
-                                  RoundSpec, Routing, StepBlock, StepBlocks)
-from fedray.core.protocol import client_operation as _operation
+from fedray.core.protocol import Messages, RoundKeys, RoundProtocol, RoundSpec, Routing
 from fedray.privacy.stored import accountant_store
-from fedray.runtime import checkpoint, interrupts
+from fedray.runtime import checkpoint, interrupts, strategies
+from fedray.runtime.callbacks import Callback, Entry, Progress, Tracking, built_in
 from fedray.runtime.shuffler import Shuffler, ShufflerActor
 from fedray.runtime.silo_group import ActorRestarted, RoundPayload, RoundsReply, SiloGroup, SiloGroupActor
+from fedray.runtime.strategies import Call
 
 if TYPE_CHECKING:      # a silo actor imports this package: it needs neither the planner nor dp-accounting
     from fedray.plan import Plan
@@ -143,8 +144,6 @@ def _reachable(address: str, timeout: float) -> None:
 
 
 SINGLE_ACTOR_WORK = 4e6     # records x dim x replicas of a federation whose round takes a few ms on one core
-ROUNDS_PER_CALL = 64        # the most rounds one actor call runs (``SampledRounds.rounds``)
-CALL_SECONDS = 0.1          # what a call of several rounds aims to take: its overhead (~5 ms) stays small
 
 
 def _num_actors(plan: Plan) -> int:
@@ -184,56 +183,6 @@ def _same_state(a, b) -> bool:
 def _ranges(blocks: list) -> list[tuple[int, int]]:
     """The [lo, hi) unit ids each actor holds (contiguous blocks)."""
     return [(int(b[0]), int(b[-1]) + 1) if b.size else (0, 0) for b in blocks]
-
-
-def _round_blocks(protocol: RoundProtocol) -> RoundBlocks:
-    """``protocol`` as the shape a ``RoundBlock`` operation needs."""
-    if not isinstance(protocol, RoundBlocks):
-        raise TypeError(f"{type(protocol).__name__} registers a RoundBlock but is not a RoundBlocks (rounds, round_in)")
-    return protocol
-
-
-def _step_blocks(protocol: RoundProtocol) -> StepBlocks:
-    """``protocol`` as the shape a ``StepBlock`` operation needs."""
-    if not isinstance(protocol, StepBlocks):
-        raise TypeError(f"{type(protocol).__name__} registers a StepBlock but is not a StepBlocks (step_units, one_step)")
-    return protocol
-
-
-def _fit_block(protocol: StepBlocks, spec: RoundSpec, ranges: list) -> tuple[RoundSpec, int | None]:
-    """The block shortened to the steps whose units live in the actor holding its first step, and
-    that actor; or the first step as an ordinary round (no owner) when its units straddle two."""
-    lo, hi = protocol.step_units(spec.round)
-    owner = next(i for i, (a, b) in enumerate(ranges) if a <= lo < b)
-    end = ranges[owner][1]
-    if hi > end:
-        return protocol.one_step(spec), None
-    steps = 1
-    while steps < spec.steps and protocol.step_units(spec.round + steps)[1] <= end:
-        steps += 1
-    if steps < spec.steps:
-        participation = np.zeros_like(spec.participation)
-        participation[:, lo:protocol.step_units(spec.round + steps - 1)[1]] = True
-        spec = replace(spec, steps=steps, participation=participation)
-    return spec, owner
-
-
-def _cut_at_evaluation(protocol: StepBlocks, spec: RoundSpec, evaluate_every: int, num_steps: int) -> RoundSpec:
-    """A block of sequential steps that starts at an evaluated step (a multiple of
-    ``evaluate_every``, or the last step) shortened to that one step, evaluated at its start like
-    an ordinary round; any other block ends before the next evaluated step. So the model is
-    evaluated and logged at the steps ``evaluate_every`` names, whatever the block sizes (uncut, a
-    block of every step is one history entry, evaluated at its start: the starting model)."""
-    first = spec.round
-    if first % evaluate_every == 0 or first == num_steps - 1:
-        steps = 1
-    else:
-        steps = min(spec.steps, (first // evaluate_every + 1) * evaluate_every - first, num_steps - 1 - first)
-    if steps >= spec.steps:
-        return spec
-    participation = np.zeros_like(spec.participation)
-    participation[:, protocol.step_units(first)[0]:protocol.step_units(first + steps - 1)[1]] = True
-    return replace(spec, steps=steps, participation=participation)
 
 
 def _evaluate_stacked(protocol: RoundProtocol | CentralProgram, groups, models: list,
@@ -533,24 +482,27 @@ def start(plan: Plan, pool: ActorPool | None = None) -> RayGroups:
 
 
 def run(plan: Plan, tracker=None, progress=None, inline: bool = False,
-        groups: RayGroups | InlineGroups | None = None, pool: ActorPool | None = None) -> RunResult:
+        groups: RayGroups | InlineGroups | None = None, pool: ActorPool | None = None,
+        callbacks: Sequence[Callback] = ()) -> RunResult:
     """Run ``plan`` on Ray (local or the cluster at ``runtime.address``), or in-process if ``inline``.
 
     ``groups``: from ``start(plan, pool)`` if the caller started the actors already; inline, the
     ``InlineGroups`` to use (default: one group holding every unit). With a ``pool`` the silo
     actors are kept in it for the next job; without one they end with the run. The ledger's
-    answers come from the accountant store unless the plan is faithful (as in ``make_plan``)."""
+    answers come from the accountant store unless the plan is faithful (as in ``make_plan``).
+    ``callbacks`` (``fedray.runtime.callbacks.Callback``) see every round after the built-in
+    ones (budget stop, tracking, progress, checkpoints) and may stop the run."""
     with accountant_store(not plan.privacy.faithful):
-        return _run(plan, tracker, progress, inline, groups, pool)
+        return _run(plan, tracker, progress, inline, groups, pool, callbacks)
 
 
 def _run(plan: Plan, tracker, progress, inline: bool, groups: RayGroups | InlineGroups | None,
-         pool: ActorPool | None) -> RunResult:
+         pool: ActorPool | None, callbacks: Sequence[Callback]) -> RunResult:
     if inline:
         started = time.perf_counter()
         groups = groups if groups is not None else InlineGroups(plan)
         try:
-            return _rounds(plan, groups, tracker, progress, started)
+            return _rounds(plan, groups, tracker, progress, started, callbacks)
         finally:
             groups.close()
     if groups is None:
@@ -558,7 +510,7 @@ def _run(plan: Plan, tracker, progress, inline: bool, groups: RayGroups | Inline
     elif not isinstance(groups, RayGroups):
         raise TypeError(f"groups: the RayGroups of start(plan) (InlineGroups only with inline=True); got {type(groups).__name__}")
     try:
-        result = _rounds(plan, groups, tracker, progress, groups.started)
+        result = _rounds(plan, groups, tracker, progress, groups.started, callbacks)
     except BaseException:
         groups.close()
         raise
@@ -570,211 +522,137 @@ def _run(plan: Plan, tracker, progress, inline: bool, groups: RayGroups | Inline
     return result
 
 
-def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
+def _rounds(plan: Plan, groups, tracker, progress, started: float, callbacks: Sequence[Callback] = ()) -> RunResult:
+    """The driver loop: configure a call, exchange it with the actors, aggregate on the server and
+    settle each history entry, until the protocol is done or a callback stops the run. How a call
+    reaches the actors is the strategy's (``fedray.runtime.strategies``); tracking, progress,
+    checkpoints and the budget stop are callbacks (``fedray.runtime.callbacks``)."""
     protocol = plan.protocol.build(groups)    # the groups are the oracle for data-dependent constants
     groups.set_protocol(protocol)
     if isinstance(protocol, CentralProgram):
-        return _program(plan, protocol, groups, tracker, progress, started)
-    state = protocol.init()
-    ledger = _fresh_ledger(plan)
+        return _program(plan, protocol, groups, tracker, progress, started, callbacks)
+    state, ledger = protocol.init(), _fresh_ledger(plan)
     result = RunResult(protocol.output(state), constants=dict(protocol.constants))
-    first_round_at = None
-    start_round = 0
-    ckpt_path, ckpt_every = plan.runtime.get("checkpoint_path"), plan.runtime.get("checkpoint_every") or 0
-    fingerprint = checkpoint.fingerprint(plan.config)
-    steps = []                  # the step each history entry is logged at
-    restored = checkpoint.resumable(plan.runtime, plan.config)
-    if restored is not None:
-        state, start_round, result.history = restored.state, restored.next_round, restored.history
-        steps = list(restored.steps or range(len(result.history)))
-        if ledger is not None:
-            ledger.restore(restored.ledger)
-        for step, metrics in zip(steps, result.history):
-            if tracker is not None:     # a tracker resuming the same run skips what it holds
-                tracker.log_round(step, metrics)
-            if progress is not None:
-                progress(step, metrics)
+    state, first, replay = _restore(plan, state, ledger, result)
+    server = _Server(protocol, ledger, result, [*built_in(plan, ledger, result.history, tracker, progress), *callbacks])
+    for index, (step, metrics) in enumerate(replay):       # a tracker resuming the same run skips what it holds
+        server.after(Entry(index, step, metrics, replayed=True))
+    strategy = strategies.strategy(plan, protocol, groups.ranges, groups.shuffler is not None, first)
+    evaluation = strategies.Evaluation(plan.evaluate_every, plan.num_rounds, plan.privacy.faithful, [])
+    r, pending, ahead = first, None, state      # ahead: what the next call is configured from
+    while server.stop is None and not np.all(protocol.done(ahead)):
+        keys = RoundKeys(plan.seed, plan.repetitions, r, plan.replicas.streams)
+        spec = server.before(strategy.configure(ahead, keys), ahead, keys, strategy)         # configure
+        if spec is None:
+            break
+        payload, evaluate = strategy.payload(r, spec, ahead, evaluation)
+        owner = strategy.owner(spec)
+        if owner is None:                       # every actor takes part: exchange, then aggregate
+            if pending is not None:
+                state, pending = server.confirm(state, pending, strategy), None
+            messages, parts = groups.exchange(payload)
+            state = ahead = strategy.settle(state, Call(r, spec, keys, messages, parts, evaluate), server.settle)
+        else:                                   # a block in one actor: its claim configures the next call
+            sent_at = time.perf_counter()
+            block = groups.submit_block(payload, owner)
+            if pending is not None:             # the previous block's server steps, while this one runs
+                state = server.confirm(state, pending, strategy)
+            messages, parts, claim = block.result()
+            pending, ahead = Call(r, spec, keys, messages, parts, evaluate, claim), claim
+            strategy.measured(spec, time.perf_counter() - sent_at)
+        r += strategy.entries(spec)
+    if pending is not None:
+        state = server.confirm(state, pending, strategy)
+    _evaluate_deferred(plan, protocol, groups, evaluation.deferred, result, server.hooks)
+    result.stopped = server.stop
+    result.time_to_first_round = (server.first_round_at or time.perf_counter()) - started
+    return _finish(plan, protocol, groups, protocol.output(state), result, ledger, started)
 
-    def settle(state, r: int, spec, keys, messages, evaluation, evaluate: bool):
-        """Aggregate one round on the server and record it (ledger, metrics, tracking, checkpoint)."""
-        nonlocal first_round_at
-        last = spec.round + spec.steps - 1      # the last step this round ran (= r for one-step rounds)
-        state, charge, metrics = protocol.aggregate(state, spec, messages, keys)
+
+class _Server:
+    """The server's half of the loop: each history entry aggregated, charged to the ledger,
+    recorded and handed to the callbacks (the first reason one gives to stop ends the run)."""
+
+    def __init__(self, protocol: RoundProtocol, ledger: Ledger | None, result: RunResult, hooks: list[Callback]):
+        self.protocol, self.ledger, self.result, self.hooks = protocol, ledger, result, hooks
+        self.stop: str | None = None
+        self.first_round_at: float | None = None
+
+    def before(self, spec: RoundSpec | None, state, keys: RoundKeys, strategy: strategies.PerRound) -> RoundSpec | None:
+        """The call the callbacks let run (None: none)."""
+        for hook in self.hooks:
+            if spec is not None:
+                spec, reason = hook.before_round(spec, state, keys, strategy)
+                self.stop = self.stop or reason
+        return spec
+
+    def after(self, entry: Entry) -> None:
+        for hook in self.hooks:
+            reason = hook.after_round(entry)
+            if not entry.replayed:
+                self.stop = self.stop or reason
+
+    def settle(self, state, index: int, spec: RoundSpec, keys: RoundKeys, messages: Messages, evaluation,
+               evaluate: bool):
+        """Aggregate one history entry on the server and record it (ledger, metrics, callbacks)."""
+        state, charge, metrics = self.protocol.aggregate(state, spec, messages, keys)
         metrics, diagnostics = split({k: v if isinstance(v, Metric) else Metric(v, True) for k, v in metrics.items()})
-        result.diagnostics |= diagnostics
+        self.result.diagnostics |= diagnostics
         if evaluate:
-            values, diagnostics = split(protocol.combine(evaluation))
+            values, diagnostics = split(self.protocol.combine(evaluation))
             metrics = {**values, **metrics}
-            result.diagnostics |= diagnostics
-        if ledger is not None:
-            ledger.record(charge)
-            eps = ledger.epsilons()
+            self.result.diagnostics |= diagnostics
+        if self.ledger is not None:
+            self.ledger.record(charge)
+            eps = self.ledger.epsilons()
             metrics["epsilon_max"] = eps.max(axis=1)
             metrics["epsilon_mean"] = eps.mean(axis=1)
-        metrics.update(protocol.round_constants)
-        result.history.append(metrics)
-        steps.append(last)
-        if tracker is not None:
-            tracker.log_round(last, metrics)
-        if progress is not None:
-            progress(last, metrics)
-        if first_round_at is None:
-            first_round_at = time.perf_counter()
-        if ckpt_path and ckpt_every and (r + 1) % ckpt_every == 0:
-            checkpoint.save(ckpt_path, checkpoint.Checkpoint(r + 1, state, ledger.state() if ledger else {},
-                                                             result.history, fingerprint, steps,
-                                                             getattr(tracker, "run_id", None)))
+        metrics.update(self.protocol.round_constants)
+        self.result.history.append(metrics)
+        self.after(Entry(index, spec.round + spec.steps - 1, metrics, state))     # logged at its last step
+        if self.first_round_at is None:
+            self.first_round_at = time.perf_counter()
         return state
 
-    def confirm(state, pending):
+    def confirm(self, state, call: Call, strategy: strategies.PerRound):
         """Re-run a block's server steps on what it released; the actor must have reached the same state."""
-        r, spec, keys, messages, evaluation, evaluate, claim = pending
-        if isinstance(_operation(protocol, spec), RoundBlock):       # every round settles as its own round
-            for i, (sent, parts) in enumerate(messages.rounds(spec.round)):
-                round_spec, round_keys = _round_blocks(protocol).round_in(spec, i, state)
-                state = settle(state, r + i, round_spec, round_keys, sent, [parts], parts is not None)
-        else:
-            state = settle(state, r, spec, keys, messages, evaluation, evaluate)
-        if not _same_state(state, claim):
-            raise RuntimeError(f"round {r}: the server steps re-run on the released messages do not "
+        state = strategy.settle(state, call, self.settle)
+        if not _same_state(state, call.claim):
+            raise RuntimeError(f"round {call.index}: the server steps re-run on the released messages do not "
                                "reach the state the block's actor reported")
         return state
 
-    # Several rounds per call where one actor holds every unit and the driver may see what the
-    # block returns (not behind a shuffler; a faithful run evaluates nothing while it runs). The
-    # first call runs one round, so the first round reports at once; later calls as many as take
-    # about CALL_SECONDS at the pace measured so far. Results do not depend on block sizes.
-    def due(index: int, last_step: int) -> bool:
-        """Whether history entry ``index``, whose last step is ``last_step``, is evaluated."""
-        return index % plan.evaluate_every == 0 or last_step + 1 == plan.num_rounds
 
-    stepped = isinstance(protocol, StepBlocks)       # history entries are blocks of steps
-    rounds_per_call = int(plan.runtime.get("rounds_per_call") or ROUNDS_PER_CALL)
-    whole = len(groups.ranges) == 1 and protocol.round_blocks and isinstance(protocol, RoundBlocks) \
-        and rounds_per_call > 1 and groups.shuffler is None and not plan.privacy.faithful
-    block = 1
+def _restore(plan: Plan, state, ledger: Ledger | None, result: RunResult) -> tuple[Any, int, list]:
+    """The state and history entry a run starts from (a checkpoint's, with ``runtime.resume``),
+    and the (step, metrics) of the entries it holds, to replay to the callbacks."""
+    restored = checkpoint.resumable(plan.runtime, plan.config)
+    if restored is None:
+        return state, 0, []
+    result.history = restored.history
+    if ledger is not None:
+        ledger.restore(restored.ledger)
+    return restored.state, restored.next_round, list(zip(restored.steps or range(len(result.history)), result.history))
 
-    faithful = plan.privacy.faithful              # units and shuffler draw from entropy the driver never sees
-    deferred = []                                   # faithful runs: (round, last step, model) to evaluate after
-    budget = _Budget(plan, ledger) if plan.privacy.stop_at_budget and ledger is not None else None
-    r, pending, ahead = start_round, None, state     # ahead: what the next round is configured from
-    while not np.all(protocol.done(ahead)):
-        keys = RoundKeys(plan.seed, plan.repetitions, r, plan.replicas.streams)
-        if whole:
-            spec, owner = _round_blocks(protocol).rounds(ahead, keys, min(block, protocol.num_rounds - r)), 0
-        else:
-            spec, owner = protocol.configure(ahead, keys), None
-        if isinstance(_operation(protocol, spec), StepBlock):
-            spec, owner = _fit_block(_step_blocks(protocol), spec, groups.ranges)
-        if isinstance(_operation(protocol, spec), StepBlock):
-            spec = _cut_at_evaluation(_step_blocks(protocol), spec, plan.evaluate_every, plan.num_rounds)
-        operation = _operation(protocol, spec)
-        if budget is not None and isinstance(operation, RoundBlock):
-            # round by round, as one round per call would: the block ends before the first refused round
-            blocks = _round_blocks(protocol)
-            charges = [protocol.charge(ahead, blocks.round_in(spec, i, ahead)[0]) for i in range(spec.steps)]
-            fits, result.stopped = budget.affordable(charges, spec.round)
-            if fits == 0:
-                break
-            if fits < spec.steps:
-                spec = blocks.rounds(ahead, keys, fits)
-        elif budget is not None:
-            charge = protocol.charge(ahead, spec)
-            refused = budget.refusal(charge, spec.round)
-            if refused is not None and isinstance(operation, StepBlock):
-                spec, owner = _step_blocks(protocol).one_step(spec), None      # the budget's last steps, one at a time
-                charge = protocol.charge(ahead, spec)
-                refused = budget.refusal(charge, spec.round)
-            result.stopped = refused
-            if result.stopped is not None:
-                break
-            budget.commit(charge)
-        operation = _operation(protocol, spec)
-        if isinstance(operation, RoundBlock):       # the actor evaluates the rounds due, each at its start
-            evaluate = False
-            payload = RoundPayload(spec, None, tuple(t for t in range(r, r + spec.steps) if due(t, t)))
-        else:
-            # sequential steps are evaluated by step (a block is one history entry of many steps)
-            evaluate = due(spec.round if stepped else r, spec.round + spec.steps - 1)
-            model = next(iter(protocol.output(ahead).values())) if evaluate else None
-            if faithful and model is not None:
-                # The driver sees no per-unit statistic while the protocol runs: the model is evaluated
-                # after the run, and what comes back is reported as diagnostic.
-                deferred.append((r, spec.round + spec.steps - 1, model))     # round r settles into history[r]
-                model, evaluate = None, False
-            payload = RoundPayload(spec, model)
-        if owner is None:
-            if pending is not None:
-                state, pending = confirm(state, pending), None
-            messages, evaluation = groups.exchange(payload)
-            state = ahead = settle(state, r, spec, keys, messages, evaluation, evaluate)
-        else:
-            sent_at = time.perf_counter()
-            started_block = groups.submit_block(payload, owner)
-            if pending is not None:       # the previous block's server steps, while this one runs
-                state = confirm(state, pending)
-            messages, evaluation, claim = started_block.result()
-            pending, ahead = (r, spec, keys, messages, evaluation, evaluate, claim), claim
-            pace = (time.perf_counter() - sent_at) / spec.steps
-            # the first call's pace includes one-time costs (the actor's first imports): it sets no size
-            block = 2 if spec.round == start_round else max(1, min(rounds_per_call, int(CALL_SECONDS / max(pace, 1e-6))))
-        r += spec.steps if isinstance(operation, RoundBlock) else 1
-    if pending is not None:
-        state = confirm(state, pending)
 
-    if deferred:
-        evaluated, _ = _evaluate_stacked(protocol, groups, [model for *_, model in deferred], plan.num_replicas)
-        for (index, step, _), values in zip(deferred, evaluated):
-            result.history[index].update(values)
-            result.diagnostics |= set(values)
-            if tracker is not None:
-                tracker.log_round(step, values)
-
-    result.time_to_first_round = (first_round_at or time.perf_counter()) - started
-    return _finish(plan, protocol, groups, protocol.output(state), result, ledger, started)
+def _evaluate_deferred(plan: Plan, protocol: RoundProtocol, groups, deferred: list, result: RunResult,
+                       hooks: list[Callback]) -> None:
+    """A faithful run's models, evaluated after the run in one call per actor: their metrics join
+    their history entries, as diagnostics."""
+    if not deferred:
+        return
+    evaluated, _ = _evaluate_stacked(protocol, groups, [model for *_, model in deferred], plan.num_replicas)
+    for (index, step, _), values in zip(deferred, evaluated):
+        result.history[index].update(values)
+        result.diagnostics |= set(values)
+        for hook in hooks:
+            hook.after_evaluation(step, values)
 
 
 def _fresh_ledger(plan: Plan) -> Ledger | None:
     """A fresh ledger of the plan's, or None for a run without privacy."""
     ledger = plan.privacy.ledger
     return ledger.fresh() if plan.privacy.private and ledger is not None else None
-
-
-class _Budget:
-    """``privacy.enforce_budget=stop``: the rounds the ledger's targets can still pay for. Each
-    round's charge is public and known before it runs (``protocol.charge``), so a round that would
-    take any (replica, unit) past its target is never started: the run ends with the outputs of the
-    rounds paid for, at a round that depends on no data. Counts include rounds started but not yet
-    settled (a block in flight)."""
-
-    def __init__(self, plan: Plan, ledger: Ledger):
-        if plan.privacy.target_epsilon is None:
-            raise ValueError("privacy.enforce_budget=stop needs target epsilons; this plan has none")
-        self.ledger, self.committed = ledger, ledger.counts.copy()
-        self.target = np.broadcast_to(plan.privacy.target_epsilon, ledger.counts.shape)
-
-    def refusal(self, charge, round_index: int) -> str | None:
-        """None if the budget pays for ``charge``; else why round ``round_index`` is not run."""
-        epsilons = self.ledger.epsilons(self.ledger.after(charge, self.committed))
-        over = epsilons - self.target * (1 + 1e-9)
-        if np.all(over <= 0):
-            return None
-        p, u = np.unravel_index(int(np.argmax(over)), over.shape)
-        return (f"privacy budget: round {round_index} would take {self.ledger.unit} {u} of replica {p} to epsilon "
-                f"{epsilons[p, u]:.4g} > {self.target[p, u]:g}; the run ends after {round_index} rounds")
-
-    def commit(self, charge) -> None:
-        self.committed = self.ledger.after(charge, self.committed)
-
-    def affordable(self, charges: list, first_round: int) -> tuple[int, str | None]:
-        """How many of consecutive rounds' ``charges`` the budget pays for, each checked after the
-        ones before it (committed), and why the next is refused (None if every one is paid for)."""
-        for i, charge in enumerate(charges):
-            refused = self.refusal(charge, first_round + i)
-            if refused is not None:
-                return i, refused
-            self.commit(charge)
-        return len(charges), None
 
 
 def _finish(plan: Plan, protocol: RoundProtocol | CentralProgram, groups, outputs: dict, result: RunResult,
@@ -800,8 +678,10 @@ def _finish(plan: Plan, protocol: RoundProtocol | CentralProgram, groups, output
     return result
 
 
-def _program(plan: Plan, program: CentralProgram, groups, tracker, progress, started: float) -> RunResult:
-    """A driver-side program (``fedray.core.program``): one run over the oracle, one release."""
+def _program(plan: Plan, program: CentralProgram, groups, tracker, progress, started: float,
+             callbacks: Sequence[Callback]) -> RunResult:
+    """A driver-side program (``fedray.core.program``): one run over the oracle, one release, one
+    history entry (reported to the tracking, progress and user callbacks)."""
     ledger = _fresh_ledger(plan)
     ran = program.run(groups, RoundKeys(plan.seed, plan.repetitions, 0, plan.replicas.streams))
     result = RunResult(ran.outputs, constants=dict(program.constants))
@@ -811,9 +691,9 @@ def _program(plan: Plan, program: CentralProgram, groups, tracker, progress, sta
         eps = ledger.epsilons()
         metrics["epsilon_max"], metrics["epsilon_mean"] = eps.max(axis=1), eps.mean(axis=1)
     result.history.append(metrics)
-    if tracker is not None:
-        tracker.log_round(0, metrics)
-    if progress is not None:
-        progress(0, metrics)
+    hooks = [*([Tracking(tracker)] if tracker is not None else []), *([Progress(progress)] if progress is not None else []),
+             *callbacks]
+    for hook in hooks:
+        result.stopped = result.stopped or hook.after_round(Entry(0, 0, metrics))
     result.time_to_first_round = time.perf_counter() - started
     return _finish(plan, program, groups, ran.outputs, result, ledger, started)

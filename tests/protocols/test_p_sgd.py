@@ -34,7 +34,7 @@ def test_block_size_and_actor_layout_change_no_bit(privacy):
 
 
 def test_blocks_are_cut_where_the_users_change_actor():
-    from fedray.runtime.driver import _fit_block
+    from fedray.runtime.strategies import _fit_block
 
     plan = make_plan(compose(*USERS, "privacy=none"))
     groups = InlineGroups(plan, 3)                          # users [0, 200), [200, 400), [400, 600)

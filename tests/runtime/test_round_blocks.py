@@ -11,6 +11,7 @@ import pytest
 from fedray.core.protocol import SampledRounds
 from fedray.plan import make_plan
 from fedray.runtime import driver
+from fedray.runtime.callbacks import BudgetStop
 from fedray.runtime.driver import InlineGroups, run
 from tests.conftest import compose
 
@@ -108,7 +109,7 @@ def test_a_block_is_paid_for_round_by_round_even_where_charges_do_not_add_up():
     from fedray.privacy.ledger import Ledger, RoundsAccountant
 
     ledger = Ledger(RoundsAccountant(lambda rounds: float(rounds), "rounds", 1e-6, per_unit=False), (1, 3))
-    budget = driver._Budget(SimpleNamespace(privacy=SimpleNamespace(target_epsilon=2.0)), ledger)
+    budget = BudgetStop(SimpleNamespace(privacy=SimpleNamespace(target_epsilon=2.0)), ledger)
     rounds = [np.array([[True, False, False]]), np.array([[False, True, False]]), np.array([[False, False, True]])]
     fits, refused = budget.affordable(rounds, 7)
     assert fits == 2 and refused.startswith("privacy budget: round 9 would take silo 0 of replica 0 to epsilon 3")
