@@ -32,7 +32,7 @@ from fedray.rng import setting_words
 from fedray.smoothing import MoreauEnvelope
 
 RUNTIME_KEYS = ("address", "connect_timeout", "num_actors", "num_cpus", "dashboard", "checkpoint_path", "checkpoint_every",
-                "resume", "faithful", "max_restarts", "fault_injection", "rounds_per_call", "single_actor_work",
+                "resume", "faithful", "max_restarts", "rounds_per_call", "single_actor_work",
                 "py_modules")
 MAX_RESTARTS = 100
 TRACKING_KEYS = ("uri", "artifact_location", "experiment_name", "log_every", "replica_curves", "figure")
@@ -173,20 +173,11 @@ def _check_py_modules(names) -> None:
             raise ConfigError("runtime.py_modules", name, f"{allowed}; {name} is a single-file module, not a package")
 
 
-def _check_faults(runtime: dict, num_rounds: int) -> None:
-    """``runtime.max_restarts`` (per actor) and the test-only ``runtime.fault_injection``."""
+def _check_faults(runtime: dict) -> None:
+    """``runtime.max_restarts`` (per actor)."""
     restarts = runtime.get("max_restarts", 3)
     if natural("runtime.max_restarts", restarts) > MAX_RESTARTS:
         raise ConfigError("runtime.max_restarts", restarts, f"an integer from 0 to {MAX_RESTARTS}")
-    fault = runtime.get("fault_injection")
-    if fault is None:
-        return
-    if not isinstance(fault, dict) or set(fault) != {"actor", "round"}:
-        raise ConfigError("runtime.fault_injection", fault, "null, or {actor: i, round: r} (kill actor i's process "
-                          "during round r; for tests)")
-    natural("runtime.fault_injection.actor", fault["actor"])
-    if natural("runtime.fault_injection.round", fault["round"]) >= num_rounds:
-        raise ConfigError("runtime.fault_injection.round", fault["round"], f"a round below num_rounds = {num_rounds}")
 
 
 def _replicas(config: dict) -> Replicas:
@@ -390,7 +381,7 @@ def _resolved(config: dict) -> Plan:
     positive("runtime.single_actor_work", runtime.get("single_actor_work"), allow_none=True)
     positive("runtime.connect_timeout", runtime.get("connect_timeout"), allow_none=True)
     check_bool("runtime.dashboard", runtime.get("dashboard", False))
-    _check_faults(runtime, num_rounds)
+    _check_faults(runtime)
     _check_py_modules(runtime.get("py_modules"))
     address = runtime.get("address")
     if address is not None and (not isinstance(address, str) or not address.strip()):

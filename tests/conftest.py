@@ -30,14 +30,24 @@ def pytest_terminal_summary(terminalreporter, config):
                                     "runs the whole suite")
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the default, ``addopts``): a worker per core, at most 4; each worker that runs
+    an integration test starts a local Ray of its own."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def data_dir(tmp_path_factory):
     """Offline copies of the datasets, unless the caller pointed FEDRAY_DATA_DIR elsewhere; built
-    federations cached in the session's own folder, never in the user's ~/.cache (a test run starts
-    cold, and Ray's workers inherit the variable)."""
+    federations and accountant answers cached in the test run's own folder, shared by its xdist
+    workers (entries are written whole, then renamed or committed), never in the user's ~/.cache:
+    a test run starts cold, and Ray's workers inherit the variable."""
     if "FEDRAY_DATA_DIR" not in os.environ and SHARED_DATASETS.is_dir():
         os.environ["FEDRAY_DATA_DIR"] = str(SHARED_DATASETS)
-    os.environ["FEDRAY_CACHE_DIR"] = str(tmp_path_factory.mktemp("fedray-cache"))
+    root = tmp_path_factory.getbasetemp()
+    cache = (root.parent if "PYTEST_XDIST_WORKER" in os.environ else root) / "fedray-cache"
+    cache.mkdir(exist_ok=True)
+    os.environ["FEDRAY_CACHE_DIR"] = str(cache)
     return os.environ.get("FEDRAY_DATA_DIR")
 
 

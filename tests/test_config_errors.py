@@ -29,10 +29,6 @@ from tests.conftest import REPO, compose
         ("runtime.num_actors=0", "runtime.num_actors must be a positive integer; got 0"),
         ("runtime.max_restarts=-1", "runtime.max_restarts must be a non-negative integer below 2^63; got -1"),
         ("runtime.max_restarts=101", "runtime.max_restarts must be an integer from 0 to 100; got 101"),
-        ("runtime.fault_injection={actor:0}", "runtime.fault_injection must be null, or {actor: i, round: r} (kill actor "
-                                              "i's process during round r; for tests); got {'actor': 0}"),
-        ("runtime.fault_injection={actor:0,round:35}", "runtime.fault_injection.round must be a round below num_rounds "
-                                                       "= 35; got 35"),
         ("algorithm=mb_sgd", "privacy.trust_model must be 'none' for algorithm=mb_sgd (privacy=none); got 'isrl_dp'"),
         ("algorithm=local_sgd", "privacy.trust_model must be 'none' for algorithm=local_sgd (privacy=none); got 'isrl_dp'"),
     ],
@@ -56,7 +52,7 @@ def test_bad_values_name_the_key_and_the_allowed_range(override, message):
          "calibration, delta, enforce_budget, epsilon, epsilon_grid, l2_clip, silo_level, trust_model; got 2"),
         (["+runtime.num_actor=2"],
          "runtime.num_actor must be a known key of runtime (did you mean runtime.num_actors?): address, "
-         "checkpoint_every, checkpoint_path, connect_timeout, dashboard, faithful, fault_injection, max_restarts, num_actors, num_cpus, py_modules, resume, rounds_per_call, single_actor_work; got 2"),
+         "checkpoint_every, checkpoint_path, connect_timeout, dashboard, faithful, max_restarts, num_actors, num_cpus, py_modules, resume, rounds_per_call, single_actor_work; got 2"),
         (["+num_round=10"],
          "num_round must be a known key at the top level (did you mean num_rounds?): algorithm, data, "
          "evaluate_every, grids, num_rounds, participation, privacy, progress, repetitions, replicas, runtime, "

@@ -245,8 +245,7 @@ class RayGroups(GroupOracle):
     dies. A call that an actor's death cut short is replayed once the restarted actors are
     restored (``SiloGroup.restore``): every draw is keyed by (seed, stream, round, unit), so the
     replay returns exactly what the lost call would have, and the round is charged once, when it
-    settles. ``runtime.fault_injection`` = {actor, round} (tests) kills that actor's process just
-    after the calls of the given round are sent."""
+    settles."""
 
     def __init__(self, plan: Plan, num_actors: int, pooled: tuple | None = None):
         blocks = np.array_split(np.arange(plan.shape.num_silos), num_actors)
@@ -257,7 +256,6 @@ class RayGroups(GroupOracle):
         self.setups = [(plan.dataset, plan.seed, plan.trial, range(lo, hi), plan.replicas.streams, plan.privacy.faithful)
                        for lo, hi in _ranges(blocks)]
         self.max_restarts = int(plan.runtime.get("max_restarts", 3))
-        self.fault = plan.runtime.get("fault_injection")
         self.protocol: RoundProtocol | CentralProgram | None = None
         self.replays = 0
         self.layout: tuple | None = None             # set by ``start``: what a pool keys these actors by
@@ -311,12 +309,6 @@ class RayGroups(GroupOracle):
                     raise
                 time.sleep(0.1)
 
-    def _inject(self, first: int, steps: int = 1) -> None:
-        """Kill the chosen actor's process (Ray restarts it) if this call runs the chosen round; once."""
-        if self.fault is not None and first <= self.fault["round"] < first + steps:
-            actor, self.fault = self.actors[self.fault["actor"] % len(self.actors)], None
-            ray.kill(actor, no_restart=False)
-
     def set_protocol(self, protocol) -> None:
         self.protocol = protocol
         self.call("set_protocol", protocol)
@@ -330,7 +322,6 @@ class RayGroups(GroupOracle):
             folded = state
             for actor in self.actors:
                 folded = actor.fold.remote(fn, folded, *refs)
-            self._inject(0)
             return folded
         return self._get(submit)
 
@@ -340,22 +331,13 @@ class RayGroups(GroupOracle):
 
     def call(self, method: str, *args) -> list:
         """One call of ``method`` per actor, gathered with one ray.get."""
-        def submit():
-            refs = [getattr(actor, method).remote(*args) for actor in self.actors]
-            if self.protocol is not None and method != "evaluate":
-                self._inject(0)       # a driver-side program's oracle calls (it runs as round 0)
-            return refs
-        return self._get(submit)
+        return self._get(lambda: [getattr(actor, method).remote(*args) for actor in self.actors])
 
     def exchange(self, payload: RoundPayload) -> tuple[Messages, list]:
         """One round's messages as the server may see them, and the units' evaluation parts."""
         ref = ray.put(payload)
         if self.shuffler is None:
-            def submit():
-                refs = [actor.round.remote(ref) for actor in self.actors]
-                self._inject(payload.spec.round, payload.spec.steps)
-                return refs
-            return _gather(self._get(submit))
+            return _gather(self._get(lambda: [actor.round.remote(ref) for actor in self.actors]))
         # Shuffle model: the replies go from the silo actors to the shuffler as object refs;
         # the driver never holds un-shuffled messages. Evaluation travels in its own call.
         bare = ray.put(replace(payload, evaluate=None))
@@ -363,7 +345,6 @@ class RayGroups(GroupOracle):
         def submit_shuffled():
             evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors if payload.evaluate is not None]
             shuffled = self.shuffler.shuffle.remote(payload.spec.round, *[a.round.remote(bare) for a in self.actors])
-            self._inject(payload.spec.round, payload.spec.steps)
             return [shuffled] + evaluations
         shuffled, *evaluations = self._get(submit_shuffled)
         return Messages(shuffled.messages, shuffled.mask), evaluations
@@ -376,7 +357,6 @@ class RayGroups(GroupOracle):
         def submit():
             evaluations = [actor.evaluate.remote(payload.evaluate) for actor in self.actors if payload.evaluate is not None]
             reply = self.actors[owner].round.remote(bare)
-            self._inject(payload.spec.round, payload.spec.steps)
             return [reply] + evaluations
         refs = submit()
 

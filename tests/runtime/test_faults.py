@@ -33,6 +33,42 @@ CASES = {
 FAULT_ROUND = {"direct": 3, "shuffled_blocks": 12, "curator_halting": 1, "program": 0}
 
 
+class _KillingGroups(driver.RayGroups):
+    """Silo actors of which one has its process killed (Ray restarts it) just after the calls that
+    run round ``round_index`` are sent, once: the fault lands while the call is in flight."""
+
+    def __init__(self, plan, num_actors, actor: int, round_index: int):
+        super().__init__(plan, num_actors)
+        self.fault: tuple[int, int] | None = (actor, round_index)
+        self.calling: tuple[int, int] = (0, 1)          # the rounds [first, first + steps) of the call being sent
+
+    def _get(self, submit, refs=None):
+        first, steps = self.calling
+        if self.fault is not None and self.protocol is not None and first <= self.fault[1] < first + steps:
+            refs = submit() if refs is None else refs
+            actor, self.fault = self.actors[self.fault[0]], None
+            ray.kill(actor, no_restart=False)
+        return super()._get(submit, refs)
+
+    def exchange(self, payload):
+        self.calling = (payload.spec.round, payload.spec.steps)
+        return super().exchange(payload)
+
+    def submit_block(self, payload, owner):
+        self.calling = (payload.spec.round, payload.spec.steps)
+        return super().submit_block(payload, owner)
+
+    def call(self, method, *args):
+        self.calling = (0, 1) if method != "evaluate" else (-1, 0)    # a driver-side program's oracle calls: round 0
+        return super().call(method, *args)
+
+
+def _killing_one_actor(plan, actor: int, round_index: int) -> _KillingGroups:
+    groups = _KillingGroups(plan, 2, actor, round_index)
+    groups.layout, groups.started = driver._layout_key(plan, 2), time.perf_counter()
+    return groups
+
+
 def _same(a, b) -> None:
     assert a.outputs.keys() == b.outputs.keys()
     for name in a.outputs:
@@ -52,9 +88,8 @@ def _same(a, b) -> None:
 def test_a_killed_silo_actor_is_restarted_and_the_run_ends_bit_identical(ray_local, case):
     reference = make_plan(compose(*CASES[case]))
     undisturbed = run(reference, inline=True, groups=InlineGroups(reference, 2))      # the same two blocks of units
-    fault = f"runtime.fault_injection={{actor:1,round:{FAULT_ROUND[case]}}}"
-    plan = make_plan(compose(*CASES[case], "runtime.num_actors=2", fault))
-    groups = driver.start(plan)
+    plan = make_plan(compose(*CASES[case], "runtime.num_actors=2"))
+    groups = _killing_one_actor(plan, actor=1, round_index=FAULT_ROUND[case])
     disturbed = run(plan, groups=groups)
     assert groups.replays >= 1          # the kill cut a call short, and it was replayed
     _same(disturbed, undisturbed)
@@ -62,10 +97,9 @@ def test_a_killed_silo_actor_is_restarted_and_the_run_ends_bit_identical(ray_loc
 
 @pytest.mark.slow
 def test_without_restarts_a_killed_actor_fails_the_run(ray_local):
-    plan = make_plan(compose(*CASES["direct"], "runtime.num_actors=2", "runtime.max_restarts=0",
-                             "runtime.fault_injection={actor:0,round:2}"))
+    plan = make_plan(compose(*CASES["direct"], "runtime.num_actors=2", "runtime.max_restarts=0"))
     with pytest.raises(ray.exceptions.RayActorError):
-        run(plan)
+        run(plan, groups=_killing_one_actor(plan, actor=0, round_index=2))
 
 
 def lose_a_node() -> None:
