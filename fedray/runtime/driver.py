@@ -575,7 +575,7 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float) -> RunResult:
     groups.set_protocol(protocol)
     if isinstance(protocol, CentralProgram):
         return _program(plan, protocol, groups, tracker, progress, started)
-    state = protocol.init()
+    state = protocol.init(RoundKeys(plan.seed, plan.repetitions, 0, plan.replicas.streams))
     ledger = _fresh_ledger(plan)
     result = RunResult(protocol.output(state), constants=dict(protocol.constants))
     first_round_at = None

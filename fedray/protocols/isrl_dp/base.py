@@ -20,6 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedray.core.protocol import RoundKeys
+
 
 class ServerState(NamedTuple):
     """Round index, current iterate and a ring of the last iterates for tail averaging."""
@@ -67,7 +69,7 @@ class PlainIterate:
     def check_fields(fields: dict) -> None:
         """Nothing beyond the planner's checks."""
 
-    def init(self, params0: np.ndarray) -> ServerState:
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> ServerState:
         return initial_state(params0, self.average_last)
 
     def broadcast(self, state: ServerState) -> np.ndarray:
