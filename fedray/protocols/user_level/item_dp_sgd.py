@@ -39,7 +39,7 @@ from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.gradient_descent import GradientState, ProjectedGradient
 from fedray.losses import clipped_weighted_gradients
-from fedray.rng import Stream
+from fedray.rng import Stream, generators
 
 FIELDS = ("_target_", "name", "step_size", "l2_clip", "radius", "batch_size")
 
@@ -131,7 +131,7 @@ class ItemSgdState(NamedTuple):
     round: int
     solver: GradientState
     gradients: np.ndarray        # (P,) item gradient evaluations so far (B per round)
-    picked: np.ndarray           # (P, B) each replica's items of round ``round`` (global ids u m + j)
+    picked: np.ndarray           # (P, B) each replica's items of round ``round`` (global ids u m + j; none after the last)
 
 
 @dataclass(frozen=True)
@@ -155,10 +155,11 @@ class ItemDpSgd:
 
     def sample(self, keys: RoundKeys) -> np.ndarray:
         """(P, B) each replica's items of round ``keys.round`` (global ids u m + j), from the
-        MINIBATCH stream of its row of the keys."""
-        return np.stack([keys.generator(Stream.MINIBATCH, r).choice(self.num_users * self.items, self.batch_size,
-                                                                    replace=False)
-                         for r in range(keys.streams.shape[0])])
+        MINIBATCH stream of its row of the keys; (P, 0) after the last round (none is drawn)."""
+        if keys.round >= self.num_rounds:
+            return np.zeros((keys.streams.shape[0], 0), dtype=np.int64)
+        return np.stack([rng.choice(self.num_users * self.items, self.batch_size, replace=False)
+                         for rng in generators(keys.seed, Stream.MINIBATCH, keys.streams, keys.round)])
 
     def broadcast(self, state: ItemSgdState) -> tuple:
         return self.solver.broadcast(state.solver), state.picked
@@ -188,7 +189,8 @@ class ItemDpSgd:
         """The noisy mean step (SERVER stream of the round's ``keys``), then the next round's items."""
         p = values.shape[0]
         total = np.where(mask[..., None, None], values, 0.0).sum(axis=1)
-        noise = np.stack([keys.generator(Stream.SERVER, r).standard_normal(total.shape[1:]) for r in range(p)])
+        noise = np.stack([rng.standard_normal(total.shape[1:])
+                          for rng in generators(keys.seed, Stream.SERVER, keys.streams, keys.round)])
         gradient = total / self.batch_size + self.noise_std[:, None, None] * noise
         moved = np.ones(p, dtype=np.int64)
         return ItemSgdState(state.round + 1, self.solver.step(state.solver, gradient, moved),
