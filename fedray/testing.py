@@ -100,7 +100,8 @@ def contract(case: ProtocolCase) -> None:
     plan = _plan(case)
     protocol = plan.protocol.build(InlineGroups(plan))
     assert isinstance(protocol, RoundProtocol), f"{type(protocol).__name__} is not a RoundProtocol"
-    spec = protocol.configure(protocol.init(), RoundKeys(plan.seed, plan.replicas.repetitions, 0, plan.replicas.streams))
+    keys = RoundKeys(plan.seed, plan.replicas.repetitions, 0, plan.replicas.streams)
+    spec = protocol.configure(protocol.init(keys), keys)
     assert spec.operation in protocol.operations, f"operation {spec.operation!r} is not registered"
 
 
@@ -162,7 +163,8 @@ def only_messages(case: ProtocolCase) -> None:
     groups = InlineGroups(plan, 2)
     protocol = plan.protocol.build(groups)
     groups.call("set_protocol", protocol)
-    spec = protocol.configure(protocol.init(), RoundKeys(plan.seed, plan.replicas.repetitions, 0, plan.replicas.streams))
+    keys = RoundKeys(plan.seed, plan.replicas.repetitions, 0, plan.replicas.streams)
+    spec = protocol.configure(protocol.init(keys), keys)
     for group, reply in zip(groups.groups, groups.call("round", RoundPayload(spec, None))):
         assert {f.name for f in fields(reply)} == {"silo_ids", "messages", "mask", "evaluation", "claim"}
         assert reply.evaluation is None and reply.claim is None, "a group sent more than its messages"
@@ -185,8 +187,8 @@ def _one_round_releases(plan, values: np.ndarray) -> np.ndarray:
     from fedray.runtime.driver import InlineGroups
 
     protocol = plan.protocol.build(InlineGroups(plan))
-    state = protocol.init()
     keys = RoundKeys(plan.seed, plan.replicas.repetitions, 0, plan.replicas.streams)
+    state = protocol.init(keys)
     spec = protocol.configure(state, keys)
     p = plan.replicas.count
     messages = np.broadcast_to(values, (p,) + values.shape) * spec.participation.reshape(

@@ -89,3 +89,13 @@ def load_script(path: Path):
     sys.path.insert(0, str(path.parent))
     spec.loader.exec_module(module)
     return module
+
+
+def round_keys(replicas: int = 1, seed: int = 0, round_index: int = 0):
+    """The ``RoundKeys`` a test hands to halves it runs by hand: run ``seed``, repetition 0 and
+    stream key (r,) for replica r, round ``round_index`` (``keys.at(t)`` for another)."""
+    import numpy as np
+
+    from fedray.core.protocol import RoundKeys
+
+    return RoundKeys(seed, np.zeros(replicas, dtype=np.int64), round_index, np.arange(replicas, dtype=np.int64)[:, None])

@@ -173,7 +173,7 @@ def test_built_protocol_satisfies_the_round_contract(algorithm):
         assert isinstance(protocol, CentralProgram) and not isinstance(protocol, RoundProtocol)
         return
     assert isinstance(protocol, RoundProtocol)
-    state = protocol.init()
+    state = protocol.init(RoundKeys(plan.seed, plan.repetitions, 0, plan.replicas.streams))
     assert not np.any(protocol.done(state))
     outputs = protocol.output(state)
     # The first output is the released model; linear-model protocols also release their last iterate.
@@ -239,7 +239,8 @@ def test_only_the_protocols_messages_leave_a_group(algorithm):
     groups = InlineGroups(plan, 2)
     protocol = plan.protocol.build(groups)
     groups.call("set_protocol", protocol)
-    spec = protocol.configure(protocol.init(), RoundKeys(plan.seed, plan.repetitions, 0, plan.replicas.streams))
+    keys = RoundKeys(plan.seed, plan.repetitions, 0, plan.replicas.streams)
+    spec = protocol.configure(protocol.init(keys), keys)
     if spec.operation == "client_block":
         spec = protocol.one_step(spec)       # the per-unit messages of one step (blocks release only sums)
     for group, reply in zip(groups.groups, groups.call("round", RoundPayload(spec, None))):

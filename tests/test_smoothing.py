@@ -12,6 +12,7 @@ from tests.loss_reference import per_example_gradients
 from fedray.privacy.mechanisms import NoNoise
 from fedray.rng import SiloDraws
 from fedray.smoothing import Absolute, Hinge, MoreauEnvelope
+from tests.conftest import round_keys
 
 BASES = [(Hinge(), "binary"), (Absolute(), "regression")]
 BETAS = [0.5, 4.0]
@@ -137,10 +138,10 @@ def test_smoothed_hinge_training_lowers_the_hinge_loss():
     silos = SiloArrays(np.arange(4), fed.x_train, fed.y_train, fed.n_train, np.linalg.norm(fed.x_train, axis=2))
     loss = MoreauEnvelope(Hinge(), 8.0)              # 8-smooth, so step 1/8 is safe
     algorithm = MinibatchSGD(loss, np.array([1.0 / 8.0]), 100, 2.0, NoNoise())
-    state = algorithm.init(np.zeros((1, 5, 1)))
+    state = algorithm.init(np.zeros((1, 5, 1)), round_keys())
     for r in range(60):
         msgs = algorithm.silo_step(state.params, silos, SiloDraws(0, np.array([0]), r, silos.silo_ids))
-        state = algorithm.server_step(state, msgs, np.ones((1, 4), dtype=bool))
+        state = algorithm.server_step(state, msgs, np.ones((1, 4), dtype=bool), round_keys())
     hinge = loss.value(margins(state.params, silos.x), silos.y[None]).mean()
     assert hinge < 0.6 * loss.value(margins(np.zeros((1, 5, 1)), silos.x), silos.y[None]).mean()
 

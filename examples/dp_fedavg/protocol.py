@@ -15,7 +15,8 @@ Calibration: z from dp-accounting's RDP accountant for num_rounds K-of-N subsamp
 releases (or Poisson-sampled ones) at (privacy.epsilon, privacy.delta) (``privacy.calibration=accountant``). The ledger
 charges every client every round (the sampling credit holds while each round's clients stay
 secret): each carries the federation's epsilon.
-Randomness: the server's noise comes from the replica's own SERVER stream keyed by the round.
+Randomness: the server's noise comes from the SERVER stream of the round's keys (``RoundKeys``), which
+the runtime hands to ``server_step``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 
 from fedray.checks import known_keys, positive
 from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe
-from fedray.core.protocol import CuratorSampledRounds, Routing
+from fedray.core.protocol import CuratorSampledRounds, RoundKeys, Routing
 from fedray.core.sampling import PoissonParticipation, UniformParticipation
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
@@ -37,7 +38,7 @@ from fedray.losses import loss_residual
 from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
 from fedray.privacy.ledger import Ledger, RoundsAccountant
 from fedray.privacy.statement import PrivacyPlan
-from fedray.rng import Stream, generator
+from fedray.rng import Stream
 
 FIELDS = ("_target_", "name", "step_size", "local_steps", "server_lr", "l2_clip")
 UNIT = "client (all records of one silo)"
@@ -92,7 +93,7 @@ class FedAvgRecipe(ProtocolRecipe):
         k = q * clients if q is not None else int(context.sampler.silos_per_round)
         cells, relation, sensitivity = (replicas.count, clients), "add_remove" if poisson else "replace_one", (1 if poisson else 2) * clip
         make = partial(algorithm_class, context.loss, replicas.step_sizes, steps, server_lr, clip, k,
-                       num_rounds=rounds, seed=context.seed, streams=replicas.streams)
+                       num_rounds=rounds)
         resolved = {"l2_clip": clip, "clients_per_round": k}
         if priv["trust_model"] == "none":
             privacy = PrivacyPlan("none", "none", "none", UNIT, relation, np.zeros(clients), np.zeros(cells), None, None)
@@ -155,12 +156,10 @@ class DpFedAvg:
     expected_clients: float      # K, or q N under Poisson sampling: the step's public denominator
     noise_std: np.ndarray
     num_rounds: int
-    seed: int
-    streams: np.ndarray
 
     recipe: ClassVar[FedAvgRecipe] = FedAvgRecipe()
 
-    def init(self, params0: np.ndarray) -> FedAvgState:
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> FedAvgState:
         return FedAvgState(0, params0.copy(), np.zeros_like(params0))
 
     def broadcast(self, state: FedAvgState) -> np.ndarray:
@@ -182,10 +181,10 @@ class DpFedAvg:
     def charge(self, state: FedAvgState, participation: np.ndarray) -> np.ndarray:
         return participation            # the rounds accountant charges every client of a round with any
 
-    def server_step(self, state: FedAvgState, values: np.ndarray, mask: np.ndarray) -> FedAvgState:
+    def server_step(self, state: FedAvgState, values: np.ndarray, mask: np.ndarray, keys: RoundKeys) -> FedAvgState:
         total = np.einsum("ps,ps...->p...", mask.astype(np.float64), values)
-        noise = np.stack([generator(self.seed, Stream.SERVER, *row, state.round).standard_normal(total.shape[1:])
-                          for row in self.streams])
+        noise = np.stack([keys.generator(Stream.SERVER, r).standard_normal(total.shape[1:])
+                          for r in range(total.shape[0])])
         noisy = total + self.noise_std[:, None, None] * noise
         return FedAvgState(state.round + 1, state.params + self.server_lr * noisy / self.expected_clients, noisy)
 

@@ -15,20 +15,24 @@ the round runs (``protocol.charge(state, spec)``, from the state the round start
 driver can refuse a round the budget cannot pay for. ``done`` is per replica, so halting and
 random stopping need no special path in the driver.
 
-``keys`` (``RoundKeys``) carries the run seed, the replicas' repetitions and the round index, from
-which every server-side draw is keyed (``fedray.rng``): a round can be replayed exactly.
+``keys`` (``RoundKeys``) carries the run seed, the replicas' repetitions and stream keys and the
+round index, from which every server-side draw is keyed (``fedray.rng``): a round can be replayed
+exactly. Every half that draws receives the keys of its own round (step): ``init`` those of round
+0, each ``server_step`` those of the round (step) it runs, in the driver or inside an actor's block.
+An algorithm holds no seed or stream key of its own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import lru_cache
 from collections.abc import Mapping
 from typing import Any, Callable, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from fedray.rng import Stream, generator
+from fedray.rng import CounterStream, Stream, generator, stream_rows
 
 
 class Routing(str, Enum):
@@ -57,6 +61,24 @@ class RoundKeys:
         """The server's generator of ``stream`` for one replica in this round."""
         return generator(self.seed, stream, *self.streams[replica], self.round)
 
+    def at(self, round_index: int) -> RoundKeys:
+        """The keys of round (step) ``round_index`` of the same run."""
+        return RoundKeys(self.seed, self.repetitions, int(round_index), self.streams)
+
+    def counters(self, stream: Stream) -> tuple[CounterStream, ...]:
+        """Each replica's counter-based stream ``stream`` (``fedray.rng.CounterStream``), keyed by the
+        run seed and its row of ``streams`` alone: the caller picks the counter (e.g. the step), so
+        a draw is the same whichever side makes it. Built once per process and run."""
+        rows = stream_rows(self.streams)
+        return _counter_streams(int(self.seed), Stream(stream), rows.tobytes(), rows.shape)
+
+
+@lru_cache(maxsize=64)
+def _counter_streams(seed: int, stream: Stream, rows: bytes, shape: tuple) -> tuple[CounterStream, ...]:
+    """The replicas' counter streams (``RoundKeys.counters``): each costs a SeedSequence, which a
+    curator's per-step draws must not pay per step."""
+    return tuple(CounterStream(seed, stream, *row) for row in np.frombuffer(rows, dtype=np.int64).reshape(shape))
+
 
 @dataclass(frozen=True)
 class RoundSpec:
@@ -75,6 +97,7 @@ class RoundSpec:
     steps: int = 1
     operation: str = CLIENT_STEP
     schedule: Any = None           # client_rounds: (steps, P, N) bool, the participation of each round, and its keys
+    keys: RoundKeys | None = None  # client_block: the keys of step ``round`` (step t's: ``keys.at(t)``)
 
 
 @dataclass(frozen=True)
@@ -130,6 +153,77 @@ ClientOperation = OneStep | StepBlock | RoundBlock
 """The kinds of client operation an actor runs; a protocol registers its own in ``operations``."""
 
 
+class Algorithm(Protocol):
+    """What every protocol shape below reads of the algorithm it is built from: its state starts at
+    ``init(params0, keys)`` (``keys`` of round 0, for an algorithm that draws before the first
+    round), ``broadcast(state)`` is what the units compute at, ``output(state)`` the released
+    values. Each shape adds its client and server halves (``RoundsAlgorithm``, ``StepsAlgorithm``,
+    ...): every ``server_step`` receives the ``RoundKeys`` of its round or step and makes its
+    draws from them (``keys.generator``, or ``fedray.rng`` on ``keys.seed`` and ``keys.streams``)."""
+
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> Any: ...
+
+    def broadcast(self, state: Any) -> Any: ...
+
+    def output(self, state: Any) -> dict[str, np.ndarray]: ...
+
+
+class RoundsAlgorithm(Algorithm, Protocol):
+    """The halves ``SampledRounds`` runs: ``silo_step(broadcast, shard, draws)`` gives the units'
+    messages (P, U, ...); ``server_step(state, values, mask, keys)`` takes them (P, S, ...) with
+    their (P, S) mask and the round's keys."""
+
+    @property
+    def silo_step(self) -> Callable[..., np.ndarray]: ...   # CuratorSampledRounds passes the (P, U) mask too
+
+    def server_step(self, state: Any, values: np.ndarray, mask: np.ndarray, keys: RoundKeys) -> Any: ...
+
+
+class CuratorRoundsAlgorithm(RoundsAlgorithm, Protocol):
+    """The halves ``CuratorSampledRounds`` runs: as ``RoundsAlgorithm`` with
+    ``silo_step(broadcast, shard, draws, participation)``, and the curator's own charge, metrics
+    and halting."""
+
+    def charge(self, state: Any, participation: np.ndarray) -> np.ndarray: ...
+
+    def metrics(self, state: Any) -> dict: ...
+
+    def done(self, state: Any) -> np.ndarray: ...
+
+
+class StepsAlgorithm(Algorithm, Protocol):
+    """The halves ``SequentialSteps`` runs: ``silo_step(broadcast, shard, draws)`` gives the batch's
+    messages (P, U, ...); ``server_step(state, summed, keys)`` takes their sum (P, ...) and the
+    step's keys."""
+
+    def silo_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray: ...
+
+    def server_step(self, state: Any, summed: np.ndarray, keys: RoundKeys) -> Any: ...
+
+
+class CuratorStepsAlgorithm(StepsAlgorithm, Protocol):
+    """The halves ``CuratorSteps`` runs: as ``StepsAlgorithm`` (``silo_step`` gives the (P, ...)
+    sum over the shard's samples), with what a step released and what steps release."""
+
+    def releases(self, first: int, steps: int) -> np.ndarray: ...
+
+    def released(self, state: Any) -> np.ndarray: ...
+
+
+class CuratorBatchesAlgorithm(Algorithm, Protocol):
+    """The halves ``CuratorRounds`` runs: ``silo_step(broadcast, shard, draws, participation)``
+    gives each replica's (P, ...) sum over the shard's units it takes; ``server_step(state,
+    summed, keys)`` takes the summed rows and the round's keys."""
+
+    def silo_step(self, broadcast: Any, shard: Any, draws: Any, participation: np.ndarray) -> np.ndarray: ...
+
+    def server_step(self, state: Any, summed: np.ndarray, keys: RoundKeys) -> Any: ...
+
+    def releases(self, state: Any) -> np.ndarray: ...
+
+    def done(self, state: Any) -> np.ndarray: ...
+
+
 @runtime_checkable
 class RoundProtocol(Protocol):
     """What the driver runs: every member the runtime reads. Implementations are frozen
@@ -165,7 +259,7 @@ class RoundProtocol(Protocol):
     @property
     def operations(self) -> Mapping[str, ClientOperation]: ...
 
-    def init(self) -> Any: ...
+    def init(self, keys: RoundKeys) -> Any: ...
 
     def configure(self, state: Any, keys: RoundKeys) -> RoundSpec: ...
 
@@ -229,8 +323,8 @@ class _FromParts(RoundProtocol):
     def operations(self) -> Mapping[str, ClientOperation]:
         return {CLIENT_STEP: OneStep(self.client_step)}
 
-    def init(self) -> Any:
-        return self.algorithm.init(self.params0)
+    def init(self, keys: RoundKeys) -> Any:
+        return self.algorithm.init(self.params0, keys)
 
     def shard(self, federation: Any, unit_ids: np.ndarray) -> Any:
         return self.shard_view(federation, unit_ids)
@@ -257,12 +351,11 @@ class SampledRounds(_FromParts, RoundBlocks):
     supplies the client and server halves, ``evaluation`` scores models on a shard, and the run
     ends after ``num_rounds`` rounds.
 
-    ``algorithm`` has ``init(params0)``, ``broadcast(state)``, ``silo_step(broadcast, shard,
-    draws)``, ``server_step(state, values, mask)`` and ``output(state)``; its state has ``round``.
+    ``algorithm`` has the halves of a ``RoundsAlgorithm``; its state has ``round``.
     ``shard_view(federation, unit_ids)`` is what its client half reads.
     """
 
-    algorithm: Any
+    algorithm: RoundsAlgorithm
     sampler: Any
     evaluation: Any
     shard_view: Callable[[Any, np.ndarray], Any]
@@ -293,7 +386,7 @@ class SampledRounds(_FromParts, RoundBlocks):
 
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
         charge = self.charge(state, spec)
-        state = self.algorithm.server_step(state, messages.values, messages.mask)
+        state = self.algorithm.server_step(state, messages.values, messages.mask, keys)
         participants = spec.participation.sum(axis=1).astype(np.float64)
         return Aggregated(state, charge, {"participants": participants})
 
@@ -322,7 +415,7 @@ class SampledRounds(_FromParts, RoundBlocks):
     def round_in(self, block: RoundSpec, i: int, state: Any) -> tuple[RoundSpec, RoundKeys]:
         """Round ``i`` of a block, as ``configure`` would have given it from ``state``, and its keys."""
         schedule, keys = block.schedule
-        keys = RoundKeys(keys.seed, keys.repetitions, block.round + i, keys.streams)
+        keys = keys.at(block.round + i)
         return RoundSpec(block.round + i, schedule[i], self.algorithm.broadcast(state)), keys
 
     def client_rounds(self, block: RoundSpec, exchange: Callable[[RoundSpec], Messages],
@@ -340,6 +433,13 @@ class SampledRounds(_FromParts, RoundBlocks):
         return sent, evaluated, state
 
 
+def _block_keys(spec: RoundSpec) -> RoundKeys:
+    """The keys a ``client_block`` spec carries (``SequentialSteps.configure`` puts them there)."""
+    if spec.keys is None:
+        raise ValueError(f"a client_block spec carries the keys of its first step; got none for round {spec.round}")
+    return spec.keys
+
+
 def step_sum(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """(P, ...) sum over the unit axis of the real rows: what a summing shuffler forwards, and all
     a sum-based server needs of one step. The same expression everywhere keeps the bits equal."""
@@ -355,7 +455,8 @@ class SequentialSteps(_FromParts, StepBlocks):
     one of them computes its client message at the current iterate (the client-placed mechanisms
     run there, as in any round), the server receives the SUM of the batch's messages (what a
     summing shuffler forwards; under direct routing, a function of what it would receive) and
-    ``algorithm.server_step(state, summed)`` gives the next iterate. Step t + 1 needs that iterate,
+    ``algorithm.server_step(state, summed, keys)`` (a ``StepsAlgorithm``, with step t's keys) gives
+    the next iterate. Step t + 1 needs that iterate,
     so steps cannot run in parallel; one Ray round trip per step would cost more than the step.
 
     Blocks: ``configure`` asks for up to ``block_steps`` steps; the driver shortens a block to the
@@ -370,7 +471,7 @@ class SequentialSteps(_FromParts, StepBlocks):
     change nothing: results are bit-identical for any ``block_steps`` and any number of actors.
     """
 
-    algorithm: Any
+    algorithm: StepsAlgorithm
     sampler: Any
     evaluation: Any
     shard_view: Callable[[Any, np.ndarray], Any]
@@ -396,7 +497,7 @@ class SequentialSteps(_FromParts, StepBlocks):
         steps = min(self.block_steps, self.num_rounds - first)
         participation = np.zeros((self.params0.shape[0], self.num_units), dtype=bool)
         participation[:, self.step_units(first)[0]:self.step_units(first + steps - 1)[1]] = True
-        return RoundSpec(first, participation, state, steps, CLIENT_BLOCK)
+        return RoundSpec(first, participation, state, steps, CLIENT_BLOCK, keys=keys)
 
     def one_step(self, spec: RoundSpec) -> RoundSpec:
         """The first step of a block as an ordinary round (for a step whose units straddle actors)."""
@@ -416,7 +517,7 @@ class SequentialSteps(_FromParts, StepBlocks):
             values = self.algorithm.silo_step(self.algorithm.broadcast(state), shard.select(positions),
                                               draws_for(step, unit_ids[positions]))
             summed = values.sum(axis=1)          # = step_sum with every unit present (x * 1.0 is x)
-            state = self.algorithm.server_step(state, summed)
+            state = self.algorithm.server_step(state, summed, _block_keys(spec).at(step))
             sums.append(summed)
         return np.stack(sums), state
 
@@ -434,8 +535,8 @@ class SequentialSteps(_FromParts, StepBlocks):
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
         charge = self.charge(state, spec)
         sums = messages.values if spec.operation == CLIENT_BLOCK else step_sum(messages.values, messages.mask)[None]
-        for summed in sums:
-            state = self.algorithm.server_step(state, summed)
+        for step, summed in enumerate(sums, spec.round):
+            state = self.algorithm.server_step(state, summed, keys.at(step))
         units = self.step_units(spec.round + spec.steps - 1)[1] - self.step_units(spec.round)[0]
         return Aggregated(state, charge, {"participants": np.full(self.params0.shape[0], float(units))})
 
@@ -449,8 +550,8 @@ class CuratorSteps(SequentialSteps):
     may see what. The curator sees the exact sums of its samples' contributions and its state is
     built from them (mirror descent's scores from raw gradient sums): what it RELEASES is the
     output of its own randomised steps (vertex draws), drawn in ``algorithm.server_step`` from
-    streams keyed by the step (the algorithm carries the run seed and the replicas' streams), so
-    draws do not depend on the block size or the actor layout.
+    the step's keys (``RoundKeys.at(step)``, whichever side runs the step), so draws do not depend
+    on the block size or the actor layout.
 
     A block runs in the actor holding its samples, which acts for the curator there: it forms each
     step's sum, runs the server step and records what the step released
@@ -462,6 +563,8 @@ class CuratorSteps(SequentialSteps):
     those steps) to every sample (each release reads the scores, which read all samples used so
     far): a (P, 1) charge for a population ledger whose one column stands for every sample.
     """
+
+    algorithm: CuratorStepsAlgorithm
 
     per_actor_sums: ClassVar[bool] = True
 
@@ -477,7 +580,7 @@ class CuratorSteps(SequentialSteps):
         for step, positions in self._block_steps(spec, unit_ids):
             summed = self.algorithm.silo_step(self.algorithm.broadcast(state), shard.select(positions),
                                               draws_for(step, unit_ids[positions]))
-            state = self.algorithm.server_step(state, summed)
+            state = self.algorithm.server_step(state, summed, _block_keys(spec).at(step))
             released.append(self.algorithm.released(state))
         return np.stack(released), state
 
@@ -485,7 +588,7 @@ class CuratorSteps(SequentialSteps):
         if spec.operation == CLIENT_BLOCK:
             state = messages.claim
         else:
-            state = self.algorithm.server_step(state, step_sum(messages.values, messages.mask))
+            state = self.algorithm.server_step(state, step_sum(messages.values, messages.mask), keys.at(spec.round))
         p = self.params0.shape[0]
         units = self.step_units(spec.round + spec.steps - 1)[1] - self.step_units(spec.round)[0]
         return Aggregated(state, self.charge(None, spec), {"participants": np.full(p, float(units))})
@@ -505,8 +608,8 @@ class CuratorSampledRounds(SampledRounds):
 
     As ``SampledRounds`` (the sampler picks the units, each sends its own message, routed
     directly), except that the server half owns its privacy: ``algorithm.server_step(state,
-    values, mask)`` makes the curator's draws from streams keyed by (replica, round) that the
-    algorithm carries; a round charges ``algorithm.charge(state, participation)`` ((P, N), from
+    values, mask, keys)`` (a ``CuratorRoundsAlgorithm``) makes the curator's draws from the
+    round's keys; a round charges ``algorithm.charge(state, participation)`` ((P, N), from
     the state the round started from: e.g. every user of a phase once, at its first round, for
     each replica still running) rather than the participation; ``algorithm.metrics(state)`` adds
     (P,) metrics (``fedray.core.evaluation.Metric``, tagged released or diagnostic); a replica
@@ -514,6 +617,8 @@ class CuratorSampledRounds(SampledRounds):
     takes part (the others' rounds go on); and the client step receives the (P, U) mask of its
     units, so a unit computes only for the replicas that sampled it.
     """
+
+    algorithm: CuratorRoundsAlgorithm
 
     public_charges: ClassVar[bool] = False     # a halted replica (a test outcome) is charged nothing more
     round_blocks: ClassVar[bool] = False       # who takes part depends on the state (halting): one round per call
@@ -533,7 +638,7 @@ class CuratorSampledRounds(SampledRounds):
 
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
         charge = self.charge(state, spec)
-        state = self.algorithm.server_step(state, messages.values, messages.mask)
+        state = self.algorithm.server_step(state, messages.values, messages.mask, keys)
         metrics = {"participants": spec.participation.sum(axis=1).astype(np.float64), **self.algorithm.metrics(state)}
         return Aggregated(state, charge, metrics)
 
@@ -549,13 +654,13 @@ class CuratorRounds(_FromParts):
     Round t: ``sampler`` gives each replica's units (public randomness, e.g. ``LeveledBatches``),
     ``algorithm.broadcast(state)`` the query the units answer, every actor sends per replica the
     sum over its units of that replica (``per_actor_sums``), and ``algorithm.server_step`` takes
-    the summed (P, ...) rows. The curator's own draws are made in its server step, keyed by
-    (replica, round). Each round charges ``algorithm.releases(state)`` ((P,): what the replica
+    the summed (P, ...) rows and the round's keys (a ``CuratorBatchesAlgorithm``): the curator's
+    own draws are made there, from those keys. Each round charges ``algorithm.releases(state)`` ((P,): what the replica
     released at the state the round started from, 0 once stopped) to every sample: a (P, 1)
     charge for a population ledger. ``algorithm.done(state)`` is per replica.
     """
 
-    algorithm: Any
+    algorithm: CuratorBatchesAlgorithm
     sampler: Any
     evaluation: Any
     shard_view: Callable[[Any, np.ndarray], Any]
@@ -581,7 +686,7 @@ class CuratorRounds(_FromParts):
 
     def aggregate(self, state: Any, spec: RoundSpec, messages: Messages, keys: RoundKeys) -> Aggregated:
         charge = self.charge(state, spec)
-        state = self.algorithm.server_step(state, step_sum(messages.values, messages.mask))
+        state = self.algorithm.server_step(state, step_sum(messages.values, messages.mask), keys)
         return Aggregated(state, charge, {"participants": spec.participation.sum(axis=1).astype(np.float64)})
 
     def done(self, state: Any) -> np.ndarray:

@@ -17,7 +17,8 @@ of B messages carries noise B sigma^2 per coordinate. Randomness: the NOISE stre
 
 ``CentralGaussianSum``: trust model central DP. A trusted server receives the exact sum of the
 clipped vectors and releases it with one N(0, sigma^2 I_d) added; only that release, and what is
-computed from it, is public. Randomness: the OUTPUT_NOISE stream at (run seed, replica key, step).
+computed from it, is public. Randomness: the OUTPUT_NOISE stream at (run seed, replica key, step),
+from the step's ``RoundKeys`` the server step passes in.
 The step index keys the draw, so a step replayed (the driver re-running the steps an actor ran)
 draws the same noise.
 
@@ -43,6 +44,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedray.core.mechanism import Placement
+from fedray.core.protocol import RoundKeys
 from fedray.privacy.gaussian import analytic_sigma
 from fedray.rng import SiloDraws, Stream, generators
 
@@ -75,7 +77,7 @@ class LocalGaussianSum:
                                 lambda block, rng: block + self.sigma * rng.standard_normal(block.shape))
         return noisy.sum(axis=2)
 
-    def estimate(self, total: np.ndarray, users, step: int) -> np.ndarray:
+    def estimate(self, total: np.ndarray, users, keys: RoundKeys | None = None) -> np.ndarray:
         return total
 
     def sum_mse(self, users: int, dim: int) -> float:
@@ -83,24 +85,29 @@ class LocalGaussianSum:
         return users * dim * self.sigma**2
 
 
+def _required(keys: RoundKeys | None) -> RoundKeys:
+    if keys is None:
+        raise ValueError("a central Gaussian release draws from the step's keys; got keys=None")
+    return keys
+
+
 @dataclass(frozen=True)
 class CentralGaussianSum:
     """The exact sum, released by a trusted server with one Gaussian draw (module docstring)."""
 
     sigma: float
-    seed: int
-    streams: np.ndarray            # (P, k) each replica's stream key (``Replicas.streams``)
     draws: int = 1                 # independent N(0, sigma^2 I) draws per release (2: pan-private AC-SA)
     placement: ClassVar[Placement] = Placement.SERVER
 
     def randomize(self, vectors: np.ndarray, draws: SiloDraws) -> np.ndarray:
         return vectors.sum(axis=2)
 
-    def estimate(self, total: np.ndarray, users, step: int) -> np.ndarray:
-        """(P, D) the released sum: ``total`` plus ``draws`` N(0, sigma^2 I) per replica, keyed by ``step``."""
-        return total + self.sigma * self._noise(total, step).sum(axis=1)
+    def estimate(self, total: np.ndarray, users, keys: RoundKeys | None = None) -> np.ndarray:
+        """(P, D) the released sum: ``total`` plus ``draws`` N(0, sigma^2 I) per replica, keyed by
+        the step's ``keys`` (its round and each replica's row of ``keys.streams``)."""
+        return total + self.sigma * self._noise(total, _required(keys)).sum(axis=1)
 
-    def intruder_view(self, total: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
+    def intruder_view(self, total: np.ndarray, keys: RoundKeys) -> tuple[np.ndarray, np.ndarray]:
         """(state, release), each (P, D): what an intruder who reads the curator's accumulator once,
         after the step's last user entered it, sees, and the step's release, from the same draws.
 
@@ -109,14 +116,14 @@ class CentralGaussianSum:
         ``estimate`` does. With ``draws=1`` (the central baseline) the state is the exact sum: a
         central curator is not pan-private. The runtime never forms the state (it adds the draws
         at once); this is the view pan-privacy (seed 000, Def. C.2) protects, for audits."""
-        noise = self._noise(total, step)
+        noise = self._noise(total, keys)
         return total + self.sigma * noise[:, :-1].sum(axis=1), total + self.sigma * noise.sum(axis=1)
 
-    def _noise(self, total: np.ndarray, step: int) -> np.ndarray:
+    def _noise(self, total: np.ndarray, keys: RoundKeys) -> np.ndarray:
         """(P, draws, D) the step's standard normal draws per replica, in the order they are added."""
-        rows = np.asarray(self.streams).reshape(total.shape[0], -1)
+        rows = np.asarray(keys.streams).reshape(total.shape[0], -1)
         return np.stack([rng.standard_normal((self.draws,) + total.shape[1:])
-                         for rng in generators(self.seed, Stream.OUTPUT_NOISE, rows, step)])
+                         for rng in generators(keys.seed, Stream.OUTPUT_NOISE, rows, keys.round)])
 
     def sum_mse(self, users: int, dim: int) -> float:
         """E||estimate - sum||^2 = draws d sigma^2, whatever the number of users."""

@@ -68,6 +68,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedray.core.protocol import RoundKeys
 from fedray.errors import ConfigError
 from fedray.rng import SiloDraws, Stream
 
@@ -385,9 +386,9 @@ class SplitVectorSum:
         # is M1's. This partial sum reaches only the shuffler, which sees more (each message) in M1.
         return counts.sum(axis=2)
 
-    def estimate(self, total: np.ndarray, users: np.ndarray, step: int = 0) -> np.ndarray:
+    def estimate(self, total: np.ndarray, users: np.ndarray, keys: RoundKeys | None = None) -> np.ndarray:
         """Unbiased estimate (P, D) of the sum of the ``users`` (P,) record gradients (the analyzer
-        draws nothing, so ``step`` is unused)."""
+        draws nothing, so the step's ``keys`` are unused)."""
         return analyze_counts(total, self.params, num_users=users)
 
     def sum_mse(self, users: int, dim: int) -> float:
@@ -402,7 +403,7 @@ class ExactSum:
     def randomize(self, vectors: np.ndarray, draws: SiloDraws) -> np.ndarray:
         return vectors.sum(axis=2)
 
-    def estimate(self, total: np.ndarray, users: np.ndarray, step: int = 0) -> np.ndarray:
+    def estimate(self, total: np.ndarray, users: np.ndarray, keys: RoundKeys | None = None) -> np.ndarray:
         return total
 
     def sum_mse(self, users: int, dim: int) -> float:

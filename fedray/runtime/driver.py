@@ -511,7 +511,8 @@ def _rounds(plan: Plan, groups, tracker, progress, started: float, callbacks: Se
     groups.set_protocol(protocol)
     if isinstance(protocol, CentralProgram):
         return _program(plan, protocol, groups, tracker, progress, started, callbacks)
-    state, ledger = protocol.init(), _fresh_ledger(plan)
+    state = protocol.init(RoundKeys(plan.seed, plan.repetitions, 0, plan.replicas.streams))
+    ledger = _fresh_ledger(plan)
     result = RunResult(protocol.output(state), constants=dict(protocol.constants))
     state, first, replay = _restore(plan, state, ledger, result)
     server = _Server(protocol, ledger, result, [*built_in(plan, ledger, result.history, tracker, progress), *callbacks])

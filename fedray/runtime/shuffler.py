@@ -64,7 +64,7 @@ class ShuffledMessages:
 
     @property
     def mask(self) -> np.ndarray:
-        """(P, M_max) prefix mask of the real rows, for ``server_step(state, messages, mask)``."""
+        """(P, M_max) prefix mask of the real rows, for ``server_step(state, messages, mask, keys)``."""
         return np.arange(self.messages.shape[1])[None, :] < self.counts[:, None]
 
 

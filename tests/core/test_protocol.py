@@ -59,6 +59,13 @@ def test_an_unregistered_operation_is_refused_by_name(monkeypatch):
         _run("runtime.rounds_per_call=1")       # every round from configure
 
 
+def _mypy_errors(module) -> tuple[list[str], str]:
+    """mypy's error lines on ``module`` under the project's configuration, and its whole report."""
+    found = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), str(module)],
+                           cwd=ROOT, capture_output=True, text=True)
+    return [line for line in found.stdout.splitlines() if ": error:" in line], found.stdout
+
+
 @pytest.mark.slow
 def test_the_type_checker_refuses_a_protocol_missing_a_declared_member(tmp_path):
     """mypy (CI runs it over every protocol) flags a class lacking a member the runtime reads, and
@@ -86,9 +93,53 @@ def test_the_type_checker_refuses_a_protocol_missing_a_declared_member(tmp_path)
             runs(OnlyInit())
             blocks(sampled)       # not a StepBlocks: no step_units, one_step
     """))
-    found = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), str(module)],
-                           cwd=ROOT, capture_output=True, text=True)
-    errors = [line for line in found.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 2, found.stdout
+    errors, report = _mypy_errors(module)
+    assert len(errors) == 2, report
     assert '"OnlyInit"' in errors[0] and '"RoundProtocol"' in errors[0]
     assert '"SampledRounds"' in errors[1] and '"StepBlocks"' in errors[1]
+
+
+@pytest.mark.slow
+def test_the_type_checker_refuses_a_server_half_without_its_rounds_keys(tmp_path):
+    """The declared algorithm contracts hold the server half to the keys it is handed: a
+    ``server_step`` without ``keys`` is refused for the round and the step shapes, one with them
+    accepted (each protocol package checks its classes this way)."""
+    module = tmp_path / "keyless_server.py"
+    module.write_text(textwrap.dedent("""
+        from typing import Any
+
+        import numpy as np
+
+        from fedray.core.protocol import RoundKeys, RoundsAlgorithm, StepsAlgorithm
+
+
+        class Halves:
+            def init(self, params0: np.ndarray, keys: RoundKeys) -> Any: ...
+            def broadcast(self, state: Any) -> Any: ...
+            def output(self, state: Any) -> dict[str, np.ndarray]:
+                return {}
+
+            def silo_step(self, broadcast: Any, shard: Any, draws: Any) -> np.ndarray:
+                return np.zeros(1)
+
+
+        class KeyedRounds(Halves):
+            def server_step(self, state: Any, values: np.ndarray, mask: np.ndarray, keys: RoundKeys) -> Any: ...
+
+
+        class KeylessRounds(Halves):
+            def server_step(self, state: Any, values: np.ndarray, mask: np.ndarray) -> Any: ...
+
+
+        class KeylessSteps(Halves):
+            def server_step(self, state: Any, summed: np.ndarray) -> Any: ...
+
+
+        keyed: type[RoundsAlgorithm] = KeyedRounds
+        keyless: type[RoundsAlgorithm] = KeylessRounds
+        steps: type[StepsAlgorithm] = KeylessSteps
+    """))
+    errors, report = _mypy_errors(module)
+    assert len(errors) == 2, report
+    assert '"type[KeylessRounds]"' in errors[0] and '"type[RoundsAlgorithm]"' in errors[0]
+    assert '"type[KeylessSteps]"' in errors[1] and '"type[StepsAlgorithm]"' in errors[1]

@@ -21,6 +21,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from fedray.core.protocol import RoundKeys
 from fedray.plan import make_plan
 from fedray.privacy import audit_epsilon
 from tests.conftest import compose
@@ -55,9 +56,9 @@ def views_sampler(step_sum, batch: int, l2_clip: float):
 
     def sample(flag, num_draws, rng):
         if (flag, num_draws) not in kept:
-            step = dataclasses.replace(step_sum, seed=int(rng.integers(2**31)), streams=np.arange(num_draws)[:, None])
-            total = step.randomize(neighbours(flag, num_draws, batch, l2_clip), None).sum(axis=1)   # the users' sum
-            state, release = step.intruder_view(total, 0)                                          # the curator
+            keys = RoundKeys(int(rng.integers(2**31)), np.zeros(num_draws), 0, np.arange(num_draws)[:, None])
+            total = step_sum.randomize(neighbours(flag, num_draws, batch, l2_clip), None).sum(axis=1)   # the users' sum
+            state, release = step_sum.intruder_view(total, keys)                                       # the curator
             kept[flag, num_draws] = np.concatenate([state, release], axis=1)
         return kept[flag, num_draws]
 
@@ -72,9 +73,10 @@ def test_the_pair_moves_the_sum_by_the_sensitivity_and_the_views_are_the_runs_dr
     # The release is what the run's server step adds (``estimate``), bit for bit; the state lacks
     # exactly the last draw, and a one-draw (central) curator's state is the exact sum.
     total = np.array([[0.25]])                            # the planned run has one replica
-    state, release = step_sum.intruder_view(total, 3)
-    np.testing.assert_array_equal(release, step_sum.estimate(total, batch, 3))
-    last = dataclasses.replace(step_sum, draws=1).intruder_view(total, 3)
+    keys = RoundKeys(0, np.zeros(1), 3, np.zeros((1, 1), dtype=np.int64))
+    state, release = step_sum.intruder_view(total, keys)
+    np.testing.assert_array_equal(release, step_sum.estimate(total, batch, keys))
+    last = dataclasses.replace(step_sum, draws=1).intruder_view(total, keys)
     np.testing.assert_array_equal(last[0], total)
     assert np.all(state != total) and np.all(release != state)
 

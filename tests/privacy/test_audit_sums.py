@@ -21,6 +21,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from fedray.core.protocol import RoundKeys
 from fedray.privacy import audit_epsilon
 from fedray.privacy.gaussian_sum import CentralGaussianSum, LocalGaussianSum, release_sigma
 from fedray.privacy.vector_sum import SplitVectorSum, vector_sum_parameters
@@ -80,8 +81,8 @@ def gaussian_sampler(sum_step, central: bool):
     def sample(flag, num_draws, rng):
         x = neighbours(flag, num_draws)
         if central:
-            step = dataclasses.replace(sum_step, seed=int(rng.integers(2**31)), streams=np.arange(num_draws)[:, None])
-            return step.estimate(step.randomize(x, None).sum(axis=1), USERS, 0)
+            keys = RoundKeys(int(rng.integers(2**31)), np.zeros(num_draws), 0, np.arange(num_draws)[:, None])
+            return sum_step.estimate(sum_step.randomize(x, None).sum(axis=1), USERS, keys)
         return sum_step.randomize(x, draws_for(rng, num_draws))[:, 0]     # local DP: user 0's own message
 
     return sample
@@ -93,7 +94,7 @@ def test_gaussian_sums_stay_below_their_claim_and_half_the_noise_is_caught(centr
     sigma = release_sigma(eps, DELTA, L2)
 
     def make(s):
-        return CentralGaussianSum(s, 0, np.zeros((1, 1))) if central else LocalGaussianSum(s)
+        return CentralGaussianSum(s) if central else LocalGaussianSum(s)
 
     honest = audit_epsilon(gaussian_sampler(make(sigma), central), 200_000, np.random.default_rng(2), delta=DELTA)
     broken = audit_epsilon(gaussian_sampler(make(sigma / 2), central), 200_000, np.random.default_rng(3), delta=DELTA)

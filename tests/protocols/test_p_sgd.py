@@ -11,7 +11,7 @@ from fedray.core.protocol import SequentialSteps
 from fedray.errors import ConfigError
 from fedray.plan import make_plan
 from fedray.runtime.driver import InlineGroups, run
-from tests.conftest import compose
+from tests.conftest import compose, round_keys
 
 USERS = ["experiment=p_sgd_synthetic", "data.spec.num_silos=600", "data.spec.dim=3", "participation.batch_size=7",
          "num_rounds=80", "progress=false", "evaluate_every=25"]
@@ -40,7 +40,7 @@ def test_blocks_are_cut_where_the_users_change_actor():
     groups = InlineGroups(plan, 3)                          # users [0, 200), [200, 400), [400, 600)
     protocol = plan.protocol.build(groups)
     assert isinstance(protocol, SequentialSteps)
-    state = protocol.init()
+    state = protocol.init(round_keys())
     spec, owner = _fit_block(protocol, protocol.configure(state, None), groups.ranges)
     assert (owner, spec.steps, spec.participation[0].nonzero()[0].max()) == (0, 28, 195)   # 28 * 7 = 196 <= 200
     straddling = state._replace(round=28)                   # users 196..202 live in two groups
@@ -77,13 +77,16 @@ def _replay(plan, result):
     from fedray.data.federation import SiloArrays
     from fedray.rng import SiloDraws
 
+    from fedray.core.protocol import RoundKeys
+
     alg, fed = plan.protocol.algorithm, plan.dataset.load(plan.seed)
-    state, everyone = alg.init(np.zeros((1, 3, 1))), SiloArrays.of(fed, np.arange(plan.shape.num_silos))
+    keys = RoundKeys(plan.seed, plan.repetitions, 0, plan.replicas.streams)
+    state, everyone = alg.init(np.zeros((1, 3, 1)), keys), SiloArrays.of(fed, np.arange(plan.shape.num_silos))
     for step in range(plan.num_rounds):
         lo, hi = plan.protocol.sampler.step_units(step)
         users = everyone.select(slice(lo, hi))
         messages = alg.silo_step(state.params, users, SiloDraws(plan.seed, plan.replicas.streams, step, np.arange(lo, hi)))
-        state = alg.server_step(state, messages.sum(axis=1))
+        state = alg.server_step(state, messages.sum(axis=1), keys.at(step))
     return alg.output(state)["avg"]
 
 

@@ -115,3 +115,26 @@ def test_a_block_is_paid_for_round_by_round_even_where_charges_do_not_add_up():
     assert fits == 2 and refused.startswith("privacy budget: round 9 would take silo 0 of replica 0 to epsilon 3")
     assert np.array_equal(budget.committed, [[2, 2, 2]])
     assert np.array_equal(ledger.after(sum(rounds)), [[1, 1, 1]])        # what a summed charge would have priced
+
+
+# P_GD with a central Gaussian: the server's noise is drawn in every server step, by the actor
+# running a block (its copy of each round) and by the driver re-running it (``aggregate``).
+CENTRAL_PGD = ["data=synthetic", "data.spec.num_silos=60", "data.spec.samples_per_silo=1", "data.spec.dim=4",
+               "data.spec.test_samples_per_silo=1", "algorithm=p_gd", "participation=all",
+               "privacy=central_gaussian", "num_rounds=6", "progress=false"]
+
+
+def test_a_server_that_draws_gets_each_rounds_keys_inside_a_block():
+    """Each server step of a block draws from its own round's keys (``round_in``): the driver's
+    re-run reaches the actor's state (else the run is refused) and the run equals one round per
+    call bit for bit; the noise is there (another run without it differs)."""
+    plan = make_plan(compose(*CENTRAL_PGD))
+    groups = CountingGroups(plan)
+    blocked = run(plan, inline=True, groups=groups)
+    single = run(make_plan(compose(*CENTRAL_PGD, "runtime.rounds_per_call=1")), inline=True)
+    quiet = run(make_plan(compose(*CENTRAL_PGD, "privacy=none")), inline=True)
+    assert max(groups.blocks) > 1 and sum(groups.blocks) == 6
+    assert np.array_equal(blocked.last_iterate, single.last_iterate)
+    for a, b in zip(blocked.history, single.history, strict=True):
+        assert all(np.array_equal(a[key], b[key]) for key in a)
+    assert not np.allclose(blocked.last_iterate, quiet.last_iterate)

@@ -37,6 +37,7 @@ sys.path.insert(0, str(HERE.parents[2]))
 
 from fedray.data import PaddedMatrixGame  # noqa: E402
 from fedray.privacy.composition import pure_advanced_composition  # noqa: E402
+from fedray.core.protocol import RoundKeys  # noqa: E402
 from fedray.protocols.mirror_descent.audit import replay_audit  # noqa: E402
 from fedray.protocols.mirror_descent.calibration import bound_schedule, draw_epsilon, sgd_schedule  # noqa: E402
 from fedray.protocols.mirror_descent.simplex import VertexDraws  # noqa: E402
@@ -57,12 +58,14 @@ def run_cell(n: int, d: int, eps: float, rule: str, where: str, replicas: int) -
     schedule = (sgd_schedule("bilinear", n, eps, DELTA, d, d, game.lipschitz) if rule == "paper" else
                 bound_schedule("bilinear", n, eps, DELTA, d, d, game.lipschitz, game.lipschitz, 0.0))
     alg = PrivateSMD(np.full(replicas, schedule.step_size), schedule.batch_size, schedule.num_steps, d, d,
-                     VertexDraws(0, np.arange(replicas)[:, None], schedule.draws))
+                     VertexDraws(schedule.draws))
+    keys = RoundKeys(0, np.zeros(replicas, dtype=np.int64), 0, np.arange(replicas)[:, None])
     samples = game.load(seed=0)
     target = 0 if where == "first" else (schedule.num_steps // 2) * schedule.batch_size
     start = time.perf_counter()
     payoff = worst_case_payoff(game)
-    audit = replay_audit(alg, samples.replace(target, payoff), samples.replace(target, -payoff), game.lipschitz, DELTA)
+    audit = replay_audit(alg, keys, samples.replace(target, payoff), samples.replace(target, -payoff), game.lipschitz,
+                         DELTA)
     per_draw = draw_epsilon(schedule.step_size, game.lipschitz, schedule.batch_size)
     planned = float(pure_advanced_composition(per_draw, audit.draws, DELTA)[0])
     row = {"n": n, "d": d, "eps": eps, "rule": rule, "replaced": where, "T": schedule.num_steps, "B": schedule.batch_size,

@@ -37,6 +37,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from fedray.acsa import AcceleratedState, AcSa, SingleStage
+from fedray.core.protocol import RoundKeys
 from fedray.data.federation import SiloArrays
 from fedray.protocols.isrl_dp.base import masked_mean, outputs
 from fedray.protocols.isrl_dp.planning import SiloGaussian
@@ -115,7 +116,7 @@ class AcSaRounds:
         return AcSa(self.step_size, self.strong_convexity, self.regularization, self.radius, self.average_last,
                     self.stages)
 
-    def init(self, params0: np.ndarray) -> AcceleratedState:
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> AcceleratedState:
         self.check_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
         return self.server.init(params0)
 
@@ -128,7 +129,8 @@ class AcSaRounds:
     def gradient_estimate(self, messages: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return masked_mean(messages, mask)
 
-    def server_step(self, state: AcceleratedState, messages: np.ndarray, mask: np.ndarray) -> AcceleratedState:
+    def server_step(self, state: AcceleratedState, messages: np.ndarray, mask: np.ndarray,
+                    keys: RoundKeys) -> AcceleratedState:
         return self.server.step(state, *self.gradient_estimate(messages, mask))
 
     def output(self, state: AcceleratedState) -> dict[str, np.ndarray]:

@@ -3,13 +3,14 @@
 An algorithm is a frozen dataclass of resolved hyperparameters with pure functions, the parts
 ``fedray.core.protocol.SampledRounds`` runs::
 
-    init(params0) -> ServerState                      params0 (P, d, C)
+    init(params0, keys) -> ServerState                params0 (P, d, C); keys: round 0's RoundKeys
     broadcast(state) -> array sent to silos           (P, d, C)
     silo_step(broadcast, silos, draws) -> messages    (P, S, ...), privatized inside the silo
-    server_step(state, messages, mask) -> ServerState mask (P, S): who took part, per replica
+    server_step(state, messages, mask, keys)          mask (P, S): who took part, per replica; keys:
+        -> ServerState                                the round's (these servers draw nothing)
     output(state) -> {"last": ..., "avg": ...}        the released models
 
-and one class attribute, ``recipe``: its privacy (``fedray.protocols.isrl_dp.planning``).
+(a ``fedray.core.protocol.RoundsAlgorithm``) and one class attribute, ``recipe``: its privacy (``fedray.protocols.isrl_dp.planning``).
 
 No Ray, MLflow or Hydra here: the runtime moves arrays, the algorithm does the math.
 """
@@ -19,6 +20,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+
+from fedray.core.protocol import RoundKeys
 
 
 class ServerState(NamedTuple):
@@ -67,7 +70,7 @@ class PlainIterate:
     def check_fields(fields: dict) -> None:
         """Nothing beyond the planner's checks."""
 
-    def init(self, params0: np.ndarray) -> ServerState:
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> ServerState:
         return initial_state(params0, self.average_last)
 
     def broadcast(self, state: ServerState) -> np.ndarray:

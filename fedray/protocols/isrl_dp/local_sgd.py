@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fedray.core.protocol import RoundKeys
 from fedray.data.federation import SiloArrays
 from fedray.protocols.isrl_dp.base import PlainIterate, ServerState, advance, masked_mean
 from fedray.protocols.isrl_dp.planning import SiloGaussian
@@ -97,6 +98,6 @@ class LocalSGD(PlainIterate):
                 local -= np.multiply(eta, noisy, out=noisy)
         return local
 
-    def server_step(self, state: ServerState, messages: np.ndarray, mask: np.ndarray) -> ServerState:
+    def server_step(self, state: ServerState, messages: np.ndarray, mask: np.ndarray, keys: RoundKeys) -> ServerState:
         mean, counts = masked_mean(messages, mask)
         return advance(state, np.where((counts > 0)[:, None, None], mean, state.params))

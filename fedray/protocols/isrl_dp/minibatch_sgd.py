@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fedray.core.protocol import RoundKeys
 from fedray.data.federation import SiloArrays
 from fedray.losses import clipped_minibatch_means
 from fedray.geometry import project_l2_ball
@@ -56,7 +57,7 @@ class MinibatchSGD(PlainIterate):
         return noisy_minibatch_mean(self.loss, params, silos, idx, self.l2_clip, self.noise, draws,
                                     batch_of=draws.replica_to_rep)
 
-    def server_step(self, state: ServerState, messages: np.ndarray, mask: np.ndarray) -> ServerState:
+    def server_step(self, state: ServerState, messages: np.ndarray, mask: np.ndarray, keys: RoundKeys) -> ServerState:
         mean, counts = masked_mean(messages, mask)
         step = np.where(counts > 0, self.step_size, 0.0)[:, None, None]
         return advance(state, project_l2_ball(state.params - step * mean, self.radius))

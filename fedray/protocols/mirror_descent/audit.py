@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import logsumexp
 
+from fedray.core.protocol import RoundKeys
 from fedray.privacy.composition import zcdp_epsilon
 
 
@@ -47,10 +48,10 @@ def _log_ratio(score: np.ndarray, other: np.ndarray) -> np.ndarray:
     return np.abs(score - other - shift[:, None]).max(axis=1)
 
 
-def replay_audit(algorithm, samples, neighbour, lipschitz: float, delta: float) -> ReplayAudit:
+def replay_audit(algorithm, keys: RoundKeys, samples, neighbour, lipschitz: float, delta: float) -> ReplayAudit:
     """Alg. 1 (``PrivateSMD``) on ``samples`` and, replaying its draws, on ``neighbour`` (the same
-    samples with one replaced, ``GameSamples.replace``)."""
-    state = algorithm.init(np.zeros((algorithm.step_size.shape[0], 1)))
+    samples with one replaced, ``GameSamples.replace``); step t draws from ``keys.at(t)``."""
+    state = algorithm.init(np.zeros((algorithm.step_size.shape[0], 1)), keys.at(0))
     other_x, other_y = state.score_x, state.score_y
     batch = algorithm.batch_size
     gaps, losses, spreads = [], [], []
@@ -59,7 +60,7 @@ def replay_audit(algorithm, samples, neighbour, lipschitz: float, delta: float) 
         part = slice(t * batch, (t + 1) * batch)
         mine = algorithm.silo_step(query, samples.select(part), None)
         theirs = algorithm.silo_step(query, neighbour.select(part), None)
-        state = algorithm.server_step(state, mine)
+        state = algorithm.server_step(state, mine, keys.at(t))
         other_x, other_y = algorithm.scores_after(other_x, other_y, theirs)
         gaps.append(np.maximum(np.abs(state.score_x - other_x).max(axis=1),
                                     np.abs(state.score_y - other_y).max(axis=1)))
@@ -77,24 +78,27 @@ def replay_audit(algorithm, samples, neighbour, lipschitz: float, delta: float) 
                        composed_range)
 
 
-def replay_bias_reduced(algorithm, samples, neighbour, lipschitz: float) -> tuple[np.ndarray, np.ndarray]:
-    """Alg. 3 (``BiasReducedSMD``) on ``samples`` and, replaying its draws, on ``neighbour``:
+def replay_bias_reduced(algorithm, keys: RoundKeys, samples, neighbour,
+                        lipschitz: float) -> tuple[np.ndarray, np.ndarray]:
+    """Alg. 3 (``BiasReducedSMD``) on ``samples`` and, replaying its draws (step t's from
+    ``keys.at(t)``), on ``neighbour``:
     ((steps, P) the largest score gap after each step, (steps, P) the bound of spec §6 item 3,
     tau (4 C_M 2^{N_t} + 2) L0 / b_t; 0 and 0 for a replica that has stopped)."""
     from fedray.protocols.mirror_descent.bias_reduction import normaliser
 
-    state = algorithm.init(np.zeros((algorithm.step_size.shape[0], 1)))
+    state = algorithm.init(np.zeros((algorithm.step_size.shape[0], 1)), keys.at(0))
     other_x, other_y = state.score_x, state.score_y
     n = samples.ids.size
     gaps, bounds = [], []
     while not np.all(algorithm.done(state)):
-        participation = algorithm.sampler.sample(algorithm.seed, algorithm.repetitions, state.round, n)
+        step = keys.at(state.round)
+        participation = algorithm.sampler.sample(step.seed, step.repetitions, state.round, n)
         query = algorithm.broadcast(state)
         mine = algorithm.silo_step(query, samples, None, participation)
         theirs = algorithm.silo_step(query, neighbour, None, participation)
-        running, sizes, level = state.level >= 0, algorithm.batch_sizes(state), state.level
-        other_x, other_y = algorithm.scores_after(state._replace(score_x=other_x, score_y=other_y), theirs)
-        state = algorithm.server_step(state, mine)
+        running, sizes, level = state.level >= 0, algorithm.batch_sizes(state, step), state.level
+        other_x, other_y = algorithm.scores_after(state._replace(score_x=other_x, score_y=other_y), theirs, step)
+        state = algorithm.server_step(state, mine, step)
         gaps.append(np.where(running, np.maximum(np.abs(state.score_x - other_x).max(axis=1),
                                                  np.abs(state.score_y - other_y).max(axis=1)), 0.0))
         bound = algorithm.step_size * (4 * normaliser(algorithm.levels) * 2.0 ** level + 2) * lipschitz
@@ -102,11 +106,13 @@ def replay_bias_reduced(algorithm, samples, neighbour, lipschitz: float) -> tupl
     return np.array(gaps), np.array(bounds)
 
 
-def replay_online_to_batch(algorithm, samples, neighbour, lipschitz: float) -> tuple[np.ndarray, float]:
-    """Alg. 5 (``OnlineToBatchSMD``) on ``samples`` and, replaying its draws, on ``neighbour``:
+def replay_online_to_batch(algorithm, keys: RoundKeys, samples, neighbour,
+                           lipschitz: float) -> tuple[np.ndarray, float]:
+    """Alg. 5 (``OnlineToBatchSMD``) on ``samples`` and, replaying its draws (step t's from
+    ``keys.at(t)``), on ``neighbour``:
     ((T, P) max_j |ln w^t_j - ln w'^t_j| of the running average every draw comes from, the bound
     4 tau L0 / B of spec §3.5's per-coordinate argument, for the largest step size)."""
-    state = algorithm.init(np.zeros((algorithm.step_size.shape[0], 1)))
+    state = algorithm.init(np.zeros((algorithm.step_size.shape[0], 1)), keys.at(0))
     other = state
     batch, ratios = algorithm.batch_size, []
     for t in range(algorithm.num_steps - 1):
@@ -114,8 +120,8 @@ def replay_online_to_batch(algorithm, samples, neighbour, lipschitz: float) -> t
         query = algorithm.broadcast(state)
         mine = algorithm.silo_step(query, samples.select(part), None)
         theirs = algorithm.silo_step(query, neighbour.select(part), None)
-        state = algorithm.server_step(state, mine)
+        state = algorithm.server_step(state, mine, keys.at(t))
         # The neighbour's run: its own scores and averages, the released query replayed.
-        other = algorithm.server_step(other, theirs)._replace(query=state.query)
+        other = algorithm.server_step(other, theirs, keys.at(t))._replace(query=state.query)
         ratios.append(np.abs(np.log(state.average) - np.log(other.average)).max(axis=1))
     return np.array(ratios), float(4 * algorithm.step_size.max() * lipschitz / batch)

@@ -23,15 +23,15 @@ sum_t 2 (2^{N_t + 1} + 1) <= 6 U draws, and U <= eps^2 / (48 ln(1/delta) (c_v ta
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from fedray.core.protocol import RoundKeys
 from fedray.protocols.mirror_descent.bias_reduction import combine, level_points
 from fedray.protocols.mirror_descent.planning import BiasReduced
 from fedray.protocols.mirror_descent.simplex import draw_vertices
-from fedray.rng import CounterStream, Stream
+from fedray.rng import Stream
 
 
 class BiasReducedState(NamedTuple):
@@ -55,35 +55,30 @@ class BiasReducedSMD:
     rows: int
     columns: int
     sampler: Any               # LeveledBatches (levels and batches of every repetition)
-    seed: int
-    repetitions: np.ndarray       # (P,) keys the levels (public)
-    streams: np.ndarray           # (P, k) key the vertex draws
     num_rounds: int               # a cap on the steps (num_rounds; U's own rule stops first by default)
 
     recipe: ClassVar[BiasReduced] = BiasReduced()
 
-    @cached_property
-    def _vertices(self) -> list:
-        return [CounterStream(self.seed, Stream.VERTEX, *row) for row in self.streams]
-
-    def init(self, params0: np.ndarray) -> BiasReducedState:
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> BiasReducedState:
         p = params0.shape[0]
         zeros_x, zeros_y = np.zeros((p, self.rows)), np.zeros((p, self.columns))
         state = BiasReducedState(0, zeros_x, zeros_y, np.full(p, -1), np.zeros((p, 3, self.rows)),
                                  np.zeros((p, 3, self.columns)), zeros_x.astype(np.int64), zeros_y.astype(np.int64),
                                  np.zeros(p, dtype=np.int64))
-        return self._drawn(state)
+        return self._drawn(state, keys)
 
-    def _drawn(self, state: BiasReducedState) -> BiasReducedState:
-        """The pending step's level, MLMC points and output draw for every replica still running."""
+    def _drawn(self, state: BiasReducedState, keys: RoundKeys) -> BiasReducedState:
+        """The pending step's level (public: ``keys.seed`` and ``keys.repetitions``), MLMC points and
+        output draw (the VERTEX stream of ``keys``, counter = step) for every replica still running."""
         # No draw for a step that will not run: it would be released (in the output) and not charged.
-        level = self.sampler.levels_of(self.seed, self.repetitions, state.round) if state.round < self.num_rounds \
+        level = self.sampler.levels_of(keys.seed, keys.repetitions, state.round) if state.round < self.num_rounds \
             else np.full(state.level.shape, -1)
+        vertices = keys.counters(Stream.VERTEX)
         points_x, points_y = np.zeros_like(state.points_x), np.zeros_like(state.points_y)
         output_x, output_y, steps = state.output_x.copy(), state.output_y.copy(), state.steps.copy()
         for r in np.flatnonzero(level >= 0):
             count = 2 ** (int(level[r]) + 1)
-            uniforms = self._vertices[r].uniforms(state.round, 2 * (count + 1))
+            uniforms = vertices[r].uniforms(state.round, 2 * (count + 1))
             wx = np.exp(state.score_x[r] - state.score_x[r].max())[None]
             wy = np.exp(state.score_y[r] - state.score_y[r].max())[None]
             vx, vy = draw_vertices(wx, uniforms[None, :count + 1])[0], draw_vertices(wy, uniforms[None, count + 1:])[0]
@@ -115,19 +110,20 @@ class BiasReducedSMD:
             out[r] = np.concatenate([grad_x.reshape(-1), grad_y.reshape(-1)])
         return out
 
-    def batch_sizes(self, state: BiasReducedState) -> np.ndarray:
-        """(P,) b_t of the pending step (0 once stopped)."""
+    def batch_sizes(self, state: BiasReducedState, keys: RoundKeys) -> np.ndarray:
+        """(P,) b_t of the pending step (0 once stopped): the public schedule of ``keys``' repetitions."""
         sizes = np.zeros(state.level.shape, dtype=np.int64)
         for r in np.flatnonzero(state.level >= 0):
-            _, starts = self.sampler.schedule(self.seed, int(self.repetitions[r]))
+            _, starts = self.sampler.schedule(keys.seed, int(keys.repetitions[r]))
             sizes[r] = starts[state.round + 1] - starts[state.round]
         return sizes
 
-    def scores_after(self, state: BiasReducedState, summed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def scores_after(self, state: BiasReducedState, summed: np.ndarray,
+                     keys: RoundKeys) -> tuple[np.ndarray, np.ndarray]:
         """The scores after the pending step on the batch's sums at the three MLMC points:
         s_x -= tau g_x / b_t, s_y += tau (the MLMC combination of grad_y) / b_t."""
         score_x, score_y = state.score_x.copy(), state.score_y.copy()
-        sizes = self.batch_sizes(state)
+        sizes = self.batch_sizes(state, keys)
         for r in np.flatnonzero(state.level >= 0):
             level = int(state.level[r])
             at_x = summed[r, :3 * self.rows].reshape(3, self.rows)
@@ -136,9 +132,9 @@ class BiasReducedSMD:
             score_y[r] += self.step_size[r] * combine(at_y, level, self.levels) / sizes[r]
         return score_x, score_y
 
-    def server_step(self, state: BiasReducedState, summed: np.ndarray) -> BiasReducedState:
-        score_x, score_y = self.scores_after(state, summed)
-        return self._drawn(state._replace(round=state.round + 1, score_x=score_x, score_y=score_y))
+    def server_step(self, state: BiasReducedState, summed: np.ndarray, keys: RoundKeys) -> BiasReducedState:
+        score_x, score_y = self.scores_after(state, summed, keys)
+        return self._drawn(state._replace(round=state.round + 1, score_x=score_x, score_y=score_y), keys)
 
     def output(self, state: BiasReducedState) -> dict[str, np.ndarray]:
         """The released output: the average of the executed steps' output draws (P, dx + dy)."""

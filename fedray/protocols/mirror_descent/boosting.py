@@ -25,12 +25,13 @@ draws stay inside the program, and the scores G_i (read from S4) are diagnostics
 Runtime: the sub-runs of a stage run at once, replica p's part i as the sub-algorithm's replica
 p I + i (stage 2: (p I + i) J + j), each reading its own range of sample ids in every round
 through the oracle (one call per actor per round for every replica and part). Sub-runs draw
-from their own counter streams, keyed by (replica, stage, part).
+from their own keys: the program's, with each replica's stream key extended by (stage, part) and
+its repetition by the part (``Boosting.sub_keys``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -70,22 +71,22 @@ def range_sums(samples, step, broadcast, spans: np.ndarray) -> list[tuple[np.nda
     return out
 
 
-def run_on_ranges(oracle, algorithm, state, spans_of) -> tuple[Any, np.ndarray]:
+def run_on_ranges(oracle, algorithm, state, spans_of, keys: RoundKeys) -> tuple[Any, np.ndarray]:
     """Run a curator algorithm (``broadcast``/``silo_step``/``server_step``/``done``/``releases``)
-    whose replica r reads the sample ids ``spans_of(state, round)[r]`` = [lo, hi) each round;
-    (the end state, (P,) the releases of every round run per replica)."""
-    shipped = replace(algorithm)                # without the driver's cached draw streams
+    whose replica r reads the sample ids ``spans_of(state, round)[r]`` = [lo, hi) each round, its
+    server step given round t's keys (``keys.at(t)``); (the end state, (P,) the releases of every
+    round run per replica)."""
     rounds, released = 0, np.zeros((), dtype=np.int64)
     while not np.all(algorithm.done(state)):
         spans = np.asarray(spans_of(state, rounds), dtype=np.int64)
         summed = None
-        for parts in oracle.map(range_sums, shipped.silo_step, algorithm.broadcast(state), spans):
+        for parts in oracle.map(range_sums, algorithm.silo_step, algorithm.broadcast(state), spans):
             for rows, part in parts:
                 if summed is None:
                     summed = np.zeros((spans.shape[0],) + part.shape[1:])
                 summed[rows] += part
         released = released + np.asarray(algorithm.releases(state), dtype=np.int64)
-        state = algorithm.server_step(state, summed)
+        state = algorithm.server_step(state, summed, keys.at(rounds))
         rounds += 1
     return state, released
 
@@ -132,9 +133,6 @@ class Boosting:
     ssp_sampler: Any            # LeveledBatches of a part of S1
     sco_rounds: int
     sco_epsilon: float
-    seed: int
-    repetitions: np.ndarray        # (P,)
-    streams: np.ndarray            # (P, k)
     constants: dict = field(default_factory=dict)
 
     recipe: ClassVar[Boosted] = Boosted()
@@ -143,36 +141,41 @@ class Boosting:
     def sizes(self) -> tuple[int, int, int]:
         return boosting_split(self.num_units, self.runs, self.checks)
 
-    def _streams(self, stage: int, parts: int) -> np.ndarray:
-        """(P parts, k + 2) the sub-runs' stream keys: (replica's key, stage, part)."""
-        p = self.streams.shape[0]
+    @staticmethod
+    def sub_keys(keys: RoundKeys, stage: int, parts: int) -> RoundKeys:
+        """The keys of a stage's P parts sub-runs (replica p's part i is sub-replica p parts + i), at
+        round 0: stream keys (replica's key, stage, part), repetitions (replica's repetition) parts + part
+        (which key the public levels of stage 1's runs)."""
+        p = keys.streams.shape[0]
         tail = np.stack([np.full(p * parts, stage), np.tile(np.arange(parts), p)], axis=1)
-        return np.concatenate([np.repeat(self.streams, parts, axis=0), tail], axis=1)
+        streams = np.concatenate([np.repeat(keys.streams, parts, axis=0), tail], axis=1)
+        repetitions = np.repeat(keys.repetitions, parts) * parts + np.tile(np.arange(parts), p)
+        return RoundKeys(keys.seed, repetitions, 0, streams)
 
-    def candidates(self, oracle) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def candidates(self, oracle, keys: RoundKeys) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Stage 1: (x_i (P, I, dx), y_i (P, I, dy), (P,) the draws each replica's I runs released)."""
-        p, runs = self.streams.shape[0], self.runs
+        p, runs = keys.streams.shape[0], self.runs
         _, part, _ = self.sizes
+        sub = self.sub_keys(keys, STAGE_SSP, runs)
         algorithm = BiasReducedSMD(step_size=np.full(p * runs, self.ssp_step_size), levels=self.ssp_levels,
-                                   rows=self.rows, columns=self.columns, sampler=self.ssp_sampler, seed=self.seed,
-                                   repetitions=np.repeat(self.repetitions, runs) * runs + np.tile(np.arange(runs), p),
-                                   streams=self._streams(STAGE_SSP, runs), num_rounds=int(self.ssp_sampler.stop))
+                                   rows=self.rows, columns=self.columns, sampler=self.ssp_sampler,
+                                   num_rounds=int(self.ssp_sampler.stop))
         offsets = np.tile(np.arange(runs), p) * part
 
         def spans(state, round_index: int) -> np.ndarray:
             out = np.repeat(offsets[:, None], 2, axis=1)
-            for v, rep in enumerate(algorithm.repetitions):
-                units = self.ssp_sampler.batch(self.seed, int(rep), round_index, part)
+            for v, rep in enumerate(sub.repetitions):
+                units = self.ssp_sampler.batch(sub.seed, int(rep), round_index, part)
                 if units is not None and state.level[v] >= 0:
                     out[v] = offsets[v] + np.array(units)
             return out
 
-        state, released = run_on_ranges(oracle, algorithm, algorithm.init(np.zeros((p * runs, 1))), spans)
+        state, released = run_on_ranges(oracle, algorithm, algorithm.init(np.zeros((p * runs, 1)), sub), spans, sub)
         packed = algorithm.output(state)["output"]
         return (packed[:, :self.rows].reshape(p, runs, self.rows),
                 packed[:, self.rows:].reshape(p, runs, self.columns), released.reshape(p, runs).sum(axis=1))
 
-    def checked(self, oracle, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def checked(self, oracle, x: np.ndarray, y: np.ndarray, keys: RoundKeys) -> tuple[np.ndarray, np.ndarray]:
         """Stage 2: (x_ij (P, I, J, dx) against y_i on S2, y_ij (P, I, J, dy) against x_i on S3)."""
         p, runs, checks = x.shape[0], self.runs, self.checks
         quarter, _, part = self.sizes
@@ -181,12 +184,13 @@ class Boosting:
         for player, stage, start, opponent, width in (("x", STAGE_X, quarter, y, self.rows),
                                                        ("y", STAGE_Y, 2 * quarter, x, self.columns)):
             algorithm = PrivateFrankWolfe(round_epsilon=self.sco_epsilon, num_samples=part, num_steps=self.sco_rounds,
-                                          rows=width, lipschitz=self.lipschitz, seed=self.seed,
-                                          streams=self._streams(stage, parts), player=player,
+                                          rows=width, lipschitz=self.lipschitz, player=player,
                                           opponent=np.repeat(opponent.reshape(p * runs, -1), checks, axis=0))
             lows = start + np.tile(np.arange(parts), p) * part
             spans = np.stack([lows, lows + part], axis=1)
-            state, _ = run_on_ranges(oracle, algorithm, algorithm.init(np.zeros((p * parts, 1))), lambda *_: spans)
+            sub = self.sub_keys(keys, stage, parts)
+            state, _ = run_on_ranges(oracle, algorithm, algorithm.init(np.zeros((p * parts, 1)), sub),
+                                     lambda *_: spans, sub)
             out.append(state.theta.reshape(p, runs, checks, width))
         return out[0], out[1]
 
@@ -205,8 +209,8 @@ class Boosting:
         return best_response_y - best_response_x
 
     def run(self, oracle, keys: RoundKeys) -> ProgramRun:
-        x, y, released = self.candidates(oracle)
-        x_checks, y_checks = self.checked(oracle, x, y)
+        x, y, released = self.candidates(oracle, keys)
+        x_checks, y_checks = self.checked(oracle, x, y, keys)
         scores = self.scores(oracle, x, y, x_checks, y_checks)
         p = scores.shape[0]
         probabilities = selection_probabilities(scores, self.epsilon, self.sizes[0], self.value_bound)

@@ -18,14 +18,14 @@ coordinate of either gradient is at most L0, so the sensitivity is the same.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from fedray.core.protocol import RoundKeys
 from fedray.protocols.mirror_descent.planning import FrankWolfeRecipe
 from fedray.protocols.mirror_descent.simplex import draw_vertices
-from fedray.rng import CounterStream, Stream
+from fedray.rng import Stream
 
 
 class FrankWolfeState(NamedTuple):
@@ -43,18 +43,12 @@ class PrivateFrankWolfe:
     num_steps: int                # T
     rows: int                     # d
     lipschitz: float              # L0
-    seed: int
-    streams: np.ndarray
     player: str = "x"                     # "x": min over the rows' simplex; "y": max over the columns'
     opponent: np.ndarray | None = None    # (P, d_other) the other player's fixed strategy; None: one loss
 
     recipe: ClassVar[FrankWolfeRecipe] = FrankWolfeRecipe()
 
-    @cached_property
-    def _vertices(self) -> list:
-        return [CounterStream(self.seed, Stream.VERTEX, *row) for row in self.streams]
-
-    def init(self, params0: np.ndarray) -> FrankWolfeState:
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> FrankWolfeState:
         p = params0.shape[0]
         return FrankWolfeState(0, np.full((p, self.rows), 1.0 / self.rows), np.full(p, -1))
 
@@ -70,7 +64,7 @@ class PrivateFrankWolfe:
             return samples.gradient_sums(theta, opponent)[0]
         return -samples.gradient_sums(opponent, theta)[1]
 
-    def server_step(self, state: FrankWolfeState, summed: np.ndarray) -> FrankWolfeState:
+    def server_step(self, state: FrankWolfeState, summed: np.ndarray, keys: RoundKeys) -> FrankWolfeState:
         gradient = summed / self.num_samples
         if np.isinf(self.round_epsilon):
             vertex = np.argmin(gradient, axis=1)
@@ -78,7 +72,7 @@ class PrivateFrankWolfe:
             sensitivity = 2 * self.lipschitz / self.num_samples
             scores = -self.round_epsilon * gradient / (2 * sensitivity)
             weights = np.exp(scores - scores.max(axis=1, keepdims=True))
-            uniforms = np.stack([stream.uniforms(state.round, 1) for stream in self._vertices])
+            uniforms = np.stack([stream.uniforms(state.round, 1) for stream in keys.counters(Stream.VERTEX)])
             vertex = draw_vertices(weights, uniforms)[:, 0]
         mu = 2.0 / (state.round + 3)                       # mu_t = 2 / (t + 2), t = round + 1
         theta = (1 - mu) * state.theta

@@ -22,14 +22,14 @@ poly(d) price the paper's vertex sampling avoids.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from fedray.core.protocol import RoundKeys
 from fedray.protocols.mirror_descent.planning import GaussianNoise
 from fedray.protocols.mirror_descent.simplex import softmax
-from fedray.rng import CounterStream, Stream
+from fedray.rng import Stream
 
 
 class GaussianSmdState(NamedTuple):
@@ -50,16 +50,10 @@ class GaussianSMD:
     rows: int
     columns: int
     sigma: float                  # noise std per coordinate of the batch mean gradient (0: non-private)
-    seed: int
-    streams: np.ndarray           # (P, k) the replicas' stream keys
 
     recipe: ClassVar[GaussianNoise] = GaussianNoise()
 
-    @cached_property
-    def _noise(self) -> list:
-        return [CounterStream(self.seed, Stream.OUTPUT_NOISE, *row) for row in self.streams]
-
-    def init(self, params0: np.ndarray) -> GaussianSmdState:
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> GaussianSmdState:
         p = params0.shape[0]
         zeros_x, zeros_y = np.zeros((p, self.rows)), np.zeros((p, self.columns))
         return GaussianSmdState(0, zeros_x, zeros_y, zeros_x, zeros_y)
@@ -72,10 +66,12 @@ class GaussianSMD:
         grad_x, grad_y = samples.gradient_sums(*query)
         return np.concatenate([grad_x, grad_y], axis=1)
 
-    def server_step(self, state: GaussianSmdState, summed: np.ndarray) -> GaussianSmdState:
+    def server_step(self, state: GaussianSmdState, summed: np.ndarray, keys: RoundKeys) -> GaussianSmdState:
         noisy = summed / self.batch_size
         if self.sigma > 0:
-            noisy = noisy + self.sigma * np.stack([stream.normals(state.round, summed.shape[1]) for stream in self._noise])
+            noise = np.stack([stream.normals(state.round, summed.shape[1])
+                              for stream in keys.counters(Stream.OUTPUT_NOISE)])
+            noisy = noisy + self.sigma * noise
         x, y = softmax(state.score_x), softmax(state.score_y)
         tau = self.step_size[:, None]
         return GaussianSmdState(state.round + 1, state.score_x - tau * noisy[:, :self.rows],

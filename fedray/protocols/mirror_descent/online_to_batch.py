@@ -22,14 +22,14 @@ k = K (q + floor(T / q)) draws compose by Cor. 3.6 within (eps, delta) for tau <
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from fedray.core.protocol import RoundKeys
 from fedray.protocols.mirror_descent.planning import OnlineToBatch
 from fedray.protocols.mirror_descent.simplex import draw_vertices, maurey, softmax
-from fedray.rng import CounterStream, Stream
+from fedray.rng import Stream
 
 
 class OnlineToBatchState(NamedTuple):
@@ -51,14 +51,8 @@ class OnlineToBatchSMD:
     refresh: int                  # q
     draws: int                    # K
     rows: int                     # d
-    seed: int
-    streams: np.ndarray           # (P, k)
 
     recipe: ClassVar[OnlineToBatch] = OnlineToBatch()
-
-    @cached_property
-    def _vertices(self) -> list:
-        return [CounterStream(self.seed, Stream.VERTEX, *row) for row in self.streams]
 
     def refreshes(self, step: int) -> bool:
         """Whether 1-based step t = ``step`` + 1 draws a new sparsified average."""
@@ -72,15 +66,16 @@ class OnlineToBatchSMD:
             count += self.draws
         return np.full(self.step_size.shape[0], count, dtype=np.int64)
 
-    def _draw(self, average: np.ndarray, counter: int) -> np.ndarray:
-        uniforms = np.stack([stream.uniforms(counter, self.draws) for stream in self._vertices])
+    def _draw(self, average: np.ndarray, counter: int, keys: RoundKeys) -> np.ndarray:
+        """(P, K) vertices from ``average``, uniforms from the VERTEX stream of ``keys`` at ``counter``."""
+        uniforms = np.stack([stream.uniforms(counter, self.draws) for stream in keys.counters(Stream.VERTEX)])
         return draw_vertices(average, uniforms)
 
-    def init(self, params0: np.ndarray) -> OnlineToBatchState:
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> OnlineToBatchState:
         p = params0.shape[0]
         score = np.zeros((p, self.rows))
         average = softmax(score)                                    # w^1 = x^1
-        return OnlineToBatchState(0, score, average, self._draw(average, 0), True, np.full((p, self.draws), -1))
+        return OnlineToBatchState(0, score, average, self._draw(average, 0, keys), True, np.full((p, self.draws), -1))
 
     def broadcast(self, state: OnlineToBatchState) -> np.ndarray:
         return state.query
@@ -90,15 +85,15 @@ class OnlineToBatchSMD:
         grad_x, _ = samples.gradient_sums(maurey(query, self.rows), np.ones((query.shape[0], 1)))
         return grad_x
 
-    def server_step(self, state: OnlineToBatchState, summed: np.ndarray) -> OnlineToBatchState:
+    def server_step(self, state: OnlineToBatchState, summed: np.ndarray, keys: RoundKeys) -> OnlineToBatchState:
         score = state.score - self.step_size[:, None] * summed / self.batch_size
         done = state.round + 1
         if done == self.num_steps:           # the output: K fresh draws from P_{w^T} (counter T, after the steps')
-            return state._replace(round=done, score=score, drawn=True, output=self._draw(state.average, done))
+            return state._replace(round=done, score=score, drawn=True, output=self._draw(state.average, done, keys))
         t = done + 1                          # the next step, 1-based
         average = ((t - 1) * state.average + softmax(score)) / t
         refresh = self.refreshes(done)
-        query = self._draw(average, done) if refresh else state.query
+        query = self._draw(average, done, keys) if refresh else state.query
         return state._replace(round=done, score=score, average=average, query=query, drawn=refresh)
 
     def released(self, state: OnlineToBatchState) -> np.ndarray:

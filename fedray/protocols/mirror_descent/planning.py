@@ -239,7 +239,7 @@ class VertexSampling(ProtocolRecipe):
         block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
         batch, steps, replicas = int(context.sampler.batch_size), context.num_rounds, context.replicas
         lipschitz = game.lipschitz
-        vertices = VertexDraws(context.seed, replicas.streams, draws)
+        vertices = VertexDraws(draws)
         algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, rows=game.rows,
                                     columns=game.columns, vertices=vertices)
         constants = {"batch_size": float(batch), "draws": float(draws), "lipschitz": lipschitz}
@@ -318,7 +318,7 @@ class GaussianNoise(ProtocolRecipe):
                                 "released": "every step's noisy mean gradient and the iterates (post-processing)"},
                                calibration="analytic", noise_multiplier=sigma / sensitivity)
         algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, rows=game.rows,
-                                    columns=game.columns, sigma=sigma, seed=context.seed, streams=replicas.streams)
+                                    columns=game.columns, sigma=sigma)
         constants = {"batch_size": float(batch), "noise_std": sigma, "lipschitz": game.lipschitz}
         resolved = {"num_rounds": steps, "batch_size": batch, "parameters": alg.get("parameters", "paper"),
                     "block_steps": block_steps, **privacy.details}
@@ -368,9 +368,7 @@ class BiasReduced(ProtocolRecipe):
         _, game = _checked(self, config, context, BIAS_REDUCED_KEYS, LeveledBatches, "leveled")
         sampler, replicas = context.sampler, context.replicas
         algorithm = algorithm_class(step_size=replicas.step_sizes, levels=sampler.levels, rows=game.rows,
-                                    columns=game.columns, sampler=sampler, seed=context.seed,
-                                    repetitions=replicas.repetitions, streams=replicas.streams,
-                                    num_rounds=context.num_rounds)
+                                    columns=game.columns, sampler=sampler, num_rounds=context.num_rounds)
         constants = {"levels": float(sampler.levels), "stop": float(sampler.stop), "batch_factor": sampler.batch_factor,
                      "lipschitz": game.lipschitz}
         resolved = {"levels": sampler.levels, "stop": sampler.stop, "batch_factor": sampler.batch_factor,
@@ -448,7 +446,7 @@ class OnlineToBatch(ProtocolRecipe):
         batch, steps, replicas = int(context.sampler.batch_size), context.num_rounds, context.replicas
         releases = sco_draws(steps, refresh, draws)
         algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, refresh=refresh,
-                                    draws=draws, rows=game.rows, seed=context.seed, streams=replicas.streams)
+                                    draws=draws, rows=game.rows)
         constants = {"batch_size": float(batch), "draws": float(draws), "refresh": float(refresh),
                      "lipschitz": game.lipschitz}
         if priv["trust_model"] == "none":
@@ -514,7 +512,7 @@ class FrankWolfeRecipe(ProtocolRecipe):
                          "on the full-data gradient); the iterate is post-processing"})
             constants["round_epsilon"] = round_epsilon
         algorithm = algorithm_class(round_epsilon=round_epsilon, num_samples=n, num_steps=steps, rows=game.rows,
-                                    lipschitz=game.lipschitz, seed=context.seed, streams=replicas.streams)
+                                    lipschitz=game.lipschitz)
         resolved = {"num_rounds": steps, "parameters": alg.get("parameters", "paper"), **privacy.details}
         return GamePlan(algorithm, context.sampler, replicas, steps, n, privacy, resolved=resolved,
                                constants=constants)
@@ -600,6 +598,5 @@ class Boosted(ProtocolRecipe):
         program = algorithm_class(epsilon=eps, num_units=n, runs=runs, checks=checks, rows=game.rows,
                                   columns=game.columns, value_bound=game.value_bound, lipschitz=game.lipschitz,
                                   ssp_step_size=params.step_size, ssp_levels=params.levels, ssp_sampler=sampler,
-                                  sco_rounds=sco_rounds, sco_epsilon=sco_epsilon, seed=context.seed,
-                                  repetitions=replicas.repetitions, streams=replicas.streams, constants=constants)
+                                  sco_rounds=sco_rounds, sco_epsilon=sco_epsilon, constants=constants)
         return ProgramPlan(program, privacy, resolved={"failure_probability": beta, **details})

@@ -14,11 +14,11 @@ Floating-point side channels of the sampler are out of scope (seed-001 §6 item 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
-from fedray.rng import CounterStream, Stream
+from fedray.core.protocol import RoundKeys
+from fedray.rng import Stream
 
 BLOCK = 64
 
@@ -71,23 +71,17 @@ def maurey(vertices: np.ndarray, dim: int) -> np.ndarray:
 @dataclass(frozen=True)
 class VertexDraws:
     """The curator's draws: K + 1 vertices per player and replica, from x = softmax(s) in float64
-    (``draw_vertices``), with uniforms from the VERTEX stream of each replica (its stream key) at
-    counter = step (``fedray.rng.CounterStream``): a step's draws are the same in any actor."""
+    (``draw_vertices``), with uniforms from the VERTEX stream of each replica (``keys.counters``) at
+    counter = step: a step's draws are the same in any actor."""
 
-    seed: int
-    streams: np.ndarray           # (P, k) the replicas' stream keys
     draws: int                    # K
 
-    @cached_property
-    def _streams(self) -> list:
-        return [CounterStream(self.seed, Stream.VERTEX, *row) for row in self.streams]
-
-    def __call__(self, score_x: np.ndarray, score_y: np.ndarray, step: int):
+    def __call__(self, score_x: np.ndarray, score_y: np.ndarray, step: int, keys: RoundKeys):
         """(query_x (P, K), drawn_x (P,), query_y, drawn_y, x (P, dx), y (P, dy))."""
         wx = np.exp(score_x - score_x.max(axis=1, keepdims=True))
         wy = np.exp(score_y - score_y.max(axis=1, keepdims=True))
         k = self.draws
-        uniforms = np.stack([stream.uniforms(step, 2 * (k + 1)) for stream in self._streams])
+        uniforms = np.stack([stream.uniforms(step, 2 * (k + 1)) for stream in keys.counters(Stream.VERTEX)])
         vx, vy = draw_vertices(wx, uniforms[:, :k + 1]), draw_vertices(wy, uniforms[:, k + 1:])
         x = wx / wx.sum(axis=1, keepdims=True)
         y = wy / wy.sum(axis=1, keepdims=True)

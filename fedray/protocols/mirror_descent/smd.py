@@ -24,7 +24,8 @@ Step t (spec §3.1, with the y-update's sign corrected, §6 item 1):
     g_x = (1/B) sum_{z in B_t} grad_x f(xhat, yhat; z),  g_y = -(1/B) sum grad_y f(...)
     s_x -= tau g_x,  s_y -= tau g_y                               (descent in x, ascent in y)
 The draws of step t are made at the end of step t - 1's server step (step 0's at ``init``), from
-the VERTEX stream keyed by (replica, step), so the query points travel as the broadcast.
+the VERTEX stream of the keys each receives, at counter t (replica's row, step), so the query
+points travel as the broadcast.
 
 Diagnostic: the average of the iterates (xbar, ybar) (not released; its gap is reported as a
 diagnostic, spec §3.7).
@@ -37,6 +38,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from fedray.core.protocol import RoundKeys
 from fedray.protocols.mirror_descent.planning import VertexSampling
 from fedray.protocols.mirror_descent.simplex import VertexDraws, maurey
 
@@ -77,20 +79,20 @@ class PrivateSMD:
         """(P,) draws released for steps [first, first + steps)."""
         return np.full(self.step_size.shape[0], steps * self.releases_per_step, dtype=np.int64)
 
-    def init(self, params0: np.ndarray) -> SmdState:
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> SmdState:
         p = params0.shape[0]
         zeros_x, zeros_y = np.zeros((p, self.rows)), np.zeros((p, self.columns))
         none, undrawn = np.zeros((p, 0), dtype=np.int64), np.full(p, -1, dtype=np.int64)    # no draw yet
         state = SmdState(0, zeros_x, zeros_y, none, none, undrawn, undrawn, zeros_x.astype(np.int64),
                          zeros_y.astype(np.int64), zeros_x, zeros_y)
-        return self._drawn(state)
+        return self._drawn(state, keys)
 
-    def _drawn(self, state: SmdState) -> SmdState:
+    def _drawn(self, state: SmdState, keys: RoundKeys) -> SmdState:
         """Step ``state.round``'s draws at the current scores, recorded in the output counts; none
         after the last step (a draw there would be released and is not counted by Prop. 3.3)."""
         if state.round >= self.num_steps:
             return state
-        qx, dx_, qy, dy_, x, y = self.vertices(state.score_x, state.score_y, state.round)
+        qx, dx_, qy, dy_, x, y = self.vertices(state.score_x, state.score_y, state.round, keys)
         rows = np.arange(qx.shape[0])
         output_x, output_y = state.output_x.copy(), state.output_y.copy()
         output_x[rows, dx_] += 1
@@ -113,10 +115,10 @@ class PrivateSMD:
         tau = self.step_size[:, None] / self.batch_size
         return score_x - tau * summed[:, :self.rows], score_y + tau * summed[:, self.rows:]
 
-    def server_step(self, state: SmdState, summed: np.ndarray) -> SmdState:
-        """The scores' step on the batch's sums, then the next step's draws."""
+    def server_step(self, state: SmdState, summed: np.ndarray, keys: RoundKeys) -> SmdState:
+        """The scores' step on the batch's sums, then the next step's draws (from ``keys``)."""
         score_x, score_y = self.scores_after(state.score_x, state.score_y, summed)
-        return self._drawn(state._replace(round=state.round + 1, score_x=score_x, score_y=score_y))
+        return self._drawn(state._replace(round=state.round + 1, score_x=score_x, score_y=score_y), keys)
 
     def released(self, state: SmdState) -> np.ndarray:
         """(P, 2 K + 2) what the step that led to ``state`` released next: the query and output draws

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedray.acsa import AcceleratedState, AcSa, Phases, SingleStage
+from fedray.core.protocol import RoundKeys
 from fedray.core.sampling import phase_of
 from fedray.data.federation import SiloArrays
 from fedray.protocols.shuffle_sco.hyperparameters import agd_schedule
@@ -80,7 +81,7 @@ class PAGD:
         return dataclasses.replace(self, loss=loss, batch_size=int(phases["batch_sizes"][index]),
                                    vector_sum=phases["vector_sums"][index], phases=None)
 
-    def init(self, params0: np.ndarray) -> AcceleratedState:
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> AcceleratedState:
         return self.server.init(params0)
 
     def broadcast(self, state: AcceleratedState) -> np.ndarray:
@@ -92,9 +93,9 @@ class PAGD:
         # The step index (which keys the draws) says which phase's P_vec the users run.
         return user_messages(self.phase(phase_of(self.phases["steps"], draws.round_index)), query, users, draws)
 
-    def server_step(self, state: AcceleratedState, summed: np.ndarray) -> AcceleratedState:
+    def server_step(self, state: AcceleratedState, summed: np.ndarray, keys: RoundKeys) -> AcceleratedState:
         current = self if self.phases is None else self.phase(state.stage - 1)
-        return self.server.step(state, batch_gradient(current, summed, state.round), np.ones(summed.shape[0]))
+        return self.server.step(state, batch_gradient(current, summed, keys), np.ones(summed.shape[0]))
 
     def output(self, state: AcceleratedState) -> dict[str, np.ndarray]:
         return {"last": state.params}

@@ -36,7 +36,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedray.core.protocol import step_sum
+from fedray.core.protocol import RoundKeys, step_sum
 from fedray.protocols.shuffle_sco.p_sgd import PSGDState, PvecHalves
 from fedray.protocols.shuffle_sco.planning import PvecRounds
 
@@ -51,14 +51,14 @@ class PGD(PvecHalves):
 
     recipe: ClassVar[PvecRounds] = PvecRounds()
 
-    def server_step(self, state: PSGDState, messages: np.ndarray, mask: np.ndarray) -> PSGDState:
+    def server_step(self, state: PSGDState, messages: np.ndarray, mask: np.ndarray, keys: RoundKeys) -> PSGDState:
         summed = step_sum(messages, mask)
         if self.phases is None:
-            return self.sum_step(state, summed)
+            return self.sum_step(state, summed, keys)
         rounds = int(self.phases["rounds"])
         step = self.phases["step_sizes"][state.round // rounds]
         current = dataclasses.replace(self, step_size=np.full_like(self.step_size, step), phases=None)
-        state = current.sum_step(state, summed)
+        state = current.sum_step(state, summed, keys)
         if state.round % rounds:
             return state
         # The phase ends: the next starts from this phase's average iterate (theta_0 .. theta_{T-1}).

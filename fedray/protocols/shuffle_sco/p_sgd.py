@@ -34,6 +34,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from fedray.core.protocol import RoundKeys
 from fedray.data.federation import SiloArrays
 from fedray.geometry import project_l2_ball
 from fedray.losses import clip_factors, loss_residual
@@ -59,7 +60,7 @@ class PvecHalves:
     vector_sum: Any             # SplitVectorSum (sdp), Local/CentralGaussianSum (baselines), ExactSum (none)
     radius: float | None = None
 
-    def init(self, params0: np.ndarray) -> PSGDState:
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> PSGDState:
         theta0 = project_l2_ball(np.asarray(params0, dtype=np.float64), self.radius)
         return PSGDState(0, theta0, np.zeros_like(theta0))
 
@@ -69,9 +70,10 @@ class PvecHalves:
     def silo_step(self, params: np.ndarray, users: SiloArrays, draws: SiloDraws) -> np.ndarray:
         return user_messages(self, params, users, draws)
 
-    def sum_step(self, state: PSGDState, summed: np.ndarray) -> PSGDState:
-        """The batch's gradient estimate, then the projected step."""
-        theta = project_l2_ball(state.params - self.step_size[:, None, None] * batch_gradient(self, summed, state.round), self.radius)
+    def sum_step(self, state: PSGDState, summed: np.ndarray, keys: RoundKeys) -> PSGDState:
+        """The batch's gradient estimate (a central release draws from the step's ``keys``), then the projected step."""
+        gradient = batch_gradient(self, summed, keys)
+        theta = project_l2_ball(state.params - self.step_size[:, None, None] * gradient, self.radius)
         return PSGDState(state.round + 1, theta, state.iterate_sum + state.params)
 
     def output(self, state: PSGDState) -> dict[str, np.ndarray]:
@@ -85,9 +87,9 @@ class PSGD(PvecHalves):
 
     recipe: ClassVar[PvecSteps] = PvecSteps()
 
-    def server_step(self, state: PSGDState, summed: np.ndarray) -> PSGDState:
+    def server_step(self, state: PSGDState, summed: np.ndarray, keys: RoundKeys) -> PSGDState:
         """The batch's gradient estimate, then the projected step."""
-        return self.sum_step(state, summed)
+        return self.sum_step(state, summed, keys)
 
 
 def user_messages(alg, params: np.ndarray, users: SiloArrays, draws: SiloDraws) -> np.ndarray:
@@ -101,8 +103,8 @@ def user_messages(alg, params: np.ndarray, users: SiloArrays, draws: SiloDraws) 
     return alg.vector_sum.randomize(grads.reshape(p, s, 1, d * c), draws).reshape(p, s, d, c)
 
 
-def batch_gradient(alg, summed: np.ndarray, step: int) -> np.ndarray:
-    """The server's estimate of step ``step``'s sum from the summed messages (P, d, C) (A_vec, or a
-    central release), divided by B: the batch's mean gradient estimate."""
-    estimate = alg.vector_sum.estimate(summed.reshape(summed.shape[0], -1), alg.batch_size, step)
+def batch_gradient(alg, summed: np.ndarray, keys: RoundKeys) -> np.ndarray:
+    """The server's estimate of a step's sum from the summed messages (P, d, C) (A_vec, or a
+    central release drawn from the step's ``keys``), divided by B: the batch's mean gradient estimate."""
+    estimate = alg.vector_sum.estimate(summed.reshape(summed.shape[0], -1), alg.batch_size, keys)
     return estimate.reshape(summed.shape) / alg.batch_size

@@ -390,19 +390,17 @@ def _budget(priv: dict) -> tuple[float, float]:
     return eps, delta
 
 
-def _sum_step(trust: str, eps: float, delta: float, dim: int, users: int, l2_clip: float, seed: int = 0,
-              streams: np.ndarray | None = None, calibration: str = "paper"):
-    """The step's sum for the trust model, each release (eps, delta)-DP for a user; ``seed`` and
-    ``streams`` key a server's draws (central, pan-private); ``calibration`` picks P_vec's b and p."""
-    streams = np.zeros((1, 1), dtype=np.int64) if streams is None else streams
+def _sum_step(trust: str, eps: float, delta: float, dim: int, users: int, l2_clip: float, calibration: str = "paper"):
+    """The step's sum for the trust model, each release (eps, delta)-DP for a user (a server's
+    draws, central or pan-private, come from the step's keys); ``calibration`` picks P_vec's b and p."""
     if trust == "sdp":
         return SplitVectorSum(PVEC_PARAMETERS[calibration](eps, delta, dim, users, l2_clip))
     if trust == "pan_private":
-        return CentralGaussianSum(pan_private_sigma(_below_one(eps), delta, l2_clip), seed, streams, draws=2)
+        return CentralGaussianSum(pan_private_sigma(_below_one(eps), delta, l2_clip), draws=2)
     if trust == "local":
         return LocalGaussianSum(release_sigma(eps, delta, l2_clip))
     if trust == "central":
-        return CentralGaussianSum(release_sigma(eps, delta, l2_clip), seed, streams)
+        return CentralGaussianSum(release_sigma(eps, delta, l2_clip))
     return ExactSum()
 
 
@@ -416,8 +414,7 @@ def _private_sum(priv: dict, context: PlanContext, eps: float, delta: float, dim
     would change) if P_vec cannot serve it."""
     trust = priv["trust_model"]
     try:
-        step = _sum_step(trust, eps, delta, dim, users, _clip(priv), context.seed, context.replicas.streams,
-                         priv["calibration"])
+        step = _sum_step(trust, eps, delta, dim, users, _clip(priv), priv["calibration"])
     except ConfigError as err:
         if trust != "sdp":
             raise

@@ -24,7 +24,7 @@ phase's first round, per replica still running (``fedray.privacy.ledger.PhaseAcc
 argument is the paper's (with hidden constants): the plan names the conditions that fail at the
 run's size. Released: the noisy gradients, the test outcomes (the halting round), the iterates,
 the output, and the gradient count (a function of the halting round). Diagnostic: how many users
-the filter kept. Every server draw comes from the replica's own stream keyed by the round.
+the filter kept. Every server draw comes from the SERVER stream of the round's keys (the replica's row, the round).
 
 Without privacy (``private=False``) a step averages the K_i gradients: no test, filter or noise.
 
@@ -46,12 +46,13 @@ import numpy as np
 from fedray.acsa import AcceleratedState, AcSa, Phases
 from fedray.core.evaluation import Metric
 from fedray.core.planning import ProtocolRecipe
+from fedray.core.protocol import RoundKeys
 from fedray.core.sampling import phase_of
 from fedray.data.federation import SiloArrays
 from fedray.losses import clipped_weighted_gradients, loss_residual
 from fedray.protocols.user_level.outlier_removal import OutlierRemovalStep
 from fedray.protocols.user_level.phased_planning import AcceleratedErm, FullBatchFiltered
-from fedray.rng import Stream, generator
+from fedray.rng import Stream
 
 
 def user_mean_gradients(loss, query: np.ndarray, users: SiloArrays, participation: np.ndarray,
@@ -100,8 +101,6 @@ class AcceleratedPhasedERM:
     noise_std: tuple             # sigma_i
     epsilon: float               # the run's eps (each phase's); unused without privacy
     private: bool
-    seed: int
-    streams: np.ndarray          # (P, k) key the server's draws
     smoothing_radius: float = 0.0    # r > 0: gradients at x + y, y uniform in B(0, r) per record and step (App. D)
 
     recipe: ClassVar[ProtocolRecipe] = AcceleratedErm()
@@ -113,7 +112,7 @@ class AcceleratedPhasedERM:
     def _phase(self, round_index: int) -> int:
         return min(phase_of(self.steps, round_index), len(self.steps) - 1)
 
-    def init(self, params0: np.ndarray) -> PhasedErmState:
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> PhasedErmState:
         p = params0.shape[0]
         return PhasedErmState(0, self.solvers[0].init(params0), np.zeros(p), np.zeros(p, dtype=bool),
                               np.zeros(p, dtype=np.int64), np.zeros(p, dtype=np.int64))
@@ -138,8 +137,10 @@ class AcceleratedPhasedERM:
             charge[np.ix_(~state.halted, self.unit_phase == phase)] = 1
         return charge
 
-    def server_step(self, state: PhasedErmState, values: np.ndarray, mask: np.ndarray) -> PhasedErmState:
-        """Replicas still running received their K_i users' gradients (a halted one takes no part)."""
+    def server_step(self, state: PhasedErmState, values: np.ndarray, mask: np.ndarray,
+                    keys: RoundKeys) -> PhasedErmState:
+        """Replicas still running received their K_i users' gradients (a halted one takes no part);
+        the test, filter and noise draw from the SERVER stream of the round's ``keys``."""
         t, p = state.round, values.shape[0]
         phase = self._phase(t)
         k = self.batch[phase]
@@ -149,7 +150,7 @@ class AcceleratedPhasedERM:
         gradient, kept = np.zeros((p, vectors.shape[2])), np.full(p, np.nan)
         if self.private and running.size:
             step = OutlierRemovalStep(self.epsilon, self.thresholds[phase], self.noise_std[phase])
-            generators = [generator(self.seed, Stream.SERVER, *self.streams[r], t) for r in running]
+            generators = [keys.generator(Stream.SERVER, int(r)) for r in running]
             if t == self.phase_starts[phase]:
                 pass_level[running] = step.pass_level(k, generators)
             result = step(vectors, pass_level[running], generators)

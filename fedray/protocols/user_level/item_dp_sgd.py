@@ -1,8 +1,9 @@
 """Seed 003's baseline B3 (spec §4): item-level DP-SGD made user-level by group privacy.
 
 Trust model: central (a trusted server). Unit: a user (m items); relation: replace one user's
-items. Round t: the server draws B of the N m items uniformly without replacement (its own
-stream, keyed by replica and round; the sample stays with it), every user sums the gradients of its
+items. Round t: the server draws B of the N m items uniformly without replacement (the MINIBATCH
+stream of round t's keys, drawn with the state that round starts from: at ``init`` or at the end of
+round t - 1's server step; the sample stays with it), every user sums the gradients of its
 sampled items, each clipped to ``l2_clip`` (C), and the server averages them (replace-one-item
 sensitivity 2 C / B), adds N(0, sigma^2 I), sigma = z 2 C / B, and steps w <- Pi_W(w - eta g);
 the output is the average iterate.
@@ -32,12 +33,13 @@ import numpy as np
 from fedray.checks import number_in, positive
 from fedray.core.evaluation import Metric
 from fedray.core.planning import PlanContext, PlannedAlgorithm, ProtocolRecipe
+from fedray.core.protocol import RoundKeys
 from fedray.core.sampling import AllUnits
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.gradient_descent import GradientState, ProjectedGradient
 from fedray.losses import clipped_weighted_gradients
-from fedray.rng import Stream, generator
+from fedray.rng import Stream, generators
 
 FIELDS = ("_target_", "name", "step_size", "l2_clip", "radius", "batch_size")
 
@@ -94,8 +96,7 @@ class ItemSampledGaussian(ProtocolRecipe):
         resolved = {"batch_size": batch, "l2_clip": clip, "items_per_user": m}
 
         def build(noise_std: np.ndarray):
-            return algorithm_class(context.loss, solver, clip, noise_std, rounds, m, users, batch, context.seed,
-                                   replicas.streams)
+            return algorithm_class(context.loss, solver, clip, noise_std, rounds, m, users, batch)
 
         if priv["trust_model"] == "none":
             return CuratorRoundsPlan(build(np.zeros(replicas.count)), context.sampler, context.loss, shape, replicas,
@@ -130,6 +131,7 @@ class ItemSgdState(NamedTuple):
     round: int
     solver: GradientState
     gradients: np.ndarray        # (P,) item gradient evaluations so far (B per round)
+    picked: np.ndarray           # (P, B) each replica's items of round ``round`` (global ids u m + j; none after the last)
 
 
 @dataclass(frozen=True)
@@ -144,21 +146,23 @@ class ItemDpSgd:
     items: int                   # m (the same for every user)
     num_users: int
     batch_size: int              # B items per round
-    seed: int
-    streams: np.ndarray
 
     recipe: ClassVar[ItemSampledGaussian] = ItemSampledGaussian()
 
-    def init(self, params0: np.ndarray) -> ItemSgdState:
-        return ItemSgdState(0, self.solver.init(params0), np.zeros(params0.shape[0], dtype=np.int64))
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> ItemSgdState:
+        return ItemSgdState(0, self.solver.init(params0), np.zeros(params0.shape[0], dtype=np.int64),
+                            self.sample(keys.at(0)))
 
-    def sample(self, round_index: int) -> np.ndarray:
-        """(P, B) each replica's items of the round (global ids u m + j), from its own stream."""
-        return np.stack([generator(self.seed, Stream.MINIBATCH, *row, round_index).choice(
-            self.num_users * self.items, self.batch_size, replace=False) for row in self.streams])
+    def sample(self, keys: RoundKeys) -> np.ndarray:
+        """(P, B) each replica's items of round ``keys.round`` (global ids u m + j), from the
+        MINIBATCH stream of its row of the keys; (P, 0) after the last round (none is drawn)."""
+        if keys.round >= self.num_rounds:
+            return np.zeros((keys.streams.shape[0], 0), dtype=np.int64)
+        return np.stack([rng.choice(self.num_users * self.items, self.batch_size, replace=False)
+                         for rng in generators(keys.seed, Stream.MINIBATCH, keys.streams, keys.round)])
 
     def broadcast(self, state: ItemSgdState) -> tuple:
-        return self.solver.broadcast(state.solver), self.sample(state.round)
+        return self.solver.broadcast(state.solver), state.picked
 
     def silo_step(self, broadcast: tuple, users: SiloArrays, draws, participation: np.ndarray) -> np.ndarray:
         """(P, U, d, C) each user's sum of its sampled items' clipped gradients."""
@@ -181,15 +185,16 @@ class ItemDpSgd:
     def charge(self, state: ItemSgdState, participation: np.ndarray) -> np.ndarray:
         return participation
 
-    def server_step(self, state: ItemSgdState, values: np.ndarray, mask: np.ndarray) -> ItemSgdState:
+    def server_step(self, state: ItemSgdState, values: np.ndarray, mask: np.ndarray, keys: RoundKeys) -> ItemSgdState:
+        """The noisy mean step (SERVER stream of the round's ``keys``), then the next round's items."""
         p = values.shape[0]
         total = np.where(mask[..., None, None], values, 0.0).sum(axis=1)
-        noise = np.stack([generator(self.seed, Stream.SERVER, *row, state.round).standard_normal(total.shape[1:])
-                          for row in self.streams])
+        noise = np.stack([rng.standard_normal(total.shape[1:])
+                          for rng in generators(keys.seed, Stream.SERVER, keys.streams, keys.round)])
         gradient = total / self.batch_size + self.noise_std[:, None, None] * noise
         moved = np.ones(p, dtype=np.int64)
         return ItemSgdState(state.round + 1, self.solver.step(state.solver, gradient, moved),
-                            state.gradients + self.batch_size)
+                            state.gradients + self.batch_size, self.sample(keys.at(state.round + 1)))
 
     def metrics(self, state: ItemSgdState) -> dict:
         return {"gradient_evaluations": Metric(state.gradients.astype(np.float64), True)}

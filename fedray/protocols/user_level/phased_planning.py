@@ -222,8 +222,8 @@ class AcceleratedErm(ProtocolRecipe):
         algorithm = algorithm_class(
             context.loss, solvers, layout.steps,
             layout.batch, starts, unit_phase, problem.items,
-            tuple(map(float, tau)), tuple(map(float, sigma)), problem.epsilon, private, context.seed,
-            replicas.streams, constants.get("smoothing_radius", 0.0))
+            tuple(map(float, tau)), tuple(map(float, sigma)), problem.epsilon, private,
+            constants.get("smoothing_radius", 0.0))
         several = len(runs) > 1
         failed = [f"run {j + 1} of {len(runs)}: {why}" if several else why
                   for j, (p, schedule, run_layout) in enumerate(runs)
@@ -383,7 +383,7 @@ class FullBatchFiltered(ProtocolRecipe):
             if constants["solver"] == "gd" else AcSa(replicas.step_sizes, 0.0, 0.0, problem.diameter / 2)
         algorithm = algorithm_class(
             context.loss, (solver,), layout.steps, layout.batch, (0,), np.zeros(n, dtype=np.int64), m, (float(tau),),
-            (float(sigma),), eps, private, context.seed, replicas.streams)
+            (float(sigma),), eps, private)
         failed = []
         if private and not derived:
             if eps > 10:

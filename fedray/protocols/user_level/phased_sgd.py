@@ -55,7 +55,7 @@ from fedray.geometry import project_l2_ball
 from fedray.losses import loss_residual
 from fedray.privacy.outliers import concentration_score, outlier_filter
 from fedray.protocols.user_level.phased_sgd_planning import PhasedSgdRecipe
-from fedray.rng import SiloDraws, Stream, generator
+from fedray.rng import SiloDraws, Stream
 
 PASS_FRACTION = 0.8          # halt below 4 C / 5
 
@@ -139,30 +139,29 @@ class PhasedSgd:
     epsilon: float
     test_scale: float            # the score's Laplace noise is Lap(test_scale / eps): 20 as printed, 8 in profile derived
     private: bool
-    seed: int
-    streams: np.ndarray          # (P, k)
     num_units: int
     model_shape: tuple           # (d, k)
     constants: dict = field(default_factory=dict)
 
     recipe: ClassVar[PhasedSgdRecipe] = PhasedSgdRecipe()
 
-    def phase(self, oracle, x: np.ndarray, running: np.ndarray, phase: int) -> tuple[np.ndarray, int]:
+    def phase(self, oracle, x: np.ndarray, running: np.ndarray, phase: int, keys: RoundKeys) -> tuple[np.ndarray, int]:
         """(R, C, d, k) the average iterates of the phase's C groups for the running replicas, and
-        each one's gradient evaluations."""
+        each one's gradient evaluations (the chains' item orders keyed by ``keys``)."""
         start = np.broadcast_to(x[running][:, None], (int(running.sum()), self.groups) + self.model_shape)
         chains = Chains(start.copy(), np.zeros(start.shape), 0)
         chains = oracle.fold(advance_chains, chains, self.loss, self.group_of[phase],
-                             self.step_sizes[running, phase], self.radius, self.seed, self.streams[running], phase)
+                             self.step_sizes[running, phase], self.radius, keys.seed, keys.streams[running], phase)
         return chains.total / (self.group_users[phase] * self.items), chains.evaluations
 
-    def curator(self, iterates: np.ndarray, previous: np.ndarray, replicas: np.ndarray, phase: int):
+    def curator(self, iterates: np.ndarray, previous: np.ndarray, replicas: np.ndarray, phase: int, keys: RoundKeys):
         """(halted (R,), released x_i (R, d, k), groups kept (R,), score (R,)) of one phase's test,
-        filter and noise for the running ``replicas``."""
+        filter and noise for the running ``replicas``, drawn from the SERVER stream of ``keys`` at
+        round coordinate ``phase``."""
         r, c = iterates.shape[:2]
         points = iterates.reshape(r, c, -1)
         tau = self.thresholds[replicas, phase]
-        rngs = [generator(self.seed, Stream.SERVER, *self.streams[p], phase) for p in replicas]
+        rngs = [keys.at(phase).generator(Stream.SERVER, p) for p in replicas]
         score = concentration_score(points, tau)
         noisy = score + np.array([rng.laplace(0.0, self.test_scale / self.epsilon) for rng in rngs])
         halted = noisy < PASS_FRACTION * c
@@ -184,11 +183,12 @@ class PhasedSgd:
                 break
             replicas = np.flatnonzero(running)
             charge[np.ix_(replicas, self.group_of[phase] >= 0)] += 1     # phases are disjoint: at most 1
-            iterates, evaluations = self.phase(oracle, x, running, phase)
+            iterates, evaluations = self.phase(oracle, x, running, phase, keys)
             gradients[replicas] += evaluations
             reached[replicas] = phase + 1
             if self.private:
-                stop, x[replicas], kept[replicas], score[replicas] = self.curator(iterates, x[replicas], replicas, phase)
+                stop, x[replicas], kept[replicas], score[replicas] = self.curator(iterates, x[replicas], replicas, phase,
+                                                                                  keys)
                 halted[replicas] = stop
             else:
                 x[replicas], kept[replicas] = iterates.mean(axis=1), self.groups

@@ -113,8 +113,8 @@ class PhasedSgdRecipe(ProtocolRecipe):
         algorithm = algorithm_class(
             context.loss, layout.groups, layout.group_users, multiplier * layout.step_sizes,
             multiplier * layout.thresholds, multiplier * layout.noise_std * private,
-            group_of, problem.items, problem.diameter / 2, problem.epsilon, layout.test_scale, private, context.seed,
-            replicas.streams, shape.num_silos, (shape.dim, context.loss.num_outputs),
+            group_of, problem.items, problem.diameter / 2, problem.epsilon, layout.test_scale, private,
+            shape.num_silos, (shape.dim, context.loss.num_outputs),
             {"groups": layout.groups, "noise_std_first_phase": float(layout.noise_std[0] * multiplier.max())})
         failed = conditions(problem, layout, constants["profile"]) if private else []
         notes = feasibility(problem, constants["kappa"], algorithms=(1,)) if constants["profile"] != "derived" else \

@@ -386,8 +386,7 @@ class UserSampledGaussian(ProtocolRecipe):
         solver = ProjectedGradient(replicas.step_sizes, ridge, radius)
         resolved = {"users_per_round": batch, "l2_clip": clip}
         if priv["trust_model"] == "none":
-            algorithm = algorithm_class(context.loss, solver, math.inf, np.zeros(replicas.count), rounds, items,
-                                        context.seed, replicas.streams)
+            algorithm = algorithm_class(context.loss, solver, math.inf, np.zeros(replicas.count), rounds, items)
             return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, rounds,
                                      not_private(cells), resolved)
         if priv.get("calibration") != "accountant":
@@ -401,8 +400,7 @@ class UserSampledGaussian(ProtocolRecipe):
         multipliers = {float(eps): calibrate_noise_multiplier(float(eps), delta, batch, users, 1, rounds, "rdp")
                        for eps in np.unique(levels)}
         z = np.array([multipliers[float(eps)] for eps in levels])
-        algorithm = algorithm_class(context.loss, solver, clip, z * 2 * clip / batch, rounds, items, context.seed,
-                                    replicas.streams)
+        algorithm = algorithm_class(context.loss, solver, clip, z * 2 * clip / batch, rounds, items)
         first = z[0]
         accountant = RoundsAccountant(partial(participation_epsilon, float(first), batch, users, 1, delta=delta,
                                               accountant="rdp"), "rdp (K of N users, every round)", delta)

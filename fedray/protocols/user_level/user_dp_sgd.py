@@ -9,7 +9,7 @@ iterate. z comes from the accountant: the T-fold subsampled (K of N, without rep
 Gaussian at (eps, delta) by dp-accounting's RDP (``fedray.privacy.accounting``); every user is
 charged every round (the subsampling credit is ex ante: the sampled sets stay secret), so each
 carries the federation's epsilon. Its privacy term ~ sqrt(d ln(1/delta)) / (eps n) does not fall
-with m. Server draws from the replica's own stream keyed by the round.
+with m. Server draws from the SERVER stream of the round's keys (the replica's row, the round).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from fedray.core.evaluation import Metric
+from fedray.core.protocol import RoundKeys
 from fedray.data.federation import SiloArrays
 from fedray.gradient_descent import GradientState, ProjectedGradient
 from fedray.protocols.user_level.accelerated_erm import user_mean_gradients
 from fedray.protocols.user_level.planning import UserSampledGaussian
-from fedray.rng import Stream, generator
+from fedray.rng import Stream
 
 
 class UserSgdState(NamedTuple):
@@ -43,12 +44,10 @@ class UserDpSgd:
     noise_std: np.ndarray
     num_rounds: int
     items: int                   # m (the same for every user)
-    seed: int
-    streams: np.ndarray
 
     recipe: ClassVar[UserSampledGaussian] = UserSampledGaussian()
 
-    def init(self, params0: np.ndarray) -> UserSgdState:
+    def init(self, params0: np.ndarray, keys: RoundKeys) -> UserSgdState:
         return UserSgdState(0, self.solver.init(params0), np.zeros(params0.shape[0], dtype=np.int64))
 
     def broadcast(self, state: UserSgdState) -> np.ndarray:
@@ -60,7 +59,7 @@ class UserDpSgd:
     def charge(self, state: UserSgdState, participation: np.ndarray) -> np.ndarray:
         return participation            # the rounds accountant charges every user of a round with any
 
-    def server_step(self, state: UserSgdState, values: np.ndarray, mask: np.ndarray) -> UserSgdState:
+    def server_step(self, state: UserSgdState, values: np.ndarray, mask: np.ndarray, keys: RoundKeys) -> UserSgdState:
         p = values.shape[0]
         k = mask.sum(axis=1)
         flat = values.reshape(p, values.shape[1], -1)
@@ -71,8 +70,7 @@ class UserDpSgd:
         usable = mask & np.isfinite(norms)
         factor = np.where(usable, np.minimum(1.0, self.l2_clip / np.maximum(np.where(usable, norms, 1.0), 1e-300)), 0.0)
         mean = np.einsum("ps,psd->pd", factor, np.where(usable[..., None], flat, 0.0)) / np.maximum(k, 1)[:, None]
-        noise = np.stack([generator(self.seed, Stream.SERVER, *row, state.round).standard_normal(flat.shape[2])
-                          for row in self.streams])
+        noise = np.stack([keys.generator(Stream.SERVER, r).standard_normal(flat.shape[2]) for r in range(p)])
         gradient = (mean + self.noise_std[:, None] * noise).reshape(state.solver.params.shape)
         return UserSgdState(state.round + 1, self.solver.step(state.solver, gradient, k),
                             state.gradients + k * self.items)

@@ -11,6 +11,7 @@ from fedray.protocols.isrl_dp.accelerated import lan_prox_scale, regularized_pro
 from fedray.losses import Logistic, Squared, clipped_weighted_gradients, margins
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise
 from fedray.rng import SiloDraws
+from tests.conftest import round_keys
 from tests.protocols.isrl_dp.silos import synthetic_silos
 
 
@@ -36,7 +37,7 @@ def simulate(algorithm, silos, rounds, seed=0, replicas=1, participants=None, pa
     """The driver's loop: participants per round (all by default), broadcast, silo half, server half."""
     num_silos = silos.x.shape[0]
     dim = silos.x.shape[2]
-    state = algorithm.init(np.zeros((replicas, dim, 1)) if params0 is None else params0)
+    state = algorithm.init(np.zeros((replicas, dim, 1)) if params0 is None else params0, round_keys(replicas))
     reps = np.zeros(replicas, dtype=int)
     for r in range(rounds):
         mask = np.ones((replicas, num_silos), dtype=bool)
@@ -45,7 +46,7 @@ def simulate(algorithm, silos, rounds, seed=0, replicas=1, participants=None, pa
             mask[:] = False
             mask[:, rng.choice(num_silos, participants, replace=False)] = True
         msgs = algorithm.silo_step(algorithm.broadcast(state), silos, SiloDraws(seed, reps, r, silos.silo_ids))
-        state = algorithm.server_step(state, msgs, mask)
+        state = algorithm.server_step(state, msgs, mask, round_keys(replicas))
     return state
 
 
@@ -80,7 +81,7 @@ def test_first_query_point_is_the_initial_point(mu):
     # alpha_1 = 1 gives w^md_1 = w_0 for any mu and prox scale.
     w0 = np.random.default_rng(0).normal(size=(2, 4, 1))
     algorithm = AcceleratedMinibatchSGD(Squared(), np.array([0.1, 2.0]), 5, 1.0, NoNoise(), strong_convexity=mu)
-    state = algorithm.init(w0)
+    state = algorithm.init(w0, round_keys(w0.shape[0]))
     np.testing.assert_array_equal(algorithm.broadcast(state), w0)
     alpha, _ = algorithm.server.schedule(state)
     assert alpha == 1.0
@@ -136,7 +137,7 @@ def test_round_without_participants_keeps_the_iterates():
     algorithm = AcceleratedMinibatchSGD(LOSS, np.array([0.5]), 20, 1.0, NoNoise())
     state = simulate(algorithm, SYNTH, 3)
     msgs = algorithm.silo_step(algorithm.broadcast(state), SYNTH, SiloDraws(0, np.array([0]), 3, SYNTH.silo_ids))
-    after = algorithm.server_step(state, msgs, np.zeros((1, 6), dtype=bool))
+    after = algorithm.server_step(state, msgs, np.zeros((1, 6), dtype=bool), round_keys())
     np.testing.assert_array_equal(after.params, state.params)
     np.testing.assert_array_equal(after.prox_center, state.prox_center)
     assert after.round == state.round + 1

@@ -10,6 +10,7 @@ from fedray.data import SiloArrays
 from fedray.losses import Logistic, margins
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise
 from fedray.rng import SiloDraws
+from tests.conftest import round_keys
 from tests.protocols.isrl_dp.silos import synthetic_silos
 
 LOSS = Logistic()
@@ -34,14 +35,14 @@ def optimum():
 
 
 def simulate(algorithm, rounds, seed=0, silos_per_round=6, replicas=1):
-    state = algorithm.init(np.zeros((replicas, 5, 1)))
+    state = algorithm.init(np.zeros((replicas, 5, 1)), round_keys(replicas))
     reps = np.zeros(replicas, dtype=int)
     for r in range(rounds):
         rng = np.random.default_rng([seed, r])
         mask = np.zeros((replicas, 6), dtype=bool)
         mask[:, rng.choice(6, silos_per_round, replace=False)] = True
         msgs = algorithm.silo_step(algorithm.broadcast(state), SILOS, SiloDraws(seed, reps, r, SILOS.silo_ids))
-        state = algorithm.server_step(state, msgs, mask)
+        state = algorithm.server_step(state, msgs, mask, round_keys(replicas))
     return state
 
 

@@ -12,6 +12,7 @@ from fedray.data import SyntheticLinear
 from fedray.losses import Logistic, Squared, margins
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise
 from fedray.rng import SiloDraws
+from tests.conftest import round_keys
 
 
 def strongly_convex_silos(dim=8):
@@ -23,11 +24,11 @@ def strongly_convex_silos(dim=8):
 
 
 def run(algorithm, silos, rounds, seed=0):
-    state = algorithm.init(np.zeros((1, silos.x.shape[2], 1)))
+    state = algorithm.init(np.zeros((1, silos.x.shape[2], 1)), round_keys())
     states = [state]
     for r in range(rounds):
         msgs = algorithm.silo_step(algorithm.broadcast(state), silos, SiloDraws(seed, np.array([0]), r, silos.silo_ids))
-        state = algorithm.server_step(state, msgs, np.ones((1, silos.x.shape[0]), dtype=bool))
+        state = algorithm.server_step(state, msgs, np.ones((1, silos.x.shape[0]), dtype=bool), round_keys())
         states.append(state)
     return states
 
@@ -56,7 +57,7 @@ def test_stage_formulas_match_hand_values():
 def test_prox_scale_is_the_larger_of_the_floor_and_the_variance_term():
     algorithm = MultiStageAcceleratedSGD(Squared(), np.array([0.5, 0.001]), 8, np.inf, NoNoise(),
                                          strong_convexity=0.05, smoothness=1.0, oracle_std=0.1, initial_gap=2.0)
-    state = algorithm.init(np.zeros((2, 3, 1)))
+    state = algorithm.init(np.zeros((2, 3, 1)), round_keys(2))
     term = stage_noise_scale(1, 26, 0.05, 0.1, 2.0)
     np.testing.assert_allclose(algorithm.stages.prox_scale(algorithm.step_size, state), [max(2.0, term), 1000.0])
 
@@ -88,9 +89,9 @@ def test_noiseless_strongly_convex_convergence_is_linear():
 
 def test_init_rejects_non_strongly_convex_settings():
     with pytest.raises(ValueError, match="strong_convexity must be > 0"):
-        make(strong_convexity=0.0).init(np.zeros((1, 3, 1)))
+        make(strong_convexity=0.0).init(np.zeros((1, 3, 1)), round_keys())
     with pytest.raises(ValueError, match="initial_gap"):
-        make(initial_gap=None).init(np.zeros((1, 3, 1)))
+        make(initial_gap=None).init(np.zeros((1, 3, 1)), round_keys())
 
 
 def test_multistage_one_pass_stays_within_one_pass():

@@ -29,7 +29,7 @@ from fedray.rng import SiloDraws
 from fedray.runtime.shuffler import Shuffler
 from fedray.runtime.silo_group import RoundPayload, SiloGroup
 from tests.protocols.isrl_dp.silos import synthetic_silos
-from tests.conftest import compose
+from tests.conftest import compose, round_keys
 
 LOSS = Logistic()
 FED, SILOS = synthetic_silos(6, 120, 3)
@@ -51,7 +51,7 @@ def make(epsilon=15.0, delta=1e-3, silos_per_round=6, l2_clip=1.0, step=0.5):
 
 def simulate(algorithm, rounds, silos_per_round=6, seed=0):
     """The driver's loop with the summing shuffler between the halves."""
-    state = algorithm.init(np.zeros((1, 5, 1)))
+    state = algorithm.init(np.zeros((1, 5, 1)), round_keys())
     reps = np.zeros(1, dtype=int)
     shuffler = Shuffler(seed, reps, output="sum")
     for r in range(rounds):
@@ -59,7 +59,7 @@ def simulate(algorithm, rounds, silos_per_round=6, seed=0):
         mask[:, np.random.default_rng([seed, r]).choice(6, silos_per_round, replace=False)] = True
         msgs = algorithm.silo_step(algorithm.broadcast(state), SILOS, SiloDraws(seed, reps, r, SILOS.silo_ids))
         shuffled = shuffler.shuffle(r, (msgs, mask))
-        state = algorithm.server_step(state, shuffled.messages, shuffled.mask)
+        state = algorithm.server_step(state, shuffled.messages, shuffled.mask, round_keys())
     return state
 
 
@@ -107,13 +107,13 @@ def test_without_privacy_the_iterates_are_one_pass_ac_sa():
     # Degenerate limit: exact sums through the summing shuffler = Alg. 1's average of silo means.
     exact = ShuffledOnePassAcceleratedSGD(LOSS, np.array([0.5]), K, 0.5, NoNoise())
     reference = OnePassAcceleratedSGD(LOSS, np.array([0.5]), K, 0.5, NoNoise())
-    state = reference.init(np.zeros((1, 5, 1)))
+    state = reference.init(np.zeros((1, 5, 1)), round_keys())
     for r in range(12):
         mask = np.zeros((1, 6), dtype=bool)
         mask[:, np.random.default_rng([0, r]).choice(6, 4, replace=False)] = True
         draws = SiloDraws(0, np.zeros(1, dtype=int), r, SILOS.silo_ids)
         msgs = reference.silo_step(reference.broadcast(state), SILOS, draws)
-        state = reference.server_step(state, msgs, mask)
+        state = reference.server_step(state, msgs, mask, round_keys())
     ours = simulate(exact, 12, silos_per_round=4)
     assert ours.round == state.round == 12
     for name in ("params", "prox_center"):

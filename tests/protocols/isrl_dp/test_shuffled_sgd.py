@@ -19,6 +19,7 @@ from fedray.privacy.mechanisms import GaussianNoise, NoNoise
 from fedray.protocols.isrl_dp.shuffle_calibration import calibrate_shuffled_sgd, gaussian_noise_multiplier, round_privacy
 from fedray.rng import SiloDraws
 from fedray.runtime.shuffler import Shuffler
+from tests.conftest import round_keys
 from tests.protocols.isrl_dp.silos import synthetic_silos
 
 LOSS = Logistic()
@@ -31,7 +32,7 @@ def objective(params):
 
 def simulate(algorithm, rounds, seed=0, silos_per_round=6, replicas=1):
     """The driver's loop with the shuffler between the silo half and the server half."""
-    state = algorithm.init(np.zeros((replicas, 5, 1)))
+    state = algorithm.init(np.zeros((replicas, 5, 1)), round_keys(replicas))
     reps = np.zeros(replicas, dtype=int)
     shuffler = Shuffler(seed, reps)
     for r in range(rounds):
@@ -40,7 +41,7 @@ def simulate(algorithm, rounds, seed=0, silos_per_round=6, replicas=1):
         mask[:, rng.choice(6, silos_per_round, replace=False)] = True
         msgs = algorithm.silo_step(algorithm.broadcast(state), SILOS, SiloDraws(seed, reps, r, SILOS.silo_ids))
         shuffled = shuffler.shuffle(r, (msgs, mask))
-        state = algorithm.server_step(state, shuffled.messages, shuffled.mask)
+        state = algorithm.server_step(state, shuffled.messages, shuffled.mask, round_keys(replicas))
     return state
 
 
@@ -87,13 +88,13 @@ def test_zero_noise_equals_non_private_minibatch_sgd_with_one_record():
     # Degenerate limit: no noise, no clip, K = 1; shuffling changes only the summation order.
     shuffled = simulate(make(step=0.3), 30, silos_per_round=4).params
     mb = MinibatchSGD(LOSS, np.array([0.3]), 1, np.inf, NoNoise())
-    state = mb.init(np.zeros((1, 5, 1)))
+    state = mb.init(np.zeros((1, 5, 1)), round_keys())
     for r in range(30):
         rng = np.random.default_rng([0, r])
         mask = np.zeros((1, 6), dtype=bool)
         mask[:, rng.choice(6, 4, replace=False)] = True
         msgs = mb.silo_step(mb.broadcast(state), SILOS, SiloDraws(0, np.zeros(1, dtype=int), r, SILOS.silo_ids))
-        state = mb.server_step(state, msgs, mask)
+        state = mb.server_step(state, msgs, mask, round_keys())
     np.testing.assert_allclose(shuffled, state.params, rtol=1e-10, atol=1e-13)
 
 
@@ -127,11 +128,11 @@ def test_deterministic_given_seed_and_sensitive_to_it():
 
 def test_server_step_does_not_depend_on_message_order():
     algorithm = make()
-    state = algorithm.init(np.zeros((1, 5, 1)))
+    state = algorithm.init(np.zeros((1, 5, 1)), round_keys())
     messages = np.random.default_rng(1).normal(size=(1, 5, 5, 1))
     mask = np.ones((1, 5), dtype=bool)
-    a = algorithm.server_step(state, messages, mask).params
-    b = algorithm.server_step(state, messages[:, ::-1], mask).params
+    a = algorithm.server_step(state, messages, mask, round_keys()).params
+    b = algorithm.server_step(state, messages[:, ::-1], mask, round_keys()).params
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
 
 

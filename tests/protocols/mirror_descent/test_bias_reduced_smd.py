@@ -98,16 +98,17 @@ def test_the_papers_vertex_constant_is_refused_with_its_reason(job):
 def test_replay_on_a_worst_case_pair_keeps_every_step_within_the_re_derived_sensitivity():
     from fedray.data import PaddedMatrixGame
     from fedray.protocols.mirror_descent.audit import replay_bias_reduced
+    from fedray.core.protocol import RoundKeys
     from fedray.protocols.mirror_descent.bias_reduced_smd import BiasReducedSMD
 
     game = PaddedMatrixGame(num_samples=60_000, dim=8)
     params = bias_reduced_parameters(60_000, 1.0, 1e-6, log_dimensions(8, 8), 1.0, 1.0, 0.0, 20.0)
     sampler = LeveledBatches(params.levels, params.batch_factor, params.stop)
-    alg = BiasReducedSMD(np.full(3, params.step_size), params.levels, 8, 8, sampler, 0, np.arange(3),
-                         np.arange(3)[:, None], int(params.stop))
+    alg = BiasReducedSMD(np.full(3, params.step_size), params.levels, 8, 8, sampler, int(params.stop))
+    keys = RoundKeys(0, np.arange(3), 0, np.arange(3)[:, None])
     payoff = np.outer(np.where(np.arange(8) % 2 == 0, 1.0, -1.0), np.ones(8))     # L0 s 1^T (E6's pair)
     samples = game.load(seed=0)
-    gaps, bounds = replay_bias_reduced(alg, samples.replace(0, payoff), samples.replace(0, -payoff), 1.0)
+    gaps, bounds = replay_bias_reduced(alg, keys, samples.replace(0, payoff), samples.replace(0, -payoff), 1.0)
     assert np.all(gaps <= bounds * (1 + 1e-9) + 1e-15)
     # Sample 0 is in every replica's first batch: the first step's gap is positive, the bound's order.
     assert np.all(gaps[0] > 0.05 * bounds[0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedray.core.protocol import RoundKeys
 from fedray.errors import ConfigError
 from fedray.plan import make_plan
 from fedray.protocols.mirror_descent.boosting import run_on_ranges, selection_probabilities, value_sums
@@ -59,8 +60,9 @@ def test_the_range_runner_reproduces_frank_wolfe_through_the_driver():
     algorithm = plan.protocol.algorithm
     driven = run(plan, inline=True, groups=InlineGroups(plan, 2)).outputs["output"][:, :algorithm.rows]
     spans = np.tile([0, plan.shape.num_silos], (2, 1))
-    state, released = run_on_ranges(InlineGroups(plan, 2), algorithm, algorithm.init(np.zeros((2, 1))),
-                                     lambda *_: spans)
+    keys = RoundKeys(plan.seed, plan.repetitions, 0, plan.replicas.streams)
+    state, released = run_on_ranges(InlineGroups(plan, 2), algorithm, algorithm.init(np.zeros((2, 1)), keys),
+                                    lambda *_: spans, keys)
     np.testing.assert_allclose(state.theta, driven, rtol=0, atol=1e-12)
     assert released.tolist() == [plan.num_rounds] * 2          # one vertex per round and replica
 
@@ -120,7 +122,8 @@ def test_alg4_runs_end_to_end_and_releases_one_of_its_candidates(ray_local):
 def test_the_alg3_draws_are_counted_per_replica_from_the_public_levels():
     plan = make_plan(compose(*BOOSTED, "repetitions=3"))
     program = plan.protocol.build(None)
-    _, _, released = program.candidates(InlineGroups(plan, 2))
+    _, _, released = program.candidates(InlineGroups(plan, 2), RoundKeys(plan.seed, plan.repetitions, 0,
+                                                                          plan.replicas.streams))
     assert released.shape == (3,) and len(set(released.tolist())) > 1      # each replica its own levels
     for p, rep in enumerate(plan.replicas.repetitions):
         expected = 0

@@ -12,7 +12,7 @@ from fedray.plan import make_plan
 from fedray.privacy.composition import pure_advanced_composition
 from fedray.protocols.mirror_descent.calibration import draw_epsilon, sco_draws, sco_schedule
 from fedray.runtime.driver import InlineGroups, run
-from tests.conftest import compose
+from tests.conftest import compose, round_keys
 
 SCO = ["experiment=sco_logistic", "data.spec.num_samples=20000", "data.spec.pool=2000", "data.spec.dim=16",
        "repetitions=2", "progress=false"]
@@ -69,11 +69,11 @@ def test_running_average_ratios_stay_within_4_tau_l0_over_b_on_a_worst_case_neig
     spec = LogisticTasks(num_samples=20_000, dim=8, tasks=1, pool=500, sparsity=2)
     schedule = sco_schedule("second_order", 20_000, 1.0, 1e-6, 8, spec.lipschitz, 1.0, 0.25)
     alg = OnlineToBatchSMD(np.full(2, schedule.step_size), schedule.batch_size, schedule.num_steps, schedule.refresh,
-                           schedule.draws, 8, 0, np.arange(2)[:, None])
+                           schedule.draws, 8)
     signs = np.where(np.arange(8) % 2 == 0, 1.0, -1.0)
     samples = spec.load(seed=0)
     # Sample 0 with features s and label +1 against features -s: its gradient flips sign in every coordinate.
-    ratios, bound = replay_online_to_batch(alg, samples.replace(0, signs, np.ones(1)),
+    ratios, bound = replay_online_to_batch(alg, round_keys(2), samples.replace(0, signs, np.ones(1)),
                                            samples.replace(0, -signs, np.ones(1)), spec.lipschitz)
     assert np.all(ratios <= bound * (1 + 1e-9)) and ratios.max() > 0.1 * bound
 

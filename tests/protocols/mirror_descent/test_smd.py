@@ -16,7 +16,7 @@ from fedray.protocols.mirror_descent.calibration import draw_epsilon
 from fedray.protocols.mirror_descent.simplex import VertexDraws
 from fedray.protocols.mirror_descent.smd import PrivateSMD
 from fedray.runtime.driver import InlineGroups, run
-from tests.conftest import compose
+from tests.conftest import compose, round_keys
 
 GAME = ["experiment=smd_bilinear", "data.spec.num_samples=3000", "data.spec.dim=8", "repetitions=3",
         "progress=false", "evaluate_every=1000"]
@@ -116,10 +116,10 @@ def test_non_private_gap_shrinks_with_n():
 class _PrintedSign(PrivateSMD):
     """Alg. 1 with the y-update as printed (descent for the max player: spec §6 item 1)."""
 
-    def server_step(self, state, summed):
+    def server_step(self, state, summed, keys):
         flipped = summed.copy()
         flipped[:, self.rows:] *= -1
-        return super().server_step(state, flipped)
+        return super().server_step(state, flipped, keys)
 
 
 @pytest.mark.slow
@@ -128,15 +128,15 @@ def test_the_corrected_y_update_converges_and_the_printed_one_does_not():
 
     game = DenseMatrixGame(num_samples=100_000)                 # spec §7 test 13's 2 x 2 game, non-private
     samples = game.load(seed=0)
-    streams = np.zeros((1, 1), dtype=np.int64)
+    keys = round_keys()
     gaps, steps, batch = {}, 10_000, 10
     for name, cls in (("corrected", PrivateSMD), ("printed", _PrintedSign)):
         tau = math.sqrt(2 * math.log(2) / steps) / game.lipschitz
-        alg = cls(np.array([tau]), batch, steps, 2, 2, VertexDraws(0, streams, 1))
-        state = alg.init(np.zeros((1, 1)))
+        alg = cls(np.array([tau]), batch, steps, 2, 2, VertexDraws(1))
+        state = alg.init(np.zeros((1, 1)), keys)
         for t in range(steps):
             batch_samples = samples.select(slice(t * batch, (t + 1) * batch))
-            state = alg.server_step(state, alg.silo_step(alg.broadcast(state), batch_samples, None))
+            state = alg.server_step(state, alg.silo_step(alg.broadcast(state), batch_samples, None), keys.at(t))
         average = alg.output(state)["iterate_average"]
         gaps[name] = float(game.gap(average[:, :2], average[:, 2:])[0])
     assert gaps["corrected"] < 0.05 and gaps["printed"] > 0.2, gaps
@@ -150,15 +150,14 @@ def test_replay_audit_on_an_adversarial_neighbour_stays_within_every_bound():
 
     game = PaddedMatrixGame(num_samples=20_000, dim=16)
     schedule = sgd_schedule("bilinear", 20_000, 1.0, 1e-6, 16, 16, game.lipschitz)
-    streams = np.arange(3)[:, None]
-    alg = PrivateSMD(np.full(3, schedule.step_size), schedule.batch_size, schedule.num_steps, 16, 16,
-                     VertexDraws(0, streams, 1))
+    alg = PrivateSMD(np.full(3, schedule.step_size), schedule.batch_size, schedule.num_steps, 16, 16, VertexDraws(1))
     samples = game.load(seed=0)
     # The first sample's payoff replaced by -L0 sign(A_z): every gradient coordinate moves by up to 2 L0.
     first = samples.select(slice(0, 1))
     payoff = np.stack([first.gradient_sums(np.eye(16)[[i]], np.eye(16)[[j]])[0][0, i] for i in range(16)
                        for j in range(16)]).reshape(16, 16)
-    audit = replay_audit(alg, samples, samples.replace(0, -game.lipschitz * np.sign(payoff)), game.lipschitz, 1e-6)
+    audit = replay_audit(alg, round_keys(3), samples, samples.replace(0, -game.lipschitz * np.sign(payoff)),
+                         game.lipschitz, 1e-6)
     assert np.all(audit.score_gap <= audit.score_bound * (1 + 1e-9))
     assert np.all(audit.draw_loss <= audit.draw_bound * (1 + 1e-9))
     # The neighbour is nearly worst case: the score gap reaches the bound at the replaced batch.
@@ -175,9 +174,9 @@ def test_replay_audit_catches_a_step_size_above_tau_priv():
     game = PaddedMatrixGame(num_samples=20_000, dim=16)
     schedule = sgd_schedule("bilinear", 20_000, 1.0, 1e-6, 16, 16, game.lipschitz)
     alg = PrivateSMD(np.array([40 * schedule.private_step]), schedule.batch_size, schedule.num_steps, 16, 16,
-                     VertexDraws(0, np.zeros((1, 1), dtype=np.int64), 1))
+                     VertexDraws(1))
     samples = game.load(seed=0)
-    audit = replay_audit(alg, samples, samples.replace(0, np.eye(16) - 0.5), game.lipschitz, 1e-6)
+    audit = replay_audit(alg, round_keys(), samples, samples.replace(0, np.eye(16) - 0.5), game.lipschitz, 1e-6)
     assert np.all(audit.draw_loss <= audit.draw_bound * (1 + 1e-9))
     assert audit.composed[0] > 1.0          # the realised losses of 40 tau_priv compose past eps = 1
 
@@ -290,8 +289,8 @@ def test_replay_audit_of_the_tight_step_stays_within_its_bounded_range_claim():
     neighbour = samples.replace(0, -game.lipschitz * np.sign(payoff))    # spreads reach 7/8 of the bound
     for factor, within in ((1.0, True), (1.2, False)):
         alg = PrivateSMD(np.array([factor * schedule.private_step]), schedule.batch_size, schedule.num_steps, 16, 16,
-                         VertexDraws(0, np.zeros((1, 1), dtype=np.int64), 1))
-        audit = replay_audit(alg, samples, neighbour, game.lipschitz, 1e-6)
+                         VertexDraws(1))
+        audit = replay_audit(alg, round_keys(), samples, neighbour, game.lipschitz, 1e-6)
         assert np.all(audit.draw_spread <= audit.draw_bound * (1 + 1e-9))
         # 0.867 at the tight step, 1.053 at 1.2 times it; Cor. 3.6's quantity is 1.26 already at 1.0.
         assert bool(audit.composed_range[0] <= 1.0) is within, (factor, audit.composed_range)

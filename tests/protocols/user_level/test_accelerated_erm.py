@@ -385,18 +385,19 @@ def test_b1_counts_a_non_finite_user_gradient_as_zero_and_releases_no_nan(bad):
     """A sampled user whose gradient overflowed must not turn the release into NaN (0 * inf):
     its vector counts as the zero vector, inside the clip ball, so the sensitivity stays 2 L / K."""
     from fedray.gradient_descent import ProjectedGradient
+    from fedray.core.protocol import RoundKeys
     from fedray.protocols.user_level.user_dp_sgd import UserDpSgd
     from fedray.losses import Squared
 
-    sgd = UserDpSgd(Squared(), ProjectedGradient(np.array([0.5]), 0.0, 1.0), 1.0, np.array([0.1]), 5, 16, 3,
-                    np.array([[0]]))
-    state = sgd.init(np.zeros((1, 3, 1)))
+    sgd = UserDpSgd(Squared(), ProjectedGradient(np.array([0.5]), 0.0, 1.0), 1.0, np.array([0.1]), 5, 16)
+    keys = RoundKeys(3, np.zeros(1, dtype=np.int64), 0, np.array([[0]]))
+    state = sgd.init(np.zeros((1, 3, 1)), keys)
     values = np.random.default_rng(0).uniform(-0.3, 0.3, size=(1, 4, 3, 1))
     spoiled = values.copy()
     spoiled[0, 2, 1, 0] = bad
     mask = np.ones((1, 4), dtype=bool)
-    clean, dirty = sgd.server_step(state, np.where(np.arange(4)[None, :, None, None] == 2, 0.0, values), mask), \
-        sgd.server_step(state, spoiled, mask)
+    clean, dirty = sgd.server_step(state, np.where(np.arange(4)[None, :, None, None] == 2, 0.0, values), mask, keys), \
+        sgd.server_step(state, spoiled, mask, keys)
     assert np.isfinite(dirty.solver.params).all()
     np.testing.assert_array_equal(dirty.solver.params, clean.solver.params)
 

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from fedray.core.protocol import RoundKeys
 from fedray.errors import ConfigError
 from fedray.plan import make_plan
 from fedray.privacy.accounting import participation_epsilon
@@ -42,7 +43,7 @@ def test_a_round_is_the_clipped_mean_of_the_sampled_items_on_any_layout():
     plan = make_plan(compose(*B3, "privacy=none", "num_rounds=1", "algorithm.step_size=[0.5,2.0]",
                              "algorithm.radius=0.3"))
     algorithm = plan.protocol.algorithm
-    picked = algorithm.sample(0)
+    picked = algorithm.sample(_keys(plan))
     assert picked.shape == (2, 100) and all(np.unique(row).size == 100 for row in picked)
     fed = plan.dataset.load(plan.seed, plan.trial)
     x, y = fed.x_train.reshape(-1, 3), fed.y_train.reshape(-1)
@@ -69,15 +70,20 @@ def test_bad_settings_are_refused_at_planning(override, key):
     assert err.value.key == key
 
 
+def _keys(plan) -> RoundKeys:
+    """Round 0's keys of ``plan``'s run (what the driver hands the server)."""
+    return RoundKeys(plan.seed, plan.repetitions, 0, plan.replicas.streams)
+
+
 def _round_noise(plan) -> tuple[np.ndarray, np.ndarray]:
     """Each replica's server noise of round 0 (a step from 0 on all-zero user sums, over -eta) and
     its item sample."""
     algorithm = plan.protocol.algorithm
     replicas, users = plan.replicas.count, plan.shape.num_silos
-    state = algorithm.init(np.zeros((replicas, plan.shape.dim, 1)))
+    state = algorithm.init(np.zeros((replicas, plan.shape.dim, 1)), _keys(plan))
     zeros = np.zeros((replicas, users, plan.shape.dim, 1))
-    stepped = algorithm.server_step(state, zeros, np.ones((replicas, users), dtype=bool))
-    return -stepped.solver.iterate / algorithm.solver.step_size[:, None, None], algorithm.sample(0)
+    stepped = algorithm.server_step(state, zeros, np.ones((replicas, users), dtype=bool), _keys(plan))
+    return -stepped.solver.iterate / algorithm.solver.step_size[:, None, None], state.picked
 
 
 def test_plans_of_other_seeds_and_replicas_draw_their_own_noise_and_items():

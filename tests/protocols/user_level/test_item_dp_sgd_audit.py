@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
+from fedray.core.protocol import RoundKeys
 from fedray.data import SyntheticLinear
 from fedray.data.federation import SiloArrays
 from fedray.plan import make_plan
@@ -59,17 +60,18 @@ def users_sums(algorithm, plan) -> list[np.ndarray]:
     for label in (0.0, 1.0):
         federation = MovedUser(**vars(plan.dataset), label=label).load(plan.seed, plan.trial)
         shard = SiloArrays.of(federation, np.arange(USERS))
-        three = _replicas(algorithm, np.full(3, 1.0), np.stack([np.arange(3), np.arange(3)], axis=1))
-        values = three.silo_step(three.broadcast(three.init(np.zeros((3, 1, 1)))), shard, None,
+        three = _replicas(algorithm, np.full(3, 1.0))
+        keys = RoundKeys(0, np.zeros(3, dtype=np.int64), 0, np.stack([np.arange(3), np.arange(3)], axis=1))
+        values = three.silo_step(three.broadcast(three.init(np.zeros((3, 1, 1)), keys)), shard, None,
                                  np.ones((3, USERS), dtype=bool))
         assert np.array_equal(values, np.broadcast_to(values[:1], values.shape))
         sums.append(values[0])
     return sums
 
 
-def _replicas(algorithm, noise_std: np.ndarray, streams: np.ndarray, seed: int = 0):
-    """``algorithm`` carrying len(noise_std) replicas with their own stream keys."""
-    return replace(algorithm, noise_std=noise_std, seed=seed, streams=streams,
+def _replicas(algorithm, noise_std: np.ndarray):
+    """``algorithm`` carrying len(noise_std) replicas (their own stream keys come with the keys)."""
+    return replace(algorithm, noise_std=noise_std,
                    solver=replace(algorithm.solver, step_size=np.full(len(noise_std), 1.0)))
 
 
@@ -79,11 +81,11 @@ def release_sampler(algorithm, sums: list[np.ndarray], noise_scale: float = 1.0)
 
     def sample(flag, num_draws, rng):
         streams = np.stack([np.full(num_draws, int(rng.integers(2**31))), np.arange(num_draws)], axis=1)
-        run = _replicas(algorithm, np.full(num_draws, algorithm.noise_std[0] * noise_scale), streams,
-                        int(rng.integers(2**31)))
-        state = run.init(np.zeros((num_draws, 1, 1)))
+        run = _replicas(algorithm, np.full(num_draws, algorithm.noise_std[0] * noise_scale))
+        keys = RoundKeys(int(rng.integers(2**31)), np.zeros(num_draws, dtype=np.int64), 0, streams)
+        state = run.init(np.zeros((num_draws, 1, 1)), keys)
         messages = np.broadcast_to(sums[flag], (num_draws,) + sums[flag].shape)
-        state = run.server_step(state, messages, np.ones((num_draws, USERS), dtype=bool))
+        state = run.server_step(state, messages, np.ones((num_draws, USERS), dtype=bool), keys)
         return run.output(state)["avg"][:, :, 0]
 
     return sample

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from fedray.core.protocol import RoundKeys
 from fedray.errors import ConfigError
 from fedray.plan import make_plan
 from fedray.protocols.user_level.phased_parameters import Problem, phased_sgd_layout, phased_sgd_schedule
@@ -28,6 +29,11 @@ SMALL = ["experiment=user_level_sphere", "algorithm=phased_sgd", "data.spec.num_
 # whatever kappa); Thm B.1's eta shrinks as 1 / sqrt(eps), so the multiplier makes eta_1 = 0.43.
 QUIET = ["algorithm.profile=exploratory", "algorithm.kappa=0.2", "privacy.epsilon=1e8", "privacy.delta=1e-6",
          "algorithm.step_size=3e6"]
+
+
+def _keys(plan, seed: int | None = None) -> RoundKeys:
+    """The keys the driver hands the program (of another run seed if ``seed`` is given)."""
+    return RoundKeys(plan.seed if seed is None else seed, plan.repetitions, 0, plan.replicas.streams)
 
 
 def _plan(*overrides: str):
@@ -93,7 +99,7 @@ def test_every_chain_is_the_one_process_sgd_pass_it_stands_for():
     groups = InlineGroups(plan, 3)
     running = np.ones(3, dtype=bool)
     x = start[:, :, None]
-    iterates, evaluations = program.phase(groups, x, running, 1)
+    iterates, evaluations = program.phase(groups, x, running, 1, _keys(plan))
     assert evaluations == program.groups * program.group_users[1] * 8
     np.testing.assert_allclose(iterates[..., 0], _reference_phase(plan, program, start, 1), rtol=1e-12, atol=1e-14)
 
@@ -147,26 +153,26 @@ def test_the_server_keeps_concentrated_iterates_and_noises_their_mean():
     program = plan.protocol.build(None)
     c = program.groups
     same = np.zeros((3, c, 5, 1)) + 0.1
-    halted, released, kept, score = program.curator(same, np.zeros((3, 5, 1)), np.arange(3), 0)
+    halted, released, kept, score = program.curator(same, np.zeros((3, 5, 1)), np.arange(3), 0, _keys(plan))
     assert not halted.any() and np.all(kept == c) and np.all(score == c)
     assert np.all(np.abs(released - 0.1) < 10 * program.noise_std[:, :1, None].max() + 1e-12)
     # two far clusters of 60% and 40%: the minority is never kept, the mean is the majority's
     split = same.copy()
     far = 10 * program.thresholds[:, 0].max()                  # beyond the filter's 2 tau_1
     split[:, int(0.6 * c):] += far
-    halted, released, kept, score = program.curator(split, np.zeros((3, 5, 1)), np.arange(3), 0)
+    halted, released, kept, score = program.curator(split, np.zeros((3, 5, 1)), np.arange(3), 0, _keys(plan))
     assert np.all(kept <= int(0.6 * c)) and np.all(score < c)
     assert np.all(np.abs(released - 0.1) < 10 * program.noise_std[:, :1, None].max() + 1e-12)
     # an even split: every point is close to half of them, s = C / 2 < 4C/5: the test fails
     split[:, c // 2:int(0.6 * c)] += far
-    assert program.curator(split, np.zeros((3, 5, 1)), np.arange(3), 0)[0].all()
+    assert program.curator(split, np.zeros((3, 5, 1)), np.arange(3), 0, _keys(plan))[0].all()
 
 
 def test_the_noise_is_the_printed_sigma():
     plan = _plan("algorithm.profile=exploratory", "algorithm.kappa=0.01", "privacy.epsilon=1", "repetitions=1")
     program = plan.protocol.build(None)
     same = np.zeros((1, program.groups, 5, 1))
-    draws = np.concatenate([program.curator(same, np.zeros((1, 5, 1)), np.arange(1), phase)[1].reshape(-1)
+    draws = np.concatenate([program.curator(same, np.zeros((1, 5, 1)), np.arange(1), phase, _keys(plan))[1].reshape(-1)
                             for phase in range(program.step_sizes.shape[1]) for _ in range(1)])
     # phase i's noise is sigma_i; normalised by it, 5 l coordinates of a standard normal
     sigma = np.repeat(program.noise_std[0], 5)
@@ -241,7 +247,7 @@ def test_an_overflowing_user_leaves_a_finite_release_and_no_warning(recwarn):
                             program.radius, plan.seed, plan.replicas.streams, 0)
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
     iterates = chains.total / chains.total.shape[1]
-    halted, released, kept, _ = program.curator(iterates, np.zeros((3, 5, 1)), np.arange(3), 0)
+    halted, released, kept, _ = program.curator(iterates, np.zeros((3, 5, 1)), np.arange(3), 0, _keys(plan))
     assert np.all(np.isfinite(released))
     # a huge finite point is projected onto the sphere, not to 0
     huge = np.full((1, 1, 5, 1), 1e300)
@@ -290,9 +296,9 @@ def test_profile_d_runs_its_test_at_lap_8_over_eps_and_spends_the_target():
     # 0.5 exp(-C / 40) = 0.066 (Lap(20 / eps) would halt 0.222 of the time)
     c, phases = program.groups, program.step_sizes.shape[1]
     same = np.zeros((3, c, 5, 1))
-    halts = [program.curator(same, np.zeros((3, 5, 1)), np.arange(3), phase)[0]
+    halts = [program.curator(same, np.zeros((3, 5, 1)), np.arange(3), phase, _keys(plan, seed))[0]
              for seed in range(60) for phase in range(phases)
-             for program in [dataclasses.replace(plan.protocol.build(None), epsilon=1.0, seed=seed)]]
+             for program in [dataclasses.replace(plan.protocol.build(None), epsilon=1.0)]]
     rate, expected = np.mean(halts), 0.5 * math.exp(-c / 40)
     assert abs(rate - expected) < 4 * math.sqrt(expected * (1 - expected) / np.size(halts))
     result = run(plan, inline=True)          # T6 (d): each user charged one phase's eps, at most the target
