@@ -41,11 +41,11 @@ def row(epsilon: float, delta: float, dim: int, users: int, l2: float) -> dict:
 
 
 def main() -> None:
-    print(f"{'(eps, delta, d, n, T)':<28}{'eps_0':>9}{'g':>5}{'paper b':>18}{'tight b':>11}{'std ratio':>11}"
+    print(f"{'(eps, delta, d, n, T)':<28}{'eps_0':>9}{'g':>5}{'paper b':>20}{'tight b':>11}{'std ratio':>11}"
           f"{'certified eps':>15}{'its delta':>11}{'s':>6}")
     for setting in SETTINGS:
         r = row(*setting)
-        print(f"{r['setting']:<28}{r['eps0']:>9.2e}{r['g']:>5}{r['b_paper']:>18,}{r['b_tight']:>11,}"
+        print(f"{r['setting']:<28}{r['eps0']:>9.2e}{r['g']:>5}{r['b_paper']:>20,}{r['b_tight']:>11,}"
               f"{r['std_ratio']:>11.0f}{r['eps_tight']:>15.4f}{r['delta_tight']:>11.2e}"
               f"{r['seconds']:>6.1f}")
 
