@@ -75,7 +75,7 @@ from scipy import special, stats
 
 from fedray.errors import ConfigError
 from fedray.privacy.vector_sum import checked_sizes
-from fedray.privacy.vector_sum_tight import TIGHT_PROBABILITY, TightVectorSumParameters, unit_shift_count
+from fedray.privacy.vector_sum_tight import TIGHT_PROBABILITY, TightVectorSumParameters, bisect_bits, unit_shift_count
 
 __all__ = ["ORDERS", "BinomialRoundsComposition", "TightRoundsParameters", "rounds_delta", "rounds_epsilon",
            "tight_rounds_parameters", "unit_pair_log_moments"]
@@ -185,15 +185,7 @@ def _fewest_bits(epsilon: float, delta: float, dim: int, num_users: int, scale: 
         if num_users * high > MAX_TRIALS:
             raise ConfigError("privacy.epsilon", epsilon, f"a budget P_vec can meet over {num_rounds} rounds with "
                               f"n b <= {MAX_TRIALS} noise trials (d = {dim}, n = {num_users}, delta = {delta})")
-    low = high // 2                                    # bound(low) > target (or low = 0) >= bound(high)
-    while high - low > max(1, BITS_TOLERANCE * high):
-        mid = (low + high) // 2
-        at_mid = bound(mid)
-        if at_mid <= target:
-            high, value = mid, at_mid
-        else:
-            low = mid
-    return high, value
+    return bisect_bits(bound, target, high // 2, high, value, BITS_TOLERANCE)   # bound(high // 2) > target
 
 
 def tight_rounds_parameters(epsilon: float, delta: float, dim: int, num_users: int, l2_bound: float,

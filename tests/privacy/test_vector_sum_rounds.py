@@ -13,13 +13,12 @@ from scipy import stats
 
 from fedray.errors import ConfigError
 from fedray.privacy import audit_epsilon
-from fedray.privacy.vector_sum import analyze_counts, randomize_counts
 from fedray.privacy.vector_sum_rounds import (
     ORDERS, BinomialRoundsComposition, pairs_delta, pairs_epsilon, rounds_delta, rounds_epsilon,
     tight_rounds_parameters, unit_pair_log_moments,
 )
 from fedray.privacy.vector_sum_tight import unit_shift_count
-from tests.privacy.test_vector_sum_tight import noise_pmf, view_pmf
+from tests.privacy.test_vector_sum_tight import noise_pmf, view_pmf, worst_pair_sampler
 
 
 # --- (a) the moments: an independent sum over the whole support ---------------------------------
@@ -184,15 +183,9 @@ def test_audit_of_the_rounds_stays_below_the_claim_and_half_the_trials_is_caught
     tight = tight_rounds_parameters(epsilon, delta, 1, users, 1.0, rounds)
     half = dataclasses.replace(tight, noise_bits=tight.noise_bits // 2)
 
-    def sampler(params):
-        def sample(flag, num_draws, rng):
-            x = np.zeros((num_draws, users, 1))
-            x[:, 0, 0] = 1.0 if flag == 0 else -1.0              # the worst pair in every round
-            return sum(analyze_counts(randomize_counts(x, params, rng).sum(axis=1), params) for _ in range(rounds))
-        return sample
-
-    honest = audit_epsilon(sampler(tight), 200_000, np.random.default_rng(0), delta=delta)
-    broken = audit_epsilon(sampler(half), 200_000, np.random.default_rng(1), delta=delta)
+    # the worst pair in every round, the rounds' estimates summed (the shift's sufficient statistic)
+    honest = audit_epsilon(worst_pair_sampler(tight, users, rounds), 200_000, np.random.default_rng(0), delta=delta)
+    broken = audit_epsilon(worst_pair_sampler(half, users, rounds), 200_000, np.random.default_rng(1), delta=delta)
     print(f"T = {rounds}, tight b = {tight.noise_bits}: audit {honest.eps_lower:.3f} <= {epsilon}; "
           f"b = {half.noise_bits}: audit {broken.eps_lower:.3f}")
     assert honest.eps_lower <= epsilon
