@@ -163,7 +163,10 @@ def rounds_epsilon(delta: float, dim: int, trials: int, scale: int, num_rounds: 
 @dataclass(frozen=True)
 class TightRoundsParameters(TightVectorSumParameters):
     """P_vec's parameters for T invocations per user calibrated together: ``epsilon`` and ``delta``
-    are the T rounds' target, ``certified_delta`` the bound on the T rounds' delta(epsilon)."""
+    are the T rounds' target, ``certified_delta`` the bound on the T rounds' delta(epsilon). One
+    invocation is a marginal of the T rounds, so a per-invocation event read from ``epsilon`` and
+    ``delta`` (``VectorSumRandomizer.event``) stays sound, only loose; the ledger prices rounds by
+    ``BinomialRoundsComposition``, never by composing such events."""
 
     num_rounds: int = 1
 
