@@ -13,10 +13,10 @@ test images. Writes results.csv and figure.png next to this file and prints them
     python experiments/x3_mnist_users/run.py
     python experiments/x3_mnist_users/run.py --arms "P_SGD tight" ...   # re-run these arms, keep the rest
 
-Every shuffle arm but P_GD (``NO_TIGHT_TWIN``) has a twin named "<arm> tight" (issue 44): the same
-protocol, B, T and step rule with P_vec calibrated by its exact privacy loss
-(``privacy.calibration=tight``, ``fedray.privacy.vector_sum_tight``) instead of seed-000 §2.2's b
-and p, at the same (eps, delta).
+Every shuffle arm has a twin named "<arm> tight" (issue 44): the same protocol, B, T and step rule
+with P_vec calibrated by its exact privacy loss (``privacy.calibration=tight``,
+``fedray.privacy.vector_sum_tight``; for P_GD its T rounds together by the binomial's moments,
+``fedray.privacy.vector_sum_rounds``) instead of seed-000 §2.2's b and p, at the same (eps, delta).
 ``--arms`` runs only the named arms' cells and merges their rows into the existing results.csv in
 ``--out`` (every other arm's rows stay as they were); each cell's per-replica test errors go to
 errors.npz, merged the same way. ``--figure-only`` redraws figure.png from results.csv.
@@ -53,10 +53,10 @@ ARMS = {
     "non-private SGD": (SGD + ["privacy=none", "privacy.l2_clip=1.0"], "avg", "none"),
 }
 TIGHT = " tight"      # the suffix of P_vec's exactly calibrated twin of a shuffle arm (issue 44)
-# P_GD has no tight twin: its rounds run at eps_0 = 0.0014 (eps = 1) and 0.0043 (eps = 4), below what
-# the unit-shift bound of vector_sum_tight certifies in a run's time at d = 20 (L = 820 unit pairs on
-# a PLD grid of 3e-5: up to 0.025 of privacy loss from the grid alone; see X2's run.py and README).
-NO_TIGHT_TWIN = ("P_GD",)
+# Every shuffle arm has its tight twin; P_GD's calibrates its T rounds together by the binomial's
+# moments (fedray.privacy.vector_sum_rounds): per round, eps_0 = 0.0014 to 0.0043 was below what the
+# unit-shift PLD of vector_sum_tight certifies in a run's time (see X2's README).
+NO_TIGHT_TWIN: tuple[str, ...] = ()
 ARMS |= {arm + TIGHT: (overrides + ["privacy.calibration=tight"], output, kind)
          for arm, (overrides, output, kind) in list(ARMS.items()) if kind == "shuffle" and arm not in NO_TIGHT_TWIN}
 

@@ -320,10 +320,17 @@ def _fewest_bits(epsilon: float, delta: float, dim: int, num_users: int, scale: 
         if at_low > delta:
             break
         high, value, low = low, at_low, low // 2
-    while high - low > 1:                              # bound(low) > delta (or low = 0: no noise) >= bound(high)
+    return bisect_bits(bound, delta, low, high, value)
+
+
+def bisect_bits(bound, target: float, low: int, high: int, value: float, tolerance: float = 0.0) -> tuple[int, float]:
+    """(b, bound(b)): bisection between ``low`` (failing, or 0) and ``high`` (meeting ``target``,
+    with ``value`` = bound(high)) until high - low <= max(1, tolerance high); the returned b is one
+    at which ``bound`` was computed and met (the private side)."""
+    while high - low > max(1, tolerance * high):
         mid = (low + high) // 2
         at_mid = bound(mid)
-        if at_mid <= delta:
+        if at_mid <= target:
             high, value = mid, at_mid
         else:
             low = mid

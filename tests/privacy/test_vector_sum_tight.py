@@ -224,20 +224,23 @@ def test_tight_parameters_refuse_bad_values_and_the_paper_lemma():
 
 # --- (c) a black-box audit -------------------------------------------------------------------------
 
+def worst_pair_sampler(params, users: int, rounds: int = 1):
+    """The audit's sampler: the analyzer's estimates on D (user 0 at +Delta2, the rest at 0) or D'
+    (user 0 at -Delta2), the worst pair (encodings g and 0), summed over ``rounds`` invocations."""
+    def sample(flag, num_draws, rng):
+        x = np.zeros((num_draws, users, 1))
+        x[:, 0, 0] = 1.0 if flag == 0 else -1.0
+        return sum(analyze_counts(randomize_counts(x, params, rng).sum(axis=1), params) for _ in range(rounds))
+    return sample
+
+
 def test_audit_of_the_worst_pair_stays_below_the_claim_and_half_the_trials_is_caught():
     epsilon, delta, users = 2.0, 1e-3, 4
     tight = tight_vector_sum_parameters(epsilon, delta, 1, users, 1.0)
     half = dataclasses.replace(tight, noise_bits=tight.noise_bits // 2)
 
-    def sampler(params):
-        def sample(flag, num_draws, rng):
-            x = np.zeros((num_draws, users, 1))
-            x[:, 0, 0] = 1.0 if flag == 0 else -1.0          # the worst pair: encodings g and 0
-            return analyze_counts(randomize_counts(x, params, rng).sum(axis=1), params)
-        return sample
-
-    honest = audit_epsilon(sampler(tight), 200_000, np.random.default_rng(0), delta=delta)
-    broken = audit_epsilon(sampler(half), 200_000, np.random.default_rng(1), delta=delta)
+    honest = audit_epsilon(worst_pair_sampler(tight, users), 200_000, np.random.default_rng(0), delta=delta)
+    broken = audit_epsilon(worst_pair_sampler(half, users), 200_000, np.random.default_rng(1), delta=delta)
     print(f"tight b = {tight.noise_bits}: audit {honest.eps_lower:.3f} <= {epsilon}; "
           f"b = {half.noise_bits}: audit {broken.eps_lower:.3f} (its exact eps {invocation_epsilon(delta, half):.2f})")
     assert honest.eps_lower <= epsilon

@@ -188,16 +188,38 @@ def test_pld_composition_affords_a_larger_eps0_and_spends_at_most_the_target():
     assert err.value.key == "privacy.composition"
 
 
-def test_tight_calibration_meets_each_rounds_budget_and_composes_as_the_papers():
-    from fedray.privacy.vector_sum_tight import invocation_delta
+def test_tight_calibration_composes_the_rounds_together_within_the_budget():
+    from fedray.privacy.vector_sum_rounds import rounds_delta, rounds_epsilon
 
     paper, tight = (make_plan(compose(*USERS, "algorithm.parameters=paper", f"privacy.calibration={c}"))
                     for c in ("paper", "tight"))
-    eps0, delta0 = (tight.protocol.resolved[k] for k in ("eps0", "delta0"))
-    assert (eps0, delta0) == tuple(paper.protocol.resolved[k] for k in ("eps0", "delta0"))
+    assert "eps0" not in tight.protocol.resolved                      # no per-round budget
+    assert tight.protocol.resolved["tight_route"] == "binomial_moments"
     params = tight.protocol.algorithm.vector_sum.params
-    assert (params.epsilon, params.delta, params.num_users) == (eps0, delta0, 400)
-    assert invocation_delta(eps0, params) <= delta0
-    assert params.noise_bits < paper.protocol.algorithm.vector_sum.params.noise_bits / 100
-    np.testing.assert_array_equal(tight.privacy.planned_epsilon, paper.privacy.planned_epsilon)
+    rounds = tight.num_rounds
+    assert rounds == paper.num_rounds
+    assert (params.epsilon, params.delta, params.num_users, params.num_rounds) == (4.0, 1e-6, 400, rounds)
+    assert rounds_delta(4.0, 3, 400 * params.noise_bits, params.scale, rounds) <= 1e-6
+    assert params.noise_bits < paper.protocol.algorithm.vector_sum.params.noise_bits / 1000
+    planned = tight.privacy.planned_epsilon
+    assert planned.shape == paper.privacy.planned_epsilon.shape
+    assert np.all(planned == pytest.approx(rounds_epsilon(1e-6, 3, 400 * params.noise_bits, params.scale, rounds)))
+    assert np.all(planned <= 4.0)
     assert tight.privacy.statement()["calibration"] == "tight"
+
+
+def test_tight_calibration_refuses_a_composition_in_one_line():
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*USERS, "algorithm.parameters=paper", "privacy.calibration=tight", "+privacy.composition=pld"))
+    assert err.value.key == "privacy.composition" and "\n" not in str(err.value)
+    print(err.value)
+
+
+def test_tight_calibration_is_priced_by_the_rounds_a_plan_runs():
+    # A manual plan that runs more rounds than it was calibrated for cannot exist: the calibration
+    # reads the plan's own T, so doubling num_rounds doubles the unit pairs and raises b.
+    base = [*USERS, "privacy.calibration=tight", "algorithm.parameters=manual", "algorithm.step_size=0.1"]
+    short, long = (make_plan(compose(*base, f"num_rounds={t}")) for t in (20, 40))
+    short_b, long_b = (p.protocol.algorithm.vector_sum.params.noise_bits for p in (short, long))
+    assert long_b == pytest.approx(2 * short_b, rel=0.05)
+    assert np.max(short.privacy.planned_epsilon) <= 4.0 and np.max(long.privacy.planned_epsilon) <= 4.0

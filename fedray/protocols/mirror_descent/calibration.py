@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedray.errors import ConfigError
-from fedray.privacy.composition import bounded_range_budget
+from fedray.privacy.composition import bounded_range_budget, zcdp_budget
 from fedray.protocols.mirror_descent.bias_reduction import normaliser
 
 REGIMES = ("first_order", "second_order", "bilinear")     # Thm 3.1 (5), (6), (7)
@@ -201,12 +201,40 @@ def vertex_constant(levels: int) -> float:
     return 2.0 * (4.0 * normaliser(levels) + 2.0)
 
 
+def bias_reduced_privacy_constant(epsilon: float, delta: float, calibration: str = "paper") -> float:
+    """K of Alg. 3's privacy condition (c_v tau alpha L0)^2 U <= eps^2 / K on its at most 6 U draws
+    (``bias_reduced_most_draws``), each eps0 = c_v tau alpha L0 (``bias_reduced_draw_epsilon``).
+
+    ``paper``: Prop. 3.17's K = 48 ln(1/delta) (pure-DP advanced composition). ``tight``: each
+    draw is eps0-bounded-range, since eps0 bounds the spread of the score change (``vertex_constant``:
+    every coordinate moves by at most Delta_t, the spread by 2 Delta_t <= eps0), so a draw is
+    eps0^2/8-zCDP (Cesar & Rogers 2021, Lemma 3.2). The levels N_t and the stopping rule do not read
+    the data, so given them the run is an adaptive composition of at most 6 U such draws,
+    (6 U eps0^2 / 8)-zCDP (Bun & Steinke 2016), and a mixture over data-independent levels keeps
+    the bound. Within eps at delta when 6 U eps0^2 / 8 <= rho* (``zcdp_budget``): K = 3 eps^2 / (4 rho*).
+    """
+    if calibration == "paper":
+        return 48.0 * math.log(1 / delta)
+    if calibration != "tight":
+        raise ConfigError("privacy.calibration", calibration, f"one of {CALIBRATIONS}")
+    return 3.0 * epsilon**2 / (4.0 * zcdp_budget(float(epsilon), float(delta)))
+
+
+def bias_reduced_stop_limit(epsilon: float, delta: float, per_draw, calibration: str = "paper"):
+    """The largest U the draws of epsilon ``per_draw`` afford: eps^2 / (K eps0^2)
+    (``bias_reduced_privacy_constant``; Prop. 3.17's bound for ``paper``)."""
+    return epsilon**2 / (bias_reduced_privacy_constant(epsilon, delta, calibration) * np.asarray(per_draw) ** 2)
+
+
 def bias_reduced_parameters(n: int, epsilon: float, delta: float, ell: float, lipschitz: float, smoothness: float,
-                            second_order: float, constant: float = VERTEX_CONSTANTS["safe"]) -> BiasReducedParameters:
+                            second_order: float, constant: float = VERTEX_CONSTANTS["safe"],
+                            calibration: str = "paper") -> BiasReducedParameters:
     """Thm 3.14's (M, C, U, tau, alpha) for Alg. 3 with per-draw epsilon c_v tau alpha L0, by the
     fixed point on the integer M (C depends on M, M = floor(log2 sqrt U), U on C), from
-    M = floor(log2 sqrt(n / 2)) (spec §3.3, §6 item 4). Refuses U < 4."""
-    log_delta = math.log(1 / delta)
+    M = floor(log2 sqrt(n / 2)) (spec §3.3, §6 item 4). Refuses U < 4. The privacy condition's
+    constant 48 ln(1/delta) is ``bias_reduced_privacy_constant`` for ``calibration`` (the same
+    for ``paper``; smaller for ``tight``, so U and alpha grow)."""
+    log_delta = bias_reduced_privacy_constant(epsilon, delta, calibration) / 48.0   # ln(1/delta) for paper
 
     def stop_for(levels: int) -> tuple[float, float]:
         moment = lipschitz**2 + second_order**2 + ell * levels * smoothness**2

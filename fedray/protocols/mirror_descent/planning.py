@@ -42,6 +42,7 @@ from fedray.protocols.mirror_descent.calibration import (
     bias_reduced_draw_epsilon,
     bias_reduced_most_draws,
     bias_reduced_parameters,
+    bias_reduced_stop_limit,
     boosting_counts,
     boosting_split,
     bound_schedule,
@@ -158,6 +159,7 @@ def _bounded_range_draws(per_draw, delta: float, **planned) -> PopulationAccount
 
 
 _TAU_PRIV = "tau_priv of Prop. 3.3, or of bounded-range draws composed in zCDP"
+_ALG3_LIMIT = "U of Prop. 3.17, or of bounded-range draws composed in zCDP"
 
 
 def _refuse_above(limit: float, replicas: Replicas, where: str) -> None:
@@ -332,7 +334,10 @@ class BiasReduced(ProtocolRecipe):
     with the game's L0 = L1 and L2 = 0 and the per-draw constant ``algorithm.vertex_constant``
     (safe: c_v = 20, spec §6 item 3 and ``calibration.vertex_constant``; the paper's 9 is refused),
     as the participation (``LeveledBatches``) and the
-    step size; ``manual`` takes them as set and refuses a U above Prop. 3.17's privacy bound."""
+    step size; ``manual`` takes them as set and refuses a U above Prop. 3.17's privacy bound.
+    ``privacy.calibration=tight``: the draws are bounded-range and compose in zCDP
+    (``calibration.bias_reduced_privacy_constant``), so the same formulas run with the smaller
+    constant and the ledger prices the draws by ``BoundedRangeComposition``."""
 
     trust_models: tuple[str, ...] = ("central", "none")
     privacy_keys: tuple[str, ...] = ()
@@ -350,14 +355,15 @@ class BiasReduced(ProtocolRecipe):
         if priv.get("trust_model") == "none":
             raise ConfigError("algorithm.parameters", "paper", "manual with privacy=none (Thm 3.14's M, U, alpha "
                               "and tau are set by eps)")
-        eps, delta = _budget(priv)
+        eps, delta = _budget(priv, CALIBRATIONS, _ALG3_LIMIT)
         from fedray.protocols.mirror_descent.calibration import log_dimensions
 
         if game.second_order is None:
             raise ConfigError("data.spec.link", getattr(dataset, "link", None),
                               "a second-order smooth objective for Alg. 3 (Thm 3.14 needs L2)")
         params = bias_reduced_parameters(shape.num_silos, eps, delta, log_dimensions(game.rows, game.columns),
-                                         game.lipschitz, game.smoothness, game.second_order, constant)
+                                         game.lipschitz, game.smoothness, game.second_order, constant,
+                                         priv["calibration"])
         participation = {"_target_": "fedray.core.sampling.LeveledBatches", "levels": params.levels,
                          "batch_factor": params.batch_factor, "stop": params.stop}
         return {**config, "num_rounds": int(params.stop), "participation": participation,
@@ -376,17 +382,21 @@ class BiasReduced(ProtocolRecipe):
         if priv["trust_model"] == "none":
             return GamePlan(algorithm, sampler, replicas, context.num_rounds, context.shape.num_silos,
                             _not_private(replicas), resolved=resolved, constants=constants)
-        eps, delta = _budget(priv)
+        eps, delta = _budget(priv, CALIBRATIONS, _ALG3_LIMIT)
+        calibration = priv["calibration"]
         constant = _vertex_constant(alg)
         per_draw = bias_reduced_draw_epsilon(constant, replicas.step_sizes, sampler.batch_factor, game.lipschitz)
-        limit = eps**2 / (48 * np.log(1 / delta) * per_draw**2)
+        limit = bias_reduced_stop_limit(eps, delta, per_draw, calibration)
         if np.any(sampler.stop > limit * (1 + 1e-12)):
-            raise ConfigError("participation.stop", sampler.stop, f"at most {float(limit.min()):.6g} (Prop. 3.17's U "
+            route = "Prop. 3.17's U" if calibration == "paper" else "the U of bounded-range draws composed in zCDP"
+            raise ConfigError("participation.stop", sampler.stop, f"at most {float(limit.min()):.6g} ({route} "
                               f"for tau = {float(replicas.step_sizes.max()):.6g}, alpha = {sampler.batch_factor:g}, "
                               f"c_v = {constant:g})")
         most = bias_reduced_most_draws(sampler.stop)
+        draws_accountant = _pure_draws if calibration == "paper" else _bounded_range_draws
         privacy = _central(
-            _pure_draws(per_draw[:, None], delta, most_releases=most), eps, delta, replicas,
+            draws_accountant(per_draw[:, None], delta, most_releases=most), eps, delta, replicas,
+            calibration=calibration,
             details={"draw_epsilon_max": float(per_draw.max()), "vertex_constant": constant, "most_releases": most,
                      "released": "vertex draws only (2^(N+1) + 1 per player per step) and their average"})
         return GamePlan(algorithm, sampler, replicas, context.num_rounds, context.shape.num_silos, privacy,
@@ -564,7 +574,8 @@ class Boosted(ProtocolRecipe):
         quarter, ssp_part, sco_part = boosting_split(n, runs, checks)
         try:
             params = bias_reduced_parameters(ssp_part, eps, delta, log_dimensions(game.rows, game.columns),
-                                             game.lipschitz, game.smoothness, game.second_order, constant)
+                                             game.lipschitz, game.smoothness, game.second_order, constant,
+                                         priv["calibration"])
         except ConfigError:
             params = None
         if sco_part < 1 or params is None:

@@ -23,9 +23,12 @@ gives each its own step size from its own sum error (``hyperparameters``); ``pap
 formulas and is refused for the Gaussian baselines.
 
 P_vec's calibration (``privacy.calibration``): ``paper`` (the default; seed-000 §2.2's b and p) or
-``tight`` (p = 1/2 and the fewest trials b whose invocation is (eps, delta)-DP, or (eps_0,
-delta_0) for P_GD, by its exact privacy loss: ``fedray.privacy.vector_sum_tight``). Either gives
-the same per-invocation (eps, delta), so the accountants above compose it unchanged.
+``tight``: p = 1/2 and the fewest trials b whose invocation is (eps, delta)-DP by its exact privacy
+loss (sequential protocols, ``fedray.privacy.vector_sum_tight``; parallel composition as above), or,
+for P_GD, whose T rounds together are (eps, delta)-DP for a user by the binomial's moments
+(``fedray.privacy.vector_sum_rounds``; the ledger's rule is ``BinomialRoundsComposition``, there is
+no per-round (eps_0, delta_0), and ``privacy.composition`` is refused: the route composes the rounds
+itself).
 """
 
 from __future__ import annotations
@@ -51,9 +54,11 @@ from fedray.privacy.gaussian_sum import CentralGaussianSum, LocalGaussianSum, pa
 from fedray.privacy.ledger import ComposedAccountant, Ledger, one_pass_ledger
 from fedray.privacy.statement import PrivacyPlan
 from fedray.privacy.vector_sum import ExactSum, SplitVectorSum, vector_sum_parameters
+from fedray.privacy.vector_sum_rounds import BinomialRoundsComposition, tight_rounds_parameters
 from fedray.privacy.vector_sum_tight import tight_vector_sum_parameters
 from fedray.protocols.shuffle_sco.hyperparameters import (
-    MODES, agd_phase_schedule, gd_phase_schedule, gd_schedule, gd_smoothing_parameter, sgd_schedule, smoothing_parameter,
+    MODES, agd_phase_schedule, gd_num_rounds, gd_phase_schedule, gd_schedule, gd_smoothing_parameter, sgd_schedule,
+    smoothing_parameter,
 )
 from fedray.smoothing import MoreauEnvelope
 
@@ -234,12 +239,13 @@ class PvecRounds(ProtocolRecipe):
                 raise ConfigError("data.loss.smoothing", None, "a number with algorithm.strong_convexity for p_gd "
                                   "(Thm 4.9's phases are built for a given loss; smoothed phases are not)")
             return _gd_phased(config, mode, n, dim, eps, delta, lipschitz, diameter, alg["strong_convexity"],
-                              _sum_mse(priv, mode), _round_budget(priv))
+                              _rounds_sum_mse(priv, mode, eps, delta), _round_budget(priv))
         if envelope:
             smoothness = gd_smoothing_parameter(n, dim, eps, delta, lipschitz, diameter)
             lipschitz = 2.0 * lipschitz
             data = {**data, "loss": {**data["loss"], "smoothing": smoothness}}
-        schedule = gd_schedule(mode, n, dim, eps, delta, lipschitz, diameter, _round_budget(priv), _sum_mse(priv, mode))
+        schedule = gd_schedule(mode, n, dim, eps, delta, lipschitz, diameter, _round_budget(priv),
+                               _rounds_sum_mse(priv, mode, eps, delta))
         return {**config, "num_rounds": schedule.num_steps, "data": data,
                 "algorithm": {**alg, "step_size": schedule.step_size}}
 
@@ -258,18 +264,26 @@ class PvecRounds(ProtocolRecipe):
             vector_sum, privacy = ExactSum(), _not_private(priv, context)
         else:
             eps, delta = _budget(priv)
-            composition = priv.get("composition", "advanced")
-            eps0, delta0, slack, shrunk = _round_budget(priv)(eps, delta, per_user)
-            rule = (ApproxDpPldComposition(eps0, delta0, delta) if composition == "pld"   # the rounds' PLD at delta
-                    else ApproxDpComposition(eps0, delta0, slack, route="advanced"))
-            vector_sum, details = _private_sum(priv, context, eps0, delta0, shape.dim * context.loss.num_outputs,
-                                               per_invocation, "num_rounds", rounds)
+            dim = shape.dim * context.loss.num_outputs
+            rule: Any
+            if _rounds_tight(priv):
+                # The T rounds calibrated together (vector_sum_rounds): no per-round budget.
+                vector_sum, details = _tight_rounds_sum(priv, eps, delta, dim, per_invocation, per_user)
+                composition, rule = BinomialRoundsComposition.NAME, BinomialRoundsComposition(vector_sum.params)
+            else:
+                composition = priv.get("composition", "advanced")
+                eps0, delta0, slack, shrunk = _round_budget(priv)(eps, delta, per_user)
+                rule = (ApproxDpPldComposition(eps0, delta0, delta) if composition == "pld"   # the rounds' PLD at delta
+                        else ApproxDpComposition(eps0, delta0, slack, route="advanced"))
+                vector_sum, details = _private_sum(priv, context, eps0, delta0, dim, per_invocation, "num_rounds",
+                                                   rounds)
+                details = {"eps0": eps0, "delta0": delta0, "delta_slack": slack, "eps0_shrunk": shrunk, **details}
             cells = (context.replicas.count, users)
             privacy = PrivacyPlan(
                 trust_model=priv["trust_model"], calibration=priv["calibration"], accountant=composition, unit=USER,
                 relation="replace_one", delta=np.full(users, delta), noise_multiplier=np.zeros(cells),
                 target_epsilon=np.full(cells, eps), ledger=Ledger(ComposedAccountant(rule, composition), cells, "user"),
-                details={"eps0": eps0, "delta0": delta0, "delta_slack": slack, "eps0_shrunk": shrunk, **details})
+                details=details)
         algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=per_invocation,
                                     l2_clip=_clip(priv), vector_sum=vector_sum, **own)
         resolved = {"num_rounds": rounds, "parameters": alg.get("parameters", "manual"), **privacy.details}
@@ -315,7 +329,10 @@ def _gd_phased(config: dict, mode: str, n: int, dim: int, eps: float, delta: flo
 
 
 def _round_budget(priv: dict):
-    """P_GD's per-round (eps_0, delta_0, delta', shrunk) for ``privacy.composition``."""
+    """P_GD's per-round (eps_0, delta_0, delta', shrunk) for ``privacy.composition``; NaN under the
+    tight calibration, which has no per-round budget (``_rounds_sum_mse`` ignores it)."""
+    if _rounds_tight(priv):
+        return lambda eps, delta, rounds: (math.nan, math.nan, math.nan, False)
     composition = priv.get("composition", "advanced")
     if composition == "advanced":
         return per_round_budget
@@ -323,6 +340,43 @@ def _round_budget(priv: dict):
         return lambda eps, delta, rounds: (pld_composition_budget(eps, rounds, delta / (rounds + 1), delta),
                                            delta / (rounds + 1), delta / (rounds + 1), False)
     raise ConfigError("privacy.composition", composition, "advanced (the paper's) or pld")
+
+
+def _rounds_tight(priv: dict) -> bool:
+    """True for P_GD's rounds calibrated together (trust_model=sdp, calibration=tight); refuses
+    ``privacy.composition`` with it, in one line."""
+    if priv.get("trust_model") != "sdp" or priv.get("calibration") != "tight":
+        return False
+    if priv.get("composition") is not None:
+        raise ConfigError("privacy.composition", priv["composition"], "unset with privacy.calibration=tight for p_gd "
+                          "(the tight route composes the rounds' binomial moments itself; advanced and pld compose "
+                          "the paper calibration's per-round (eps_0, delta_0))")
+    return True
+
+
+def _tight_rounds_sum(priv: dict, eps: float, delta: float, dim: int, users: int, rounds: int) -> tuple[Any, dict]:
+    """P_vec for ``rounds`` invocations over ``users`` users, calibrated together, and the values to log."""
+    try:
+        params = tight_rounds_parameters(eps, delta, dim, users, _clip(priv), rounds)
+    except ConfigError as err:
+        raise ConfigError("num_rounds", rounds, f"a value whose P_vec rounds can be served ({err})") from err
+    return SplitVectorSum(params), {"messages_per_user": params.messages_per_user, "noise_bits": params.noise_bits,
+                                    "bit_probability": params.bit_probability, "tight_route": params.route,
+                                    "rounds_delta_bound": params.certified_delta}
+
+
+def _rounds_sum_mse(priv: dict, mode: str, eps: float, delta: float):
+    """P_GD's step-sum error for ``exact``: under the tight calibration, P_vec's for the rounds
+    calibrated together at the run's (eps, delta), T from the users per invocation
+    (``gd_num_rounds``, as ``gd_schedule`` sets it); otherwise ``_sum_mse``'s at (eps_0, delta_0)."""
+    if not _rounds_tight(priv):
+        return _sum_mse(priv, mode)
+
+    def sum_mse(eps0, delta0, dim, batch, l2):
+        params = tight_rounds_parameters(eps, delta, dim, batch, l2, gd_num_rounds(batch, dim, eps, delta))
+        return SplitVectorSum(params).sum_mse(batch, dim)
+
+    return sum_mse
 
 
 def _refuse_manual_phases(alg: dict) -> None:

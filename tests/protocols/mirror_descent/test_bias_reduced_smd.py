@@ -152,3 +152,72 @@ def test_the_ledger_covers_the_worst_case_sensitivity_of_every_realised_level_se
                                           plan.sampler.levels, 1e-6) for p, rep in enumerate(plan.repetitions)])
     assert np.all(ledger >= worst), (f"c_v = {plan.privacy.details['vertex_constant']}: ledger {ledger.min():.3f}-"
                                      f"{ledger.max():.3f}, worst case {worst.min():.3f}-{worst.max():.3f}")
+
+
+# --- privacy.calibration=tight: the draws are bounded-range, composed in zCDP (issue 44) -------------
+
+def test_tight_privacy_constant_hand_number():
+    from fedray.privacy.composition import zcdp_budget
+    from fedray.protocols.mirror_descent.calibration import bias_reduced_privacy_constant
+
+    # paper: 48 ln(1e6) = 663.1; tight: 3 / (4 rho*) with rho* = 0.02436 the zCDP that converts to
+    # eps = 1 at delta = 1e-6 (CKS20's conversion), i.e. 30.8: U may grow by 663.1 / 30.8 = 21.5 at the same eps0.
+    paper, tight = (bias_reduced_privacy_constant(1.0, 1e-6, c) for c in ("paper", "tight"))
+    assert paper == pytest.approx(48 * math.log(1e6), rel=1e-15)
+    assert tight == pytest.approx(3.0 / (4.0 * zcdp_budget(1.0, 1e-6)), rel=1e-15)
+    print(f"K paper {paper:.1f}, tight {tight:.1f}, ratio {paper / tight:.2f}")
+    assert tight == pytest.approx(30.79, abs=0.01) and 21 < paper / tight < 22
+    with pytest.raises(ConfigError):
+        bias_reduced_privacy_constant(1.0, 1e-6, "accountant")
+
+
+def test_tight_plan_spends_its_budget_by_the_bounded_range_route_and_not_by_pure_dp():
+    from fedray.privacy.composition import bounded_range_composition
+
+    paper, tight = (make_plan(compose(*ALG3, f"privacy.calibration={c}")) for c in ("paper", "tight"))
+    assert tight.sampler.stop > 4 * paper.sampler.stop                       # 2,051 against 397
+    assert tight.privacy.statement()["calibration"] == "tight"
+    planned = float(tight.privacy.planned_epsilon.max())
+    per_draw = 20.0 * tight.step_sizes * tight.sampler.batch_factor * 1.0
+    most = int(6 * tight.sampler.stop)
+    # independent route: zCDP of `most` draws of eps0^2 / 8 each, converted at delta
+    zcdp = float(bounded_range_composition(float(per_draw.max()), most, 1e-6)[0])
+    assert planned == pytest.approx(zcdp, rel=1e-12) and 0.999 <= planned <= 1.0
+    # Cor. 3.6 (pure DP) cannot certify the same draws: the paper route refuses this U.
+    assert float(pure_advanced_composition(float(per_draw.max()), most, 1e-6)[0]) > 1.0
+
+
+@pytest.mark.parametrize("calibration, factor, refused", [("tight", 1.0, False), ("tight", 2.0, True),
+                                                          ("paper", 1.0, True)])
+def test_manual_u_above_the_routes_bound_is_refused(calibration, factor, refused):
+    tight = make_plan(compose(*ALG3, "privacy.calibration=tight"))
+    s = tight.sampler
+    manual = [*ALG3, "algorithm.parameters=manual", f"algorithm.step_size={float(tight.step_sizes[0])!r}",
+              f"participation.levels={s.levels}", f"participation.batch_factor={float(s.batch_factor)!r}",
+              f"participation.stop={float(s.stop) * factor!r}", f"privacy.calibration={calibration}"]
+    if not refused:
+        assert float(make_plan(compose(*manual)).privacy.planned_epsilon.max()) <= 1.0
+        return
+    with pytest.raises(ConfigError) as err:
+        make_plan(compose(*manual))
+    assert err.value.key == "participation.stop"
+    print(err.value)
+
+
+def test_tight_ledger_covers_the_worst_case_of_every_realised_level_sequence():
+    from fedray.privacy.composition import zcdp_epsilon
+
+    job = [o for o in ALG3 if not o.startswith(("data.spec.num_samples", "repetitions"))]
+    plan = make_plan(compose(*job, "data.spec.num_samples=20000", "repetitions=20", "privacy.calibration=tight"))
+    ledger = run(plan, inline=True).epsilon_spent[:, 0]
+    worst = []
+    for p, rep in enumerate(plan.repetitions):
+        levels, starts = plan.sampler.schedule(plan.seed, rep)
+        weights = sum(2.0 ** -k for k in range(plan.sampler.levels + 1)) * 2.0 ** levels
+        spread = np.array([[w * (a - b) + e for a in (-1, 1) for b in (-1, 1) for e in (-1, 1)] for w in weights])
+        sensitivity = plan.step_sizes[p] * (spread.max(axis=1) - spread.min(axis=1)) / np.diff(starts)
+        draws = 2 * (2 ** (levels + 1) + 1)
+        # a sample in step t's batch moves the later draws' scores by a spread <= 2 Delta_t: zCDP (2 Delta_t)^2 / 8 each
+        worst.append(max(zcdp_epsilon(float(draws[t + 1:].sum() * (2 * sensitivity[t]) ** 2 / 8), 1e-6)
+                         for t in range(levels.size)))
+    assert np.all(ledger >= np.array(worst)) and np.all(ledger <= 1.0)
