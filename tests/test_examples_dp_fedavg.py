@@ -64,7 +64,7 @@ POISSON = ProtocolCase(tuple(o for o in SMALL if not o.startswith("participation
                        neighbours=add_one, weaken=half_noise, audit_draws=200_000)
 
 
-@pytest.mark.parametrize("name,check", [pytest.param(n, c, marks=[pytest.mark.slow] if n == "audit" else [], id=n)
+@pytest.mark.parametrize("name,check", [pytest.param(n, c, marks=[pytest.mark.slow] if n != "noise_matches_ledger" else [], id=n)
                                         for n, c in checks(POISSON) if n in ("noise_matches_ledger", "audit", "deterministic")])
 def test_fedray_testing_check_with_poisson_sampling(name, check):
     found = check()
@@ -72,6 +72,7 @@ def test_fedray_testing_check_with_poisson_sampling(name, check):
         print(name, found)
 
 
+@pytest.mark.slow
 def test_poisson_add_remove_needs_at_most_half_the_noise_of_replace_one():
     """The same budget (eps = 1, 30 rounds, 3 of 6 clients expected): sigma = z C under add/remove
     with Poisson sampling against z' 2C under replace-one with K of N (measured 5.64 against 22.77:
@@ -154,6 +155,7 @@ def test_runs_from_the_command_line_outside_the_checkout(tmp_path):
     assert re.search(r"dp_fedavg", done.stdout), done.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_py_modules_ship_the_package_to_every_worker(tmp_path):
     """``runtime.py_modules`` reaches the workers as Ray's shipped copy (what a multi-node cluster
     needs; on one machine Ray also hands the workers the driver's ``sys.path``)."""

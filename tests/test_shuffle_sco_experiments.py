@@ -23,7 +23,8 @@ X2, X3 = _script("x2_optimization"), _script("x3_mnist_users")
 TRUST = {"shuffle": "sdp", "local": "local", "central": "central", "none": "none"}
 
 
-@pytest.mark.parametrize("arm", [a if i == 0 else pytest.param(a, marks=pytest.mark.slow) for i, a in enumerate(X2.ARMS)])  # fast tier: the first arm
+@pytest.mark.slow
+@pytest.mark.parametrize("arm", list(X2.ARMS))
 def test_x2_arms_plan(arm):
     problem, overrides, output, interactive, kind = X2.ARMS[arm]
     for n in (X2.GD_NS if interactive else (X2.NS[0], X2.NS[-1])):
@@ -39,6 +40,7 @@ def test_x2_baselines_share_the_private_arms_b_and_t():
     assert len({(p.protocol.algorithm.batch_size, p.num_rounds) for p in plans.values()}) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arm", list(X3.ARMS))
 def test_x3_arms_plan(arm, data_dir):
     overrides, output, kind = X3.ARMS[arm]

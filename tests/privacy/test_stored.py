@@ -225,6 +225,7 @@ def test_arguments_other_than_numbers_and_strings_are_refused():
         size([1, 2])
 
 
+@pytest.mark.slow
 def test_planning_the_main_job_again_imports_no_dp_accounting(tmp_path):
     """The start-up claim: with the answers stored, planning needs neither dp-accounting nor scipy.stats."""
     script = (

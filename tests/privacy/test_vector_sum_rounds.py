@@ -87,6 +87,7 @@ def hockey(first: np.ndarray, second: np.ndarray, epsilon: float) -> float:
     return float(max(np.maximum(first - gamma * second, 0.0).sum(), np.maximum(second - gamma * first, 0.0).sum()))
 
 
+@pytest.mark.slow
 def test_bound_covers_the_exact_t_round_view_at_one_coordinate():
     users, bits, l2, rounds = 4, 25, 1.0, 3                    # M = 100 / 4 = 25 trials a piece, K = 12
     scale = 4                                                  # ceil(max(2 sqrt(4), 1, 4))
@@ -157,6 +158,7 @@ def test_calibration_round_trip_and_fewest_bits(epsilon, delta, dim, users, roun
     assert rule.deltas(np.array([0, rounds])).tolist() == [0.0, delta]
 
 
+@pytest.mark.slow
 def test_hand_number_x2_cell():
     # X2's P_GD cell n = 1e3, eps = 1, delta = 1e-6, d = 10, L = 2: T = 188 rounds, g = ceil(2 * 2 sqrt(1000))
     # = 127, L = floor(sqrt(10) 127) + 10 = 411 unit shifts a round, K = 77,268 pairs. The Gaussian
