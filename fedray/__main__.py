@@ -26,13 +26,12 @@ from fedray.cli import Jobs, console  # noqa: E402
 from fedray.override_errors import as_config_error, one_line  # noqa: E402
 from fedray.resolvers import register  # noqa: E402
 
-register()  # before Hydra composes the config
-
 
 def main(jobs: Jobs | None = None) -> None:
     """Hydra's command line with ``jobs`` (new ones by default) as the task function: the jobs of a
     sweep run by this process share its silo actors and its run-writing thread."""
     task = jobs if jobs is not None else Jobs()
+    register()          # the configs' resolvers, before Hydra composes
     hydra.main(version_base="1.3", config_path="pkg://fedray.conf", config_name="config")(task)()
 
 

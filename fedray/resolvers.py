@@ -11,7 +11,7 @@ command line does it before Hydra composes; so does the tests' ``compose``).
 from __future__ import annotations
 
 import numpy as np
-from omegaconf import OmegaConf
+from omegaconf import ListConfig, OmegaConf
 
 
 def step_grid(lo: float, hi: float, num: int, scale: float = 1.0) -> list[float]:
@@ -26,7 +26,13 @@ def _authors_k(num_records: int, num_silos: int, epsilon_max: float, num_rounds:
     return authors_batch_size(num_records, num_silos, epsilon_max, num_rounds)
 
 
-RESOLVERS = {"fedray_grid": step_grid, "fedray_authors_k": _authors_k}
+def _grid(*args) -> ListConfig:
+    # A ListConfig, not a list: Hydra's `--cfg job --resolve` resolves the config in place, which
+    # OmegaConf refuses for a resolver's plain list.
+    return ListConfig(step_grid(*args))
+
+
+RESOLVERS = {"fedray_grid": _grid, "fedray_authors_k": _authors_k}
 
 
 def register() -> None:
