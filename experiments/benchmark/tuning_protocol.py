@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from measuring import GIB, timed
+
 HERE = Path(__file__).resolve().parent
 CONF = HERE.parents[1] / "fedray" / "conf"
 # What a job's overrides add to the sweep's and the benchmark's own (store and output places):
@@ -156,8 +158,6 @@ def run_protocol(protocol: str, trials: int, work: Path, env: dict, timeout: flo
     """Both sides of one protocol; returns times, runs and the loss check."""
     from mlflow.tracking import MlflowClient
 
-    from run import timed
-
     jobs = numpy_jobs(protocol, trials)
     # Every cached federation built once, untimed: both sides then read it from the dataset cache
     # (fedray.data.cache). Otherwise MNIST's PCA, seconds a trial, would fall on fedray, run first.
@@ -195,8 +195,6 @@ def run_protocol(protocol: str, trials: int, work: Path, env: dict, timeout: flo
 
 
 def table(results: list[dict]) -> str:
-    from run import GIB
-
     lines = ["| protocol | trials | Hydra jobs | runs | fedray s (sweeps) | numpy limit s | fedray ÷ numpy "
              "| peak RSS fedray / numpy (GiB) | median final train loss per sweep or grid, fedray / numpy "
              "| other CPU load (cores) |",

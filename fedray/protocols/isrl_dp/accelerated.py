@@ -20,7 +20,7 @@ replica; GL's condition nu >= 2 beta reads step_size <= 1/(2 beta).
 Built from parts: the AC-SA server (with ``SingleStage``, or ``Stages`` in ``multistage``) and a
 silo half: a fresh minibatch per round (``minibatch_gradients``) or a block of a one-pass
 permutation (``one_pass_gradients``).
-Calibration: ERM (Thm F.1/F.2) uses Alg. 2's formulas (the same ``recipe``). One-pass
+Calibration: ERM (Thm F.1/F.2) uses Alg. 2's formulas (MinibatchSGD's ``recipe``, with Thm F.1 as its theorem). One-pass
 (Thm 3.1/E.1): G2 per release, sigma^2 = 32 L^2 ln(1.25/delta)/(eps^2 K^2), and parallel
 composition over the disjoint batches (``recipe.one_pass``: the ledger charges one release).
 Randomness: NOISE stream keyed by (repetition, round, silo); MINIBATCH keyed by (repetition,
@@ -30,7 +30,6 @@ round, silo), or for one-pass by (repetition, EPOCH_ROUND, silo) (see ``fedray.r
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -42,25 +41,8 @@ from fedray.data.federation import SiloArrays
 from fedray.protocols.isrl_dp.base import masked_mean, outputs
 from fedray.protocols.isrl_dp.planning import SiloGaussian
 from fedray.protocols.isrl_dp.minibatch_sgd import MinibatchSGD, noisy_minibatch_mean
-from fedray.protocols.isrl_dp import calibration
+from fedray.protocols.isrl_dp import calibration, theory
 from fedray.rng import SiloDraws
-
-
-def lan_prox_scale(smoothness: float, oracle_std: float, diameter: float, num_rounds: int) -> float:
-    """nu = max{2 beta, [2 V^2 R (R+1) (R+2) / (3 D^2)]^(1/2)} (Lan 2012, mu = 0; seed-004 §3.3)."""
-    r = num_rounds
-    return max(2.0 * smoothness, math.sqrt(2.0 * oracle_std**2 * r * (r + 1) * (r + 2) / (3.0 * diameter**2)))
-
-
-def regularized_prox_scale(
-    smoothness: float, regularization: float, oracle_std: float, initial_gap: float, num_rounds: int
-) -> float:
-    """nu = max{2 (beta + lambda), [lambda V^2 R (R+1) (R+2) / (3 Delta)]^(1/2)} (seed-004 §3.3)."""
-    r = num_rounds
-    return max(
-        2.0 * (smoothness + regularization),
-        math.sqrt(regularization * oracle_std**2 * r * (r + 1) * (r + 2) / (3.0 * initial_gap)),
-    )
 
 
 def minibatch_gradients(alg, query: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
@@ -146,7 +128,7 @@ class AcceleratedMinibatchSGD(AcSaFields, AcSaRounds):
     """Alg. 1 (AC-SA) with per-replica prox scales 1/``step_size`` (P,) and per-(replica, silo) noise;
     ERM noise as Alg. 2 (Thm F.1), ISRL-DP or no privacy."""
 
-    recipe: ClassVar[SiloGaussian] = MinibatchSGD.recipe
+    recipe: ClassVar[SiloGaussian] = dataclasses.replace(MinibatchSGD.recipe, theorem=theory.accelerated_erm)
     silo_gradients: ClassVar = staticmethod(minibatch_gradients)
 
 
@@ -164,5 +146,5 @@ class OnePassAcceleratedSGD(AcSaFields, AcSaRounds):
     recipe: ClassVar[SiloGaussian] = SiloGaussian({
         "paper": calibration.one_pass_noise_multiplier,
         "theory": calibration.one_pass_noise_multiplier,
-    }, one_pass=True)
+    }, one_pass=True, theorem=theory.one_pass_convex)
     silo_gradients: ClassVar = staticmethod(one_pass_gradients)

@@ -30,7 +30,7 @@ from fedray.losses import clipped_minibatch_means
 from fedray.geometry import project_l2_ball
 from fedray.protocols.isrl_dp.base import PlainIterate, ServerState, advance, masked_mean
 from fedray.protocols.isrl_dp.planning import SiloGaussian
-from fedray.protocols.isrl_dp import calibration
+from fedray.protocols.isrl_dp import calibration, theory
 from fedray.rng import SiloDraws
 
 
@@ -50,7 +50,7 @@ class MinibatchSGD(PlainIterate):
     recipe: ClassVar[SiloGaussian] = SiloGaussian({
         "paper": calibration.paper_minibatch_noise_multiplier,
         "theory": calibration.theory_minibatch_noise_multiplier,
-    })
+    }, theorem=theory.mb_sgd_convex)
 
     def silo_step(self, params: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
         idx = draws.without_replacement(silos.sizes, self.batch_size, by_repetition=True)   # (U, S, K)

@@ -21,6 +21,7 @@ so the total number of rounds must stay <= floor(n/K)). Randomness: as there.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -131,7 +132,8 @@ class StageFields(AcSaFields):
 class MultiStageAcceleratedSGD(StageFields, AcSaRounds):
     """AC-SA restarted in stages of growing length (strongly convex ERM, Thm F.1 s.c. case)."""
 
-    recipe: ClassVar[SiloGaussian] = AcceleratedMinibatchSGD.recipe
+    # The single-stage privacy; no theory preset takes the staged variants (theory.THEOREMS).
+    recipe: ClassVar[SiloGaussian] = dataclasses.replace(AcceleratedMinibatchSGD.recipe, theorem=None)
     silo_gradients: ClassVar = staticmethod(minibatch_gradients)
 
 
@@ -139,5 +141,5 @@ class MultiStageAcceleratedSGD(StageFields, AcSaRounds):
 class MultiStageOnePassSGD(StageFields, AcSaRounds):
     """The stages on disjoint batches (Thm E.1.2): total rounds <= floor(n / K), G2 + parallel composition."""
 
-    recipe: ClassVar[SiloGaussian] = OnePassAcceleratedSGD.recipe
+    recipe: ClassVar[SiloGaussian] = dataclasses.replace(OnePassAcceleratedSGD.recipe, theorem=None)
     silo_gradients: ClassVar = staticmethod(one_pass_gradients)

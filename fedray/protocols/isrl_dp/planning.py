@@ -38,6 +38,8 @@ from fedray.privacy.ledger import Ledger, RoundsAccountant, SampledGaussianAccou
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise, PerExampleClip
 from fedray.privacy.statement import GroupGuarantee, PrivacyPlan
 from fedray.protocols.isrl_dp import calibration as cal
+from fedray.protocols.isrl_dp import theory
+from fedray.protocols.isrl_dp.shuffle_calibration import calibrate_shuffled_sgd
 
 # Algorithm config keys the planner resolves itself; every other key is a constructor field.
 # ``trust_model`` (optional) pins the privacy group a preset is meant for: the non-private
@@ -131,7 +133,8 @@ class SiloGaussian(ProtocolRecipe):
     ``calibrations`` maps a ``privacy.calibration`` mode to a multiplier formula
     (n, eps, delta, R, K) -> noise multiplier; ``local_steps``: a participation is K releases of
     one record each (Local SGD), else one release of K records; ``one_pass``: disjoint batches,
-    at most floor(n / K) rounds, parallel composition.
+    at most floor(n / K) rounds, parallel composition; ``theorem``: the theorem of
+    ``fedray.protocols.isrl_dp.theory`` a ``theory`` preset may name for this algorithm (None: none).
     """
 
     calibrations: Mapping[str, Callable]
@@ -142,6 +145,7 @@ class SiloGaussian(ProtocolRecipe):
     clip_grid: bool = True          # privacy.l2_clip may be a list: one clip per block of replicas
     privacy_keys: tuple[str, ...] = ("silo_level",)     # the hybrid recipe's target (§3.10)
     config_keys: tuple[str, ...] = ("theory",)          # the theorem presets' inputs (theory.py)
+    theorem: Callable[[theory.Problem], theory.TheoryValues] | None = None    # the theory preset it takes
 
     def releases(self, batch_size: int) -> tuple[int, int]:
         """(records per noisy release, noisy releases per participation)."""
@@ -151,8 +155,6 @@ class SiloGaussian(ProtocolRecipe):
         """Algorithm fields the privacy plan depends on (none here)."""
 
     def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
-        from fedray.protocols.isrl_dp import theory
-
         return theory.resolve(config, algorithm_class, dataset, shape, loss, sampler)
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> IsrlDpPlan:
@@ -223,8 +225,6 @@ class ShuffledGaussian(SiloGaussian):
         return 1, 1
 
     def privacy(self, priv: dict, name: str, context: PlanContext, batch_size: int) -> PrivacyPlan:
-        from fedray.protocols.isrl_dp.shuffle_calibration import calibrate_shuffled_sgd
-
         self.releases(batch_size)
         _single_budget(priv, context)
         if priv["calibration"] not in SHUFFLE_COMPOSITIONS:

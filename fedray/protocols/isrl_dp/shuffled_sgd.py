@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedray.protocols.isrl_dp.minibatch_sgd import MinibatchSGD
+from fedray.protocols.isrl_dp import theory
 from fedray.protocols.isrl_dp.planning import ShuffledGaussian
 
 
@@ -49,4 +50,4 @@ class ShuffledSGD(MinibatchSGD):
     """
 
     # Shuffle DP behind the shuffler: the planner solves the chain for the whole federation.
-    recipe: ClassVar[ShuffledGaussian] = ShuffledGaussian()
+    recipe: ClassVar[ShuffledGaussian] = ShuffledGaussian(theorem=theory.shuffled_convex)

@@ -32,13 +32,6 @@ import copy
 import math
 from dataclasses import dataclass, field
 
-from fedray.protocols.isrl_dp import (
-    AcceleratedMinibatchSGD,
-    MinibatchSGD,
-    OnePassAcceleratedSGD,
-    ShuffledSGD,
-)
-from fedray.protocols.isrl_dp.accelerated import lan_prox_scale, regularized_prox_scale
 from fedray.checks import number_in
 from fedray.core.planning import PlannedAlgorithm
 from fedray.core.protocol import Routing
@@ -119,6 +112,23 @@ def _theory_noise_std(p: Problem, num_rounds: int, batch_size: int) -> float:
     """sigma of Thm 2.1: the multiplier times the theorem's sensitivity 2 L / K."""
     z = cal.theory_minibatch_noise_multiplier(p.records_per_silo, p.epsilon, p.delta, num_rounds, batch_size)
     return float(z) * 2.0 * p.lipschitz / batch_size
+
+
+def lan_prox_scale(smoothness: float, oracle_std: float, diameter: float, num_rounds: int) -> float:
+    """nu = max{2 beta, [2 V^2 R (R+1) (R+2) / (3 D^2)]^(1/2)} (Lan 2012, mu = 0; seed-004 §3.3)."""
+    r = num_rounds
+    return max(2.0 * smoothness, math.sqrt(2.0 * oracle_std**2 * r * (r + 1) * (r + 2) / (3.0 * diameter**2)))
+
+
+def regularized_prox_scale(
+    smoothness: float, regularization: float, oracle_std: float, initial_gap: float, num_rounds: int
+) -> float:
+    """nu = max{2 (beta + lambda), [lambda V^2 R (R+1) (R+2) / (3 Delta)]^(1/2)} (seed-004 §3.3)."""
+    r = num_rounds
+    return max(
+        2.0 * (smoothness + regularization),
+        math.sqrt(regularization * oracle_std**2 * r * (r + 1) * (r + 2) / (3.0 * initial_gap)),
+    )
 
 
 def mb_sgd_convex(p: Problem) -> TheoryValues:
@@ -245,13 +255,10 @@ def shuffled_convex(p: Problem) -> TheoryValues:
                         derived={"randomizer_epsilon": solved.round.randomizer_epsilon, "randomizer_delta": dh0})
 
 
-# The algorithm each theorem is about: a theory node on another algorithm is refused.
-ALGORITHMS = {
-    mb_sgd_convex: MinibatchSGD,
-    accelerated_erm: AcceleratedMinibatchSGD,
-    one_pass_convex: OnePassAcceleratedSGD,
-    shuffled_convex: ShuffledSGD,
-}
+# Each algorithm's recipe names the theorem about it (``SiloGaussian.theorem``); a theory node on
+# another algorithm is refused.
+THEOREMS = {f"{__name__}.{theorem.__name__}": theorem
+            for theorem in (mb_sgd_convex, accelerated_erm, one_pass_convex, shuffled_convex)}
 
 
 def silo_level_budget(epsilon: float, delta: float, records_per_silo: int, num_silos: int,
@@ -378,16 +385,13 @@ def resolve(cfg: dict, algorithm_class: type[Any], spec, shape, loss, sampler) -
     return cfg
 
 
-THEOREMS = {f"{__name__}.{theorem.__name__}": theorem for theorem in ALGORITHMS}
-
-
 def _apply_theorem(cfg: dict, node: dict, algorithm_class: type[Any], shape, spec, loss, silos_per_round) -> None:
     theorem = THEOREMS.get(str(node.get("_target_")))
     if theorem is None:
         raise ConfigError("theory._target_", node.get("_target_"), f"one of {list(THEOREMS)}")
-    if algorithm_class is not ALGORITHMS[theorem]:
+    if algorithm_class.recipe.theorem is not theorem:
         raise ConfigError("algorithm", cfg["algorithm"].get("name"),
-                          f"an algorithm of class {ALGORITHMS[theorem].__name__} for theory {node['_target_']}")
+                          f"an algorithm whose recipe names theory {node['_target_']}")
     shuffled = algorithm_class.recipe.routing is not Routing.DIRECT
     problem = _problem(cfg, node, shape, spec, loss, silos_per_round, shuffled)
     values = theorem(problem)

@@ -43,7 +43,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from fedray.acsa import AcceleratedState, AcSa, Phases
+from fedray.acsa import AcceleratedState
 from fedray.core.evaluation import Metric
 from fedray.core.planning import ProtocolRecipe
 from fedray.core.protocol import RoundKeys
@@ -178,17 +178,6 @@ class AcceleratedPhasedERM:
     def output(self, state: PhasedErmState) -> dict[str, np.ndarray]:
         """x_l (the current phase's x_ag while running), the public 0 where a replica halted."""
         return {"last": np.where(state.halted[:, None, None], 0.0, state.solver.params)}
-
-
-def phase_solvers(regularizations, smoothness: float, radius: float | None, stages: list, replicas: int) -> tuple:
-    """One AC-SA per phase: mu = lambda_i (the regulariser's), step 1 / (beta + lambda_i), restarted
-    after each of the phase's ``stages`` lengths (GL13)."""
-    out = []
-    for lam, lengths in zip(regularizations, stages):
-        step = 1.0 / (smoothness + float(lam))
-        out.append(AcSa(np.full(replicas, step), 0.0, float(lam), radius,
-                        stages=Phases((step,) * len(lengths), tuple(lengths))))
-    return tuple(out)
 
 
 @dataclass(frozen=True)

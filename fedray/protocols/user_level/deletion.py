@@ -1,6 +1,7 @@
 """Output perturbation for functions of small local deletion sensitivity (seed-003 spec §2.1-2.3b):
 the shifted truncated discrete Laplace deletion budget, Alg. 1 (DelOutputPert) with its stable-set
-search by enumeration (and its cost, ``enumeration_solves``), the 1-D mean's polynomial window
+search by enumeration (and its cost, ``enumeration_solves``), its tight calibration
+(``tight_noise_multiplier``, by the exact bound of ``deletion_tight``), the 1-D mean's polynomial window
 search (``WindowSearch``, proved DP on its own), local deletion sensitivity (by enumeration, and
 the exact sorted formula of a 1-D mean), and the constants of SCOutputPert in its exact and
 certificate modes.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import combinations
 from typing import Callable
 
@@ -132,8 +134,6 @@ class DelOutputPert:
         ``calibration="tight"`` the smallest sigma meeting the same guarantee by the exact bound of
         ``deletion_tight`` (5 to 7x smaller)."""
         if self.calibration == "tight":
-            from fedray.protocols.user_level.deletion_tight import tight_noise_multiplier
-
             return tight_noise_multiplier(self.epsilon2, self.delta2) * self.sensitivity
         return math.sqrt(2.0 * math.log(2.0 / self.delta2)) * 8 * self.kappa * self.sensitivity / self.epsilon2
 
@@ -174,6 +174,25 @@ class DelOutputPert:
 
 
 SOLVES_CAP = 10**18
+
+
+@lru_cache(maxsize=256)
+def tight_noise_multiplier(epsilon2: float, delta2: float, delta: float | None = None) -> float:
+    """The smallest sigma / Delta (relative precision 1e-9, rounded up) at which Alg. 1 with
+    TDLap(eps2, delta2) meets Thm 3.3's (2 eps2, (e^eps2 + 2) delta2) by ``deletion_delta``, or
+    (2 eps2, ``delta``) for a smaller ``delta`` (tests at tiny kappa, where Thm 3.3's is above 1)."""
+    from fedray.protocols.user_level.deletion_tight import deletion_delta     # scipy.stats: only when "tight" runs
+
+    pmf = TruncatedDiscreteLaplace(epsilon2, delta2).pmf()
+    epsilon, delta = 2 * epsilon2, (math.exp(epsilon2) + 2) * delta2 if delta is None else delta
+    high = DelOutputPert(epsilon2, delta2, 1.0).noise_std
+    if deletion_delta(epsilon, pmf, high) > delta:
+        raise ArithmeticError(f"the paper's sigma / Delta = {high:.6g} misses delta = {delta:.3g} by the exact bound")
+    low = 1e-6 * high
+    while high / low > 1 + 1e-9:
+        middle = math.sqrt(low * high)
+        low, high = (low, middle) if deletion_delta(epsilon, pmf, middle) <= delta else (middle, high)
+    return high
 
 
 def enumeration_solves(num_users: int, deletions: int) -> int:

@@ -26,8 +26,8 @@ x (x') is non-empty (Stable(r) grows with r, so the mechanism outputs BOT exactl
         delta(eps) <= max_{r0 in 0..2 kappa + 1} [F(r0 - 1) - e^eps F(r0 - 2)]_+ + sum_{r >= r0} h_r,
      which holds for every f, every Delta and every n, like Thm 3.3.
 
-The calibration is the smallest sigma / Delta (bisection, on the private side) at which that bound
-is at most the target. At the paper's sigma the bound is below the target (a test pins it), so the
+The calibration (``deletion.tight_noise_multiplier``) is the smallest sigma / Delta (bisection, on
+the private side) at which that bound is at most the target. At the paper's sigma the bound is below the target (a test pins it), so the
 tight sigma is never larger. At (eps, delta) = (1, 1e-5) it is 5.26x smaller; at Phased-ERM's
 per-phase budget of ``experiment=phased_erm_synthetic`` 6.29x
 (``experiments/privacy_accounting/deletion_tight.py``).
@@ -36,7 +36,6 @@ per-phase budget of ``experiment=phased_erm_synthetic`` 6.29x
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 from scipy import stats
@@ -67,22 +66,3 @@ def deletion_delta(epsilon: float, budget_pmf: np.ndarray, noise_multiplier: flo
     starts = np.arange(top + 2)
     bot = np.maximum(cdf[starts + 1] - math.exp(epsilon) * cdf[starts], 0.0)
     return float(np.max(bot + suffix))
-
-
-@lru_cache(maxsize=256)
-def tight_noise_multiplier(epsilon2: float, delta2: float, delta: float | None = None) -> float:
-    """The smallest sigma / Delta (relative precision 1e-9, rounded up) at which Alg. 1 with
-    TDLap(eps2, delta2) meets Thm 3.3's (2 eps2, (e^eps2 + 2) delta2) by ``deletion_delta``, or
-    (2 eps2, ``delta``) for a smaller ``delta`` (tests at tiny kappa, where Thm 3.3's is above 1)."""
-    from fedray.protocols.user_level.deletion import DelOutputPert, TruncatedDiscreteLaplace
-
-    pmf = TruncatedDiscreteLaplace(epsilon2, delta2).pmf()
-    epsilon, delta = 2 * epsilon2, (math.exp(epsilon2) + 2) * delta2 if delta is None else delta
-    high = DelOutputPert(epsilon2, delta2, 1.0).noise_std
-    if deletion_delta(epsilon, pmf, high) > delta:
-        raise ArithmeticError(f"the paper's sigma / Delta = {high:.6g} misses delta = {delta:.3g} by the exact bound")
-    low = 1e-6 * high
-    while high / low > 1 + 1e-9:
-        middle = math.sqrt(low * high)
-        low, high = (low, middle) if deletion_delta(epsilon, pmf, middle) <= delta else (middle, high)
-    return high

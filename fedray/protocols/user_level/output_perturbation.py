@@ -38,11 +38,6 @@ from fedray.protocols.user_level.planning import OutputPerturbationRecipe
 from fedray.protocols.user_level.solver import LinearModelProgram, minimize_ridge
 
 
-def sensitivity(lipschitz: float, regularization: float, num_users: int, tolerance: float) -> float:
-    """Delta = 2 G / (lambda n) + 2 tau / lambda (module docstring)."""
-    return 2.0 * lipschitz / (regularization * num_users) + 2.0 * tolerance / regularization
-
-
 @dataclass(frozen=True)
 class OutputPerturbation(LinearModelProgram):
     """The program (``fedray.core.program.CentralProgram``); ``noise_std`` (P,) is sigma per

@@ -57,7 +57,7 @@ from fedray.core.program import ProgramRun
 from fedray.core.protocol import RoundKeys
 from fedray.objectives import LinearModelObjective
 from fedray.protocols.user_level.deletion import DelOutputPert, TruncatedDiscreteLaplace
-from fedray.protocols.user_level.phased_output_pert_planning import ABORT, PhasedOutputPertRecipe
+from fedray.protocols.user_level.phased_output_pert_planning import ABORT, Phase, PhasedOutputPertRecipe
 from fedray.protocols.user_level.solver import LinearModelProgram, minimize_ridge
 from fedray.rng import Stream, generator
 
@@ -70,19 +70,6 @@ def settled(centre: np.ndarray, regularization: float, tolerance: float) -> bool
     public values (lambda_i, the tolerance, the previous release), so the skip is post-processing."""
     step = np.spacing(np.max(np.abs(centre)) if centre.size else 0.0)
     return regularization * step * np.sqrt(centre.size) > tolerance / 4
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One release: its users (ids, sorted), lambda_i of its term (lambda_i / 2) ||theta - centre||^2
-    (0 for the localizing release), per replica the constants of its release
-    (``CertifiedPerturbation``) or None, and what it charges each of its users in the ledger's
-    units."""
-
-    users: np.ndarray
-    regularization: float
-    mechanisms: tuple
-    charge: int = 1
 
 
 @dataclass(frozen=True)

@@ -324,6 +324,19 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
         return positive("algorithm.regularization", value)
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One release: its users (ids, sorted), lambda_i of its term (lambda_i / 2) ||theta - centre||^2
+    (0 for the localizing release), per replica the constants of its release
+    (``CertifiedPerturbation``) or None, and what it charges each of its users in the ledger's
+    units."""
+
+    users: np.ndarray
+    regularization: float
+    mechanisms: tuple
+    charge: int = 1
+
+
 # SCOutputPert's caveat (planning.NO_RELEASE) for the whole sequence: an abort steers what follows
 PHASED_NO_RELEASE = ("NOT DP (algorithm.on_unstable=abort_not_private), the whole run: each release's failed stability "
                      "check releases nothing instead of running Alg. 1's stable-set search, and one user can flip that "
@@ -334,9 +347,7 @@ PHASED_NO_RELEASE = ("NOT DP (algorithm.on_unstable=abort_not_private), the whol
                      "`localized` are diagnostics, not DP outputs")
 
 
-def _phase(users: np.ndarray, regularization: float, mechanisms: tuple, charge: int = 1):
-    from fedray.protocols.user_level.phased_output_pert import Phase
-
+def _phase(users: np.ndarray, regularization: float, mechanisms: tuple, charge: int = 1) -> Phase:
     return Phase(users, regularization, mechanisms, charge)
 
 

@@ -36,8 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedray.acsa import AcSa, Phases
 from fedray.checks import check_bool, known_keys, number_in, positive
 from fedray.core.planning import PlanContext, PlannedAlgorithm, ProtocolRecipe
+from fedray.core.sampling import AllUnits, UniformParticipation
 from fedray.errors import ConfigError
 from fedray.gradient_descent import ProjectedGradient
 from fedray.privacy.composition import ApproxDpComposition
@@ -180,6 +182,17 @@ def curator_privacy(recipe, config: dict, calibration_why: str = "") -> bool:
     return private
 
 
+def phase_solvers(regularizations, smoothness: float, radius: float | None, stages: list, replicas: int) -> tuple:
+    """One AC-SA per phase: mu = lambda_i (the regulariser's), step 1 / (beta + lambda_i), restarted
+    after each of the phase's ``stages`` lengths (GL13)."""
+    out = []
+    for lam, lengths in zip(regularizations, stages):
+        step = 1.0 / (smoothness + float(lam))
+        out.append(AcSa(np.full(replicas, step), 0.0, float(lam), radius,
+                        stages=Phases((step,) * len(lengths), tuple(lengths))))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class AcceleratedErm(ProtocolRecipe):
     trust_models: tuple[str, ...] = ("central", "none")
@@ -197,8 +210,6 @@ class AcceleratedErm(ProtocolRecipe):
         return {**config, "participation": participation, "num_rounds": int(sum(layout.steps))}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
-        from fedray.protocols.user_level.accelerated_erm import phase_solvers
-
         alg, shape, replicas = config["algorithm"], context.shape, context.replicas
         private = curator_privacy(self, config, " (Alg. 2's printed sigma_i; algorithm.profile chooses the constants)")
         problem, constants = _inputs(config, shape, context.loss)
@@ -353,9 +364,6 @@ class FullBatchFiltered(ProtocolRecipe):
         return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
-        from fedray.acsa import AcSa
-        from fedray.core.sampling import AllUnits, UniformParticipation
-
         alg, shape, replicas = config["algorithm"], context.shape, context.replicas
         name = alg.get("name")
         private = curator_privacy(self, config)

@@ -61,6 +61,11 @@ class OutputPerturbationPlan(PlannedProtocol):
                                     self.shape.num_silos, model_shape, {"sensitivity": self.resolved["sensitivity"]})
 
 
+def sensitivity(lipschitz: float, regularization: float, num_users: int, tolerance: float) -> float:
+    """Delta = 2 G / (lambda n) + 2 tau / lambda (``output_perturbation``'s module docstring)."""
+    return 2.0 * lipschitz / (regularization * num_users) + 2.0 * tolerance / regularization
+
+
 @dataclass(frozen=True)
 class OutputPerturbationRecipe(ProtocolRecipe):
     trust_models: tuple[str, ...] = ("central", "none")
@@ -71,8 +76,6 @@ class OutputPerturbationRecipe(ProtocolRecipe):
         return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> OutputPerturbationPlan:
-        from fedray.protocols.user_level.output_perturbation import sensitivity
-
         alg, priv, shape = config["algorithm"], config["privacy"], context.shape
         _check_program(self, config, context, FIELDS)
         regularization = positive("algorithm.regularization", alg.get("regularization"))

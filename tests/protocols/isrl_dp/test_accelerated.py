@@ -7,7 +7,7 @@ from scipy.optimize import NonlinearConstraint, minimize
 from fedray.protocols.isrl_dp import AcceleratedMinibatchSGD, MinibatchSGD, OnePassAcceleratedSGD
 from fedray.data import SiloArrays
 from fedray.acsa import prox_step, query_point
-from fedray.protocols.isrl_dp.accelerated import lan_prox_scale, regularized_prox_scale
+from fedray.protocols.isrl_dp.theory import lan_prox_scale, regularized_prox_scale
 from fedray.losses import Logistic, Squared, clipped_weighted_gradients, margins
 from fedray.privacy.mechanisms import GaussianNoise, NoNoise
 from fedray.rng import SiloDraws

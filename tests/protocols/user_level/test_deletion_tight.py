@@ -17,8 +17,9 @@ from fedray.protocols.user_level.deletion import (
     DelOutputPert,
     TruncatedDiscreteLaplace,
     deletion_sensitivity,
+    tight_noise_multiplier,
 )
-from fedray.protocols.user_level.deletion_tight import deletion_delta, gaussian_hockey_stick, tight_noise_multiplier
+from fedray.protocols.user_level.deletion_tight import deletion_delta, gaussian_hockey_stick
 from tests.protocols.user_level.test_del_output_pert import hockey_stick, neighbour_pairs, worst_divergence
 
 EPS2, DELTA2 = 0.9, 0.41                      # T5's tiny mechanism: kappa = 2, Pr[R1 = 0] = 0.0771

@@ -8,7 +8,7 @@ from scipy.optimize import minimize
 from fedray.core.objective import DataObjective
 from fedray.errors import ConfigError
 from fedray.plan import make_plan
-from fedray.protocols.user_level.output_perturbation import sensitivity
+from fedray.protocols.user_level.planning import sensitivity
 from fedray.protocols.user_level.solver import minimize_ridge
 from fedray.runtime.driver import InlineGroups, run
 from tests.conftest import compose
