@@ -38,7 +38,8 @@ def test_main_job_writes_an_mlflow_run_with_round_metrics(tmp_path):
     assert all(a <= b for a, b in zip(eps, eps[1:])) and 0 < eps[-1] < 3.0
     assert 0 < run.data.metrics["final_test_error"] < 0.5
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"config.json", "summary.json", "loss_and_epsilon.png", "privacy_statement.json", "output.npz"} <= artifacts
+    assert {"config.json", "summary.json", "loss_and_epsilon.png", "privacy_statement.json", "output.npz",
+            "privacy_event.json"} <= artifacts
     assert run.data.tags["diagnostic_metrics"] == "test_error,test_error_avg,train_loss,train_loss_avg"
     assert "largest feature norm" not in run.data.tags["privacy_statement"]        # a fixed clip
     assert "outside the guarantee: the PCA basis" in run.data.tags["privacy_statement"]

@@ -27,12 +27,15 @@ An accountant's ``advice(replica, unit, count, target)`` says what would fit whe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
 from fedray.errors import BudgetError
-from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
+from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon, participation_event
+
+if TYPE_CHECKING:
+    import dp_accounting
 from fedray.privacy.composition import ApproxDpComposition, ParallelComposition
 
 
@@ -50,6 +53,13 @@ class CountAccountant(Protocol):
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray: ...
 
     def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str: ...
+
+
+@runtime_checkable
+class EventAccountant(Protocol):
+    """An accountant whose price of a cell is dp-accounting's epsilon of an event it can name."""
+
+    def event(self, replica: int, unit: int, count: int) -> object: ...
 
 
 @dataclass
@@ -157,6 +167,16 @@ class SampledGaussianAccountant:
 
     def deltas(self, counts: np.ndarray) -> np.ndarray:
         return _fixed_delta(self.delta, counts)
+
+    def event(self, replica: int, unit: int, count: int) -> dp_accounting.DpEvent:
+        """The dp-accounting event ``epsilons`` prices for ``count`` charges of one cell."""
+        n = int(self.dataset_size[unit])
+        if self.parallel_composition:
+            count, sample_size = min(count, 1), n
+        else:
+            sample_size = min(self.sample_size, n)
+        z = float(self.noise_multiplier[replica, unit])
+        return participation_event(z, sample_size, n, int(self.releases), int(count))
 
     def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
         """The noise multiplier that would meet ``target`` and the participations that fit."""
