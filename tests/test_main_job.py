@@ -31,7 +31,7 @@ def test_main_job_writes_an_mlflow_run_with_round_metrics(tmp_path):
     assert run.data.params["participation.silos_per_round"] == "12"
     assert run.data.params["privacy.epsilon"] == "3.0"
     for key in ("train_loss", "test_error", "epsilon_max", "epsilon_mean", "noise_std_min", "noise_std_max",
-                "participants"):
+                "noise_std_added_min", "noise_std_added_max", "participants"):
         history = client.get_metric_history(run.info.run_id, key)
         assert [m.step for m in history] == list(range(6)), key
     eps = [m.value for m in client.get_metric_history(run.info.run_id, "epsilon_max")]

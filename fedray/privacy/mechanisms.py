@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from fedray.core.evaluation import Metric
 from fedray.core.mechanism import Placement
 from fedray.privacy import event_data
 
@@ -45,9 +46,22 @@ class GaussianNoise:
         return np.asarray(self.noise_multiplier) * self.sensitivity
 
     def apply(self, x: np.ndarray, standard_normal: np.ndarray) -> tuple[np.ndarray, dict]:
+        """``x`` (P, U, ...) plus the noise; metrics: ``noise_std`` (P, U), the std each cell added."""
         std = np.asarray(self.noise_std, dtype=np.float64)
         std = std.reshape(std.shape + (1,) * (x.ndim - std.ndim))
-        return x + std * standard_normal, {}
+        return x + std * standard_normal, {"noise_std": np.broadcast_to(std.reshape(std.shape[:2]), x.shape[:2])}
+
+    def round_metrics(self, participation: np.ndarray) -> dict[str, Metric]:
+        """The round's report (``fedray.core.mechanism.ReportsMetrics``) for a (P, N) participation
+        mask over all units: the least and largest noise std a participating unit added, per replica
+        (0 where none took part). Released: functions of the plan's multipliers, the clip and who
+        took part, all public (a charge the ledger records in the open)."""
+        mask = np.asarray(participation, dtype=bool)
+        std = np.broadcast_to(np.asarray(self.noise_std, dtype=np.float64).reshape(
+            np.shape(self.noise_std) + (1,) * (2 - np.ndim(self.noise_std))), mask.shape)
+        some = mask.any(axis=1)
+        return {"noise_std_added_min": Metric(np.where(some, np.where(mask, std, np.inf).min(axis=1), 0.0), True),
+                "noise_std_added_max": Metric(np.where(some, np.where(mask, std, -np.inf).max(axis=1), 0.0), True)}
 
     def select(self, silo_ids: np.ndarray) -> "GaussianNoise":
         """The step restricted to some units, when ``noise_multiplier`` is (P, N) over all units."""
@@ -79,7 +93,11 @@ class NoNoise:
     draws_normals: ClassVar[bool] = False     # nothing to draw: a baseline's noise stream stays unread
 
     def apply(self, x: np.ndarray, standard_normal: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
-        return x, {}
+        return x, {"noise_std": np.zeros(x.shape[:2])}
+
+    def round_metrics(self, participation: np.ndarray) -> dict[str, Metric]:
+        """Nothing to report: a baseline adds no noise (its rounds log no noise metric)."""
+        return {}
 
     def select(self, silo_ids: np.ndarray) -> "NoNoise":
         return self

@@ -110,7 +110,8 @@ class IsrlDpPlan(PlannedProtocol):
             per_round = {"noise_std_min": noise_std.min(axis=1), "noise_std_max": noise_std.max(axis=1)}
             constants.update(final_noise_std_min=float(noise_std.min()), final_noise_std_max=float(noise_std.max()))
         return SampledRounds(algorithm, self.sampler, LinearModelEvaluation(self.loss), SiloArrays.of, params0,
-                             self.num_rounds, self.shape.num_silos, self.routing, constants, per_round)
+                             self.num_rounds, self.shape.num_silos, self.routing, constants, per_round,
+                             algorithm.noise if self.routing is Routing.DIRECT else None)
 
 
 def replica_epsilons(priv: dict, num_silos: int, levels: np.ndarray | None) -> np.ndarray:
