@@ -317,7 +317,7 @@ def _guard(privacy: PrivacyPlan, sampler, replicas: Replicas, seed: int, num_rou
         planned = check_budget(ledger, counts, target, privacy.delta)
     else:
         planned = ledger.epsilons(counts)
-    return replace(privacy, planned_epsilon=planned)
+    return replace(privacy, planned_epsilon=planned, planned_counts=counts)
 
 
 def make_plan(cfg: DictConfig) -> Plan:

@@ -344,6 +344,9 @@ class MlflowTracker:
             (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
             statement = plan.privacy.statement(result.epsilon_spent, result.diagnostics, result.stopped)
             (tmp / "privacy_statement.json").write_text(json.dumps(statement, indent=2))
+            event = plan.privacy.planned_event()
+            if event is not None:
+                (tmp / PRIVACY_EVENT_ARTIFACT).write_text(json.dumps(event, indent=2))
             _round_table(result.history, plan.num_replicas, tmp / "rounds.csv")
             save_output(result.outputs, tmp / OUTPUT_ARTIFACT)
             if self.figure:
@@ -402,6 +405,7 @@ class Finisher:
 
 
 OUTPUT_ARTIFACT = "output.npz"
+PRIVACY_EVENT_ARTIFACT = "privacy_event.json"      # the planned run as one composed dp-accounting event
 
 
 def save_output(outputs: dict, path: Path) -> None:

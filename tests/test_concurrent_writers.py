@@ -27,7 +27,8 @@ from tests.test_mlflow_ui import ui
 pytestmark = pytest.mark.slow
 
 JOBS, ROUNDS = 8, 40
-ARTIFACTS = {"config.json", "summary.json", "privacy_statement.json", "rounds.csv", "loss_and_epsilon.png", "output.npz"}
+ARTIFACTS = {"config.json", "summary.json", "privacy_statement.json", "rounds.csv", "loss_and_epsilon.png", "output.npz",
+             "privacy_event.json"}
 
 
 def _plan(uri: str, artifacts: str, seed: int):

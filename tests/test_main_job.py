@@ -31,14 +31,15 @@ def test_main_job_writes_an_mlflow_run_with_round_metrics(tmp_path):
     assert run.data.params["participation.silos_per_round"] == "12"
     assert run.data.params["privacy.epsilon"] == "3.0"
     for key in ("train_loss", "test_error", "epsilon_max", "epsilon_mean", "noise_std_min", "noise_std_max",
-                "participants"):
+                "noise_std_added_min", "noise_std_added_max", "participants"):
         history = client.get_metric_history(run.info.run_id, key)
         assert [m.step for m in history] == list(range(6)), key
     eps = [m.value for m in client.get_metric_history(run.info.run_id, "epsilon_max")]
     assert all(a <= b for a, b in zip(eps, eps[1:])) and 0 < eps[-1] < 3.0
     assert 0 < run.data.metrics["final_test_error"] < 0.5
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"config.json", "summary.json", "loss_and_epsilon.png", "privacy_statement.json", "output.npz"} <= artifacts
+    assert {"config.json", "summary.json", "loss_and_epsilon.png", "privacy_statement.json", "output.npz",
+            "privacy_event.json"} <= artifacts
     assert run.data.tags["diagnostic_metrics"] == "test_error,test_error_avg,train_loss,train_loss_avg"
     assert "largest feature norm" not in run.data.tags["privacy_statement"]        # a fixed clip
     assert "outside the guarantee: the PCA basis" in run.data.tags["privacy_statement"]

@@ -8,6 +8,9 @@ says what one application is to an accountant.
   (replica, unit, ...). ``randomness`` is what the runtime drew for it from the seeded streams
   (standard normals, or a generator for steps that draw as they go), so the step is a pure
   function of its inputs and a run is the same whichever actor holds a unit.
+- ``round_metrics(participation)``: what the step reports of a round, for the (P, U) mask of
+  the units that applied it, as ``fedray.core.evaluation.Metric`` values tagged released or
+  diagnostic (``ReportsMetrics``; the runtime logs them with the round's metrics).
 - ``event(replica, unit)``: one application to the messages of ``unit`` in ``replica``, as a
   dp-accounting ``DpEvent`` (fedray's own events in ``fedray.privacy.events`` for what
   dp-accounting lacks), under the neighbouring relation of the plan's privacy statement.
@@ -32,3 +35,10 @@ class Mechanism(Protocol):
     def apply(self, x: Any, randomness: Any) -> tuple[Any, dict]: ...
 
     def event(self, replica: int, unit: int) -> Any: ...
+
+
+@runtime_checkable
+class ReportsMetrics(Protocol):
+    """A step that reports, for a round's (P, U) participation mask, its (P,) metrics by name."""
+
+    def round_metrics(self, participation: Any) -> dict: ...

@@ -32,6 +32,7 @@ from typing import Any, Callable, ClassVar, NamedTuple, Protocol, runtime_checka
 
 import numpy as np
 
+from fedray.core.mechanism import ReportsMetrics
 from fedray.rng import CounterStream, Stream, generator, stream_rows
 
 
@@ -365,6 +366,9 @@ class SampledRounds(_FromParts, RoundBlocks):
     routing: Routing = Routing.DIRECT
     constants: dict = field(default_factory=dict)
     round_constants: dict = field(default_factory=dict)
+    # The client-placed privacy step the algorithm applies (the same value): its metrics of the
+    # units that applied it this round are logged with the round's.
+    client_step_metrics: ReportsMetrics | None = None
 
     # May run several rounds per actor call (``rounds``): who takes part, and so every round's
     # charge, does not depend on the state.
@@ -388,7 +392,10 @@ class SampledRounds(_FromParts, RoundBlocks):
         charge = self.charge(state, spec)
         state = self.algorithm.server_step(state, messages.values, messages.mask, keys)
         participants = spec.participation.sum(axis=1).astype(np.float64)
-        return Aggregated(state, charge, {"participants": participants})
+        metrics: dict = {"participants": participants}
+        if self.client_step_metrics is not None:        # the client-placed step's report of this round
+            metrics.update(self.client_step_metrics.round_metrics(spec.participation))
+        return Aggregated(state, charge, metrics)
 
     # -- several rounds per actor call ---------------------------------------------------------
     # Round t + 1 starts from the server's state after round t, which needs every unit's message,

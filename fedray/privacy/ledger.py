@@ -10,7 +10,9 @@ the budget guard. Accountants:
 - ``SampledGaussianAccountant``: each charge is ``releases`` Gaussian releases of a clipped mean of
   ``sample_size`` records sampled without replacement from the unit's ``dataset_size`` (RDP or
   PLD through dp-accounting, ``fedray.privacy.accounting``), or with ``parallel_composition`` one
-  un-subsampled release however many charges (disjoint batches).
+  un-subsampled release however many charges (disjoint batches). It holds the Gaussian step the
+  silos apply and prices that step's own ``event`` (``EventAccountant``: it names the event of a
+  cell's charges, which ``privacy_event.json`` records).
 - ``RoundsAccountant``: a guarantee of the whole federation known as a function of the number of
   rounds run (a solved shuffle chain, P_vec's parallel composition); a round charges every unit
   when anybody took part.
@@ -27,12 +29,17 @@ An accountant's ``advice(replica, unit, count, target)`` says what would fit whe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
 from fedray.errors import BudgetError
-from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
+from fedray.privacy import event_data
+from fedray.privacy.accounting import calibrate_noise_multiplier
+from fedray.privacy.mechanisms import GaussianNoise
+
+if TYPE_CHECKING:
+    import dp_accounting
 from fedray.privacy.composition import ApproxDpComposition, ParallelComposition
 
 
@@ -50,6 +57,13 @@ class CountAccountant(Protocol):
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray: ...
 
     def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str: ...
+
+
+@runtime_checkable
+class EventAccountant(Protocol):
+    """An accountant whose price of a cell is dp-accounting's epsilon of an event it can name."""
+
+    def event(self, replica: int, unit: int, count: int) -> object: ...
 
 
 @dataclass
@@ -97,9 +111,16 @@ class Ledger:
 class SampledGaussianAccountant:
     """Gaussian releases of clipped means of records sampled without replacement (module docstring).
 
+    What it prices is the mechanism's own event: a cell's release is ``noise.event(replica, unit)``
+    inside ``SampledWithoutReplacementDpEvent(dataset_size, sample_size, .)`` (the plain event for
+    a full batch or with ``parallel_composition``), composed ``releases`` x count times. So the
+    step the silos apply (``noise.scaled(sensitivity)``, the same multipliers) and the step priced
+    are one value; ``fedray.privacy.event_data`` reads the event's parameters for the stored answers.
+
     Parameters
     ----------
-    noise_multiplier : (P, N) noise std over replace-one sensitivity, per replica and unit.
+    noise : the Gaussian step (``fedray.privacy.mechanisms.GaussianNoise``) with (P, N) noise
+        multipliers (noise std over replace-one sensitivity) per replica and unit.
     sample_size : records per noisy release (K for MB-SGD, 1 for a Local SGD step).
     dataset_size : (N,) records per unit.
     releases : noisy releases per charge (1 for MB-SGD, K for Local SGD).
@@ -108,7 +129,7 @@ class SampledGaussianAccountant:
     parallel_composition : each record is used in one release only (disjoint batches).
     """
 
-    noise_multiplier: np.ndarray
+    noise: GaussianNoise
     sample_size: int
     dataset_size: np.ndarray
     releases: int
@@ -117,15 +138,20 @@ class SampledGaussianAccountant:
     parallel_composition: bool = False
     _groups: np.ndarray | None = field(default=None, repr=False)
     _group_values: np.ndarray | None = field(default=None, repr=False)
+    _group_releases: list[dict] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        self.noise_multiplier = np.asarray(self.noise_multiplier, dtype=np.float64)
         self.dataset_size = np.asarray(self.dataset_size, dtype=np.int64)
         self.delta = np.asarray(self.delta, dtype=np.float64)
 
     @property
     def name(self) -> str:
         return self.kind
+
+    @property
+    def noise_multiplier(self) -> np.ndarray:
+        """(P, N) the step's multipliers (what groups the cells; the events carry them)."""
+        return np.asarray(self.noise.noise_multiplier, dtype=np.float64)
 
     def charge(self, charge: np.ndarray) -> np.ndarray:
         return charge
@@ -134,29 +160,45 @@ class SampledGaussianAccountant:
         """The ledger counts of a run whose units participate ``counts`` times."""
         return counts
 
+    def release(self, replica: int, unit: int) -> dict:
+        """One release of a cell, as event data: the step's event inside the sampling the silo does."""
+        n = int(self.dataset_size[unit])
+        sample_size = n if self.parallel_composition else min(self.sample_size, n)
+        return event_data.sampled_without_replacement(n, sample_size, self.noise.event_data(replica, unit))
+
+    def _charged(self, count: int) -> int:
+        # Each record is in exactly one release for sure: one plain Gaussian, no sampling credit.
+        return min(count, 1) if self.parallel_composition else count
+
     def epsilons(self, counts: np.ndarray) -> np.ndarray:
-        sample_size = self.sample_size
-        if self.parallel_composition:
-            # Each record is in exactly one release for sure: one plain Gaussian, no sampling credit.
-            counts = np.minimum(counts, 1)
-            sample_size = np.iinfo(np.int64).max
-        # (multiplier, n, delta) never change: group them once, then key each call by (group, count).
+        # Cells with one (multiplier, n, delta) have one release event: price a representative
+        # cell's event once per group, then key each call by (group, count).
         if self._groups is None:
-            static = np.stack([self.noise_multiplier, np.broadcast_to(self.dataset_size, counts.shape),
+            static = np.stack([np.broadcast_to(self.noise_multiplier, counts.shape),
+                               np.broadcast_to(self.dataset_size, counts.shape),
                                np.broadcast_to(self.delta, counts.shape)], axis=-1).reshape(-1, 3)
-            self._group_values, self._groups = np.unique(static, axis=0, return_inverse=True)
+            self._group_values, first, self._groups = np.unique(static, axis=0, return_index=True,
+                                                                return_inverse=True)
+            self._group_releases = [self.release(int(r), int(u)) for r, u in zip(*np.unravel_index(first, counts.shape))]
         base = int(counts.max()) + 1
         unique, inverse = np.unique(self._groups.reshape(-1).astype(np.int64) * base + counts.reshape(-1),
                                     return_inverse=True)
         values = np.array([
-            participation_epsilon(float(z), int(min(sample_size, n)), int(n), int(self.releases), int(c), float(d),
-                                  self.kind)
-            for (z, n, d), c in zip(self._group_values[unique // base], unique % base)
+            event_data.sampled_gaussian_epsilon(self._group_releases[g], self.releases, self._charged(int(c)),
+                                                float(self._group_values[g, 2]), self.kind)
+            for g, c in zip(unique // base, unique % base)
         ])
         return values[inverse.reshape(-1)].reshape(counts.shape)
 
     def deltas(self, counts: np.ndarray) -> np.ndarray:
         return _fixed_delta(self.delta, counts)
+
+    def event(self, replica: int, unit: int, count: int) -> dp_accounting.DpEvent:
+        """The dp-accounting event ``epsilons`` prices for ``count`` charges of one cell."""
+        from fedray.privacy.events import event_from_json
+
+        total = int(self.releases) * self._charged(int(count))
+        return event_from_json(event_data.self_composed(self.release(replica, unit), total))
 
     def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
         """The noise multiplier that would meet ``target`` and the participations that fit."""
@@ -377,6 +419,6 @@ def one_pass_ledger(epsilon: float, delta: float) -> ComposedAccountant:
 def silo_ledger(noise_multiplier, sample_size, dataset_size, releases, delta, accountant: str = "rdp",
                 parallel_composition: bool = False) -> Ledger:
     """A per-silo ledger of Gaussian releases (ISRL-DP: one ledger row per replica, a column per silo)."""
-    priced = SampledGaussianAccountant(noise_multiplier, sample_size, dataset_size, releases, delta, accountant,
-                                       parallel_composition)
+    priced = SampledGaussianAccountant(GaussianNoise(np.asarray(noise_multiplier, dtype=np.float64)), sample_size,
+                                       dataset_size, releases, delta, accountant, parallel_composition)
     return Ledger(priced, priced.noise_multiplier.shape)

@@ -2,8 +2,9 @@
 
 Every step here runs inside a silo actor (ISRL-DP: the silo trusts nobody but itself).
 Neighbouring relation: replace one record of one silo (seed-004 Definition 2, REPLACE_ONE).
-``fedray.privacy.accounting`` turns a release (clip, sampling, noise multiplier = noise std over
-the clip's sensitivity) into dp-accounting events.
+A step's ``event`` is what the ledger prices (``fedray.privacy.ledger.SampledGaussianAccountant``
+wraps it in the silo's sampling and composes it per charge); ``event_data`` is the same event as
+data, for pricing without importing dp-accounting (``fedray.privacy.event_data``).
 
 Each step follows the mechanism contract (``fedray.core.mechanism``). Steps take pre-drawn standard
 normals rather than a generator so that the runtime can draw them from per-(replica, silo, round)
@@ -12,12 +13,14 @@ streams and the step stays a pure function.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from fedray.core.evaluation import Metric
 from fedray.core.mechanism import Placement
+from fedray.privacy import event_data
 
 if TYPE_CHECKING:       # mechanisms run in silo actors, which never build events (see privacy.accounting)
     import dp_accounting
@@ -43,21 +46,43 @@ class GaussianNoise:
         return np.asarray(self.noise_multiplier) * self.sensitivity
 
     def apply(self, x: np.ndarray, standard_normal: np.ndarray) -> tuple[np.ndarray, dict]:
+        """``x`` (P, U, ...) plus the noise; metrics: ``noise_std`` (P, U), the std each cell added."""
         std = np.asarray(self.noise_std, dtype=np.float64)
         std = std.reshape(std.shape + (1,) * (x.ndim - std.ndim))
-        return x + std * standard_normal, {}
+        return x + std * standard_normal, {"noise_std": np.broadcast_to(std.reshape(std.shape[:2]), x.shape[:2])}
+
+    def round_metrics(self, participation: np.ndarray) -> dict[str, Metric]:
+        """The round's report (``fedray.core.mechanism.ReportsMetrics``) for a (P, N) participation
+        mask over all units: the least and largest noise std a participating unit added, per replica
+        (0 where none took part). Released: functions of the plan's multipliers, the clip and who
+        took part, all public (a charge the ledger records in the open)."""
+        mask = np.asarray(participation, dtype=bool)
+        std = np.broadcast_to(np.asarray(self.noise_std, dtype=np.float64).reshape(
+            np.shape(self.noise_std) + (1,) * (2 - np.ndim(self.noise_std))), mask.shape)
+        some = mask.any(axis=1)
+        return {"noise_std_added_min": Metric(np.where(some, np.where(mask, std, np.inf).min(axis=1), 0.0), True),
+                "noise_std_added_max": Metric(np.where(some, np.where(mask, std, -np.inf).max(axis=1), 0.0), True)}
 
     def select(self, silo_ids: np.ndarray) -> "GaussianNoise":
         """The step restricted to some units, when ``noise_multiplier`` is (P, N) over all units."""
         return GaussianNoise(np.asarray(self.noise_multiplier)[:, np.asarray(silo_ids)], self.sensitivity)
 
-    def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
+    def scaled(self, sensitivity: float | np.ndarray) -> "GaussianNoise":
+        """The same step (the same multipliers, so the same events) for messages of ``sensitivity``:
+        the ledger prices the plan's step before the clip is known, the silo applies this one."""
+        return replace(self, sensitivity=sensitivity)
+
+    def event_data(self, replica: int, unit: int) -> dict:
+        """``event(replica, unit)`` as data (``fedray.privacy.event_data``), without dp-accounting."""
         z = np.asarray(self.noise_multiplier, dtype=np.float64)
         z = z.reshape(z.shape + (1,) * (2 - z.ndim))      # left-aligned on (replica, unit), as in apply
         z = float(z[replica if z.shape[0] > 1 else 0, unit if z.shape[1] > 1 else 0])
-        import dp_accounting
+        return event_data.gaussian(z) if z > 0 else event_data.non_private()
 
-        return dp_accounting.GaussianDpEvent(z) if z > 0 else dp_accounting.NonPrivateDpEvent()
+    def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
+        from fedray.privacy.events import event_from_json
+
+        return event_from_json(self.event_data(replica, unit))
 
 
 @dataclass(frozen=True)
@@ -68,15 +93,22 @@ class NoNoise:
     draws_normals: ClassVar[bool] = False     # nothing to draw: a baseline's noise stream stays unread
 
     def apply(self, x: np.ndarray, standard_normal: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
-        return x, {}
+        return x, {"noise_std": np.zeros(x.shape[:2])}
+
+    def round_metrics(self, participation: np.ndarray) -> dict[str, Metric]:
+        """Nothing to report: a baseline adds no noise (its rounds log no noise metric)."""
+        return {}
 
     def select(self, silo_ids: np.ndarray) -> "NoNoise":
         return self
 
-    def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
-        import dp_accounting
+    def event_data(self, replica: int, unit: int) -> dict:
+        return event_data.non_private()
 
-        return dp_accounting.NonPrivateDpEvent()
+    def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
+        from fedray.privacy.events import event_from_json
+
+        return event_from_json(self.event_data(replica, unit))
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ class PrivacyPlan:
     faithful: bool = False                       # runtime.faithful: the driver sees only the protocol's messages
     stop_at_budget: bool = False                 # privacy.enforce_budget=stop: no round the budget cannot pay for
     group: GroupGuarantee | None = None          # a coarser unit covered by group privacy (hybrid silo level)
+    planned_counts: np.ndarray | None = None     # (P, N) the ledger counts the budget guard priced
 
     @property
     def private(self) -> bool:
@@ -92,6 +93,33 @@ class PrivacyPlan:
         record["diagnostic_metrics"] = sorted(diagnostics)
         if stopped is not None:
             record["stopped"] = stopped
+        return record
+
+    def planned_event(self) -> dict | None:
+        """The planned run of the worst (replica, unit) as one composed dp-accounting event, in JSON
+        (``fedray.privacy.events.event_to_json``), with the cell, its planned epsilon and its delta;
+        an accountant that prices by a theorem with no event (``ComposedAccountant``,
+        ``RoundsAccountant``) gives a record whose ``event`` is null and says so. None when not
+        private or not planned."""
+        if not self.private or self.ledger is None or self.planned_epsilon is None or self.planned_counts is None:
+            return None
+        from fedray.privacy.events import event_to_json
+        from fedray.privacy.ledger import EventAccountant
+
+        planned = np.asarray(self.planned_epsilon)
+        replica, unit = (int(i) for i in np.unravel_index(int(np.argmax(planned)), planned.shape))
+        accountant = self.ledger.accountant
+        record: dict = {"unit": self.unit, "unit_id": unit, "replica": replica,
+                        "neighbouring_relation": self.relation, "accountant": self.accountant,
+                        "count": int(self.planned_counts[replica, unit]),
+                        "epsilon": float(planned[replica, unit]), "delta": float(np.asarray(self.delta)[unit]),
+                        "units_alike": bool(np.all(planned == planned.flat[0]))}
+        if isinstance(accountant, EventAccountant):
+            record["event"] = event_to_json(accountant.event(replica, unit, record["count"]))
+        else:
+            record["event"] = None
+            record["why_no_event"] = (f"the {accountant.name} accountant prices releases by a composition "
+                                      "theorem, not a dp-accounting event")
         return record
 
     def _group_record(self, epsilon: np.ndarray) -> dict:

@@ -94,7 +94,7 @@ class LocalSGD(PlainIterate):
                     normal_t = normals[:, :, t]
                 else:
                     np.take(normals[:, :, t], rep, axis=0, out=normal_t, mode="clip")
-                noisy, _ = noise.apply(grad, normal_t)
+                noisy, _ = noise.apply(grad, normal_t)     # its metrics: logged by the server (minibatch_sgd)
                 local -= np.multiply(eta, noisy, out=noisy)
         return local
 

@@ -77,5 +77,7 @@ def noisy_minibatch_mean(
     """
     grads = clipped_minibatch_means(loss, params, silos.x, silos.y, silos.x_norms, idx, l2_clip, batch_of)
     normals = draws.standard_normal(grads.shape[2:]) if noise.draws_normals else None
+    # The step's per-cell metrics stay in the silo (only messages leave it); the server logs the
+    # same step's ``round_metrics`` of the silos that took part (``SampledRounds.client_step_metrics``).
     private, _ = noise.select(silos.silo_ids).apply(grads, normals)
     return private

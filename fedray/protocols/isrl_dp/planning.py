@@ -84,7 +84,11 @@ class IsrlDpPlan(PlannedProtocol):
                                                                                   "replace_one")
             if np.ndim(sensitivity):                # one per replica: (P, 1) against the (P, N) multipliers
                 sensitivity = np.asarray(sensitivity)[:, None]
-            noise: GaussianNoise | NoNoise = GaussianNoise(self.privacy.noise_multiplier, sensitivity)
+            # The step the ledger prices (the same multipliers, so the same events), at this clip's scale.
+            accountant = self.privacy.ledger.accountant if self.privacy.ledger is not None else None
+            priced = accountant.noise if isinstance(accountant, SampledGaussianAccountant) \
+                else GaussianNoise(self.privacy.noise_multiplier)       # a shuffle chain prices these rounds
+            noise: GaussianNoise | NoNoise = priced.scaled(sensitivity)
         else:
             noise = NoNoise()
         return self.algorithm_class(loss=self.loss, l2_clip=l2_clip, noise=noise, **self.algorithm_fields)
@@ -108,7 +112,8 @@ class IsrlDpPlan(PlannedProtocol):
             per_round = {"noise_std_min": noise_std.min(axis=1), "noise_std_max": noise_std.max(axis=1)}
             constants.update(final_noise_std_min=float(noise_std.min()), final_noise_std_max=float(noise_std.max()))
         return SampledRounds(algorithm, self.sampler, LinearModelEvaluation(self.loss), SiloArrays.of, params0,
-                             self.num_rounds, self.shape.num_silos, self.routing, constants, per_round)
+                             self.num_rounds, self.shape.num_silos, self.routing, constants, per_round,
+                             algorithm.noise if self.routing is Routing.DIRECT else None)
 
 
 def replica_epsilons(priv: dict, num_silos: int, levels: np.ndarray | None) -> np.ndarray:
@@ -187,8 +192,8 @@ class SiloGaussian(ProtocolRecipe):
             formula = self.calibrations["paper"]
             unit = np.array([formula(n_i, 1.0, d_i, rounds_charged, batch_size) for n_i, d_i in zip(n, delta)])
             nominal = unit[None, :] / noise_multiplier
-        priced = SampledGaussianAccountant(noise_multiplier, sample_size, n, releases, delta, priv["accountant"],
-                                           self.one_pass)
+        priced = SampledGaussianAccountant(GaussianNoise(noise_multiplier), sample_size, n, releases, delta,
+                                           priv["accountant"], self.one_pass)
         # The hybrid recipe (privacy.silo_level, seed-004 §3.10): the silo-level guarantee follows from
         # each silo's record-level one by group privacy over its n_i records.
         group = None if priv.get("silo_level") is None else GroupGuarantee(
