@@ -68,7 +68,8 @@ MUTANTS = [
            "pan-private AC-SA's zeta with 2 ln(2/delta) instead of 8 ln(2/delta)",
            ("tests/privacy/test_gaussian_sum.py", PRIVACY)),
     Mutant("sum-central-half-noise", "fedray/privacy/gaussian_sum.py",
-           "return total + self.sigma * noise", "return total + 0.5 * self.sigma * noise",
+           "return total + self.sigma * self._noise(total, _required(keys)).sum(axis=1)",
+           "return total + 0.5 * self.sigma * self._noise(total, _required(keys)).sum(axis=1)",
            "the central sum adds half the calibrated noise",
            ("tests/privacy/test_gaussian_sum.py", PRIVACY)),
     Mutant("sum-local-half-noise", "fedray/privacy/gaussian_sum.py",
@@ -81,7 +82,7 @@ MUTANTS = [
            "replace-one sensitivity of a clipped mean taken as C/K instead of 2C/K",
            (PRIVACY, "tests/protocols/isrl_dp")),
     Mutant("silo-half-noise", "fedray/privacy/mechanisms.py",
-           "return x + std * standard_normal, {}", "return x + 0.5 * std * standard_normal, {}",
+           "return x + std * standard_normal, {", "return x + 0.5 * std * standard_normal, {",
            "the silo adds half the noise its event states",
            (PRIVACY, "tests/protocols/isrl_dp")),
     # Accounting (fedray/privacy/accounting.py)
@@ -111,9 +112,14 @@ MUTANTS = [
            "if sample_size >= dataset_size:", "if sample_size >= dataset_size + 1:",
            "a full batch written as a sampled event of rate 1",
            ("tests/privacy/test_accounting.py", PRIVACY)),
+    Mutant("events-full-batch-sampled", "fedray/privacy/event_data.py",
+           "    if sample_size >= dataset_size:\n        return event", "    if sample_size >= dataset_size + 1:\n        return event",
+           "the ledger's event data writes a full batch as a sampled event of rate 1",
+           ("tests/privacy/test_accounting.py", "tests/privacy/test_mechanism_events.py", PRIVACY)),
     # Ledger pricing (fedray/privacy/ledger.py)
     Mutant("ledger-parallel-sampling-credit", "fedray/privacy/ledger.py",
-           "            sample_size = np.iinfo(np.int64).max\n", "",
+           "sample_size = n if self.parallel_composition else min(self.sample_size, n)",
+           "sample_size = min(self.sample_size, n)",
            "a one-pass (parallel-composition) silo still gets sampling credit",
            ("tests/privacy/test_accounting.py", "tests/privacy/test_ledger.py", PRIVACY)),
     Mutant("ledger-rounds-all-not-any", "fedray/privacy/ledger.py",
@@ -218,6 +224,13 @@ test_budgets refusal of 3.003 against 3 did), killed since by
 tests/privacy/test_ledger.py::test_the_guard_refuses_an_overspend_of_a_thousandth_and_admits_the_target_itself;
 pvec-tight-shift (no test pinned L = min(d g, floor(sqrt(d) g) + d) against encodings), killed since by
 tests/privacy/test_vector_sum_tight.py::test_the_unit_shift_count_covers_encodings_that_differ_by_more_than_sqrt_d_g.
+
+The second full run (after the fast tier left its Ray integration tests to the whole suite, and
+the ledger came to price the silos' own noise events) killed 35 of 37. sum-central-half-noise had
+matched the pan-private intruder view once the central release moved to round keys; re-pointed at
+the release, it is killed. events-full-batch-sampled (new: the ledger's event data) survived: no
+test priced a full batch through a ledger; killed since by the same full-batch test, which now
+checks the ledger's event and epsilon too.
 """
 
 

@@ -90,6 +90,11 @@ def test_full_batch_is_the_plain_gaussian_in_both_accountants():
 
     exact = pld_lib.from_gaussian_mechanism(2.0, sensitivity=1.0).get_epsilon_for_delta(1e-5)
     assert participation_epsilon(2.0, 100, 100, 1, 1, 1e-5, "pld") == pytest.approx(exact, rel=1e-3)
+    # The ledger prices the same event (catches its event data writing a full batch as sampled at rate 1).
+    ledger = silo_ledger(np.full((1, 1), 2.0), 100, np.array([100]), 1, np.array([1e-5]), accountant="pld")
+    assert ledger.accountant.event(0, 0, 1) == event
+    ledger.record(np.array([[True]]))
+    assert ledger.epsilons()[0, 0] == pytest.approx(exact, rel=1e-3)
 
 
 def test_no_noise_means_infinite_epsilon():
