@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +20,7 @@ from fedray.plan import Plan, make_plan
 from fedray.preflight import shadowed_configs, tracking_store
 from fedray.runtime import checkpoint, interrupts
 from fedray.runtime.driver import ActorPool, RunResult, run, start
-from fedray.sweep import LAUNCHED_ENV, Sweep, job_label
+from fedray.sweep import Sweep, job_label
 from fedray.tracking import Finisher, browse_hint, run_name, tracker_from_config
 
 console = Console()
@@ -308,14 +307,16 @@ class Jobs:
     (``close``) by ``fedray.__main__.cli``, nothing of it at import.
 
     - The silo actors kept from one job for the next (an ``ActorPool``, made at the first job):
-      consecutive jobs of a sweep on the same records reuse them. A job the ray_jobs launcher
-      started (``FEDRAY_LAUNCHED_JOB``) keeps none: idle actors would hold CPUs other jobs need.
+      consecutive jobs of a sweep on the same records reuse them. The jobs the ray_jobs launcher
+      starts as Ray tasks run ``launched()``, which keeps none: idle actors would hold CPUs other
+      jobs need.
     - The sweep the jobs belong to, handed in by ``fedray.sweep.ParentRun`` at each job's start
       (``join_sweep``), and the thread that writes a finished job's run while the next job runs
       (a ``Finisher``), waited for at the sweep's end (``wait_written``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep_actors: bool = True) -> None:
+        self.keep_actors = keep_actors
         self.pool: ActorPool | None = None
         self.sweep: Sweep | None = None
         self.finisher: Finisher | None = None
@@ -323,8 +324,11 @@ class Jobs:
     def join_sweep(self, sweep: Sweep) -> None:
         self.sweep = sweep
 
+    def launched(self) -> Jobs:
+        return Jobs(keep_actors=False)
+
     def __call__(self, cfg: DictConfig) -> None:
-        if os.environ.get(LAUNCHED_ENV):
+        if not self.keep_actors:
             run_job(cfg, None, self.sweep)
             return
         if self.pool is None:

@@ -20,7 +20,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from omegaconf import DictConfig, OmegaConf
 
-LAUNCHED_ENV = "FEDRAY_LAUNCHED_JOB"     # set by the ray_jobs launcher in every job it starts
 
 
 @dataclass(frozen=True)
@@ -39,6 +38,11 @@ class SweepMember(Protocol):
     def join_sweep(self, sweep: Sweep) -> None: ...
 
     def wait_written(self) -> None: ...
+
+    def launched(self) -> Any:
+        """The task function for a job a launcher starts in a process of its own (a Ray task): it
+        keeps no silo actors after the job, since idle actors would hold CPUs other jobs need."""
+        ...
 
 
 def swept_overrides(overrides: list[str]) -> list[str]:

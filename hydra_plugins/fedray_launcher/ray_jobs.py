@@ -38,7 +38,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from fedray.data.download import CACHE_DIR_ENV, DATA_DIR_ENV
-from fedray.sweep import LAUNCHED_ENV
+from fedray.sweep import SweepMember
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,6 @@ class RayJobsLauncher(Launcher):
     def runtime_env(self) -> dict[str, Any]:
         env = {k: v for k, v in os.environ.items() if k in FORWARDED or k.startswith("MLFLOW_")}
         env.update({k: str(v) for k, v in self.env_vars.items()})
-        env[LAUNCHED_ENV] = "1"             # the job keeps no actors after it ends
         return {"env_vars": env}
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
@@ -101,6 +100,8 @@ class RayJobsLauncher(Launcher):
             print(f"error: {err}", file=sys.stderr)
             sys.exit(1)
         remote = ray.remote(num_cpus=0, max_retries=0)(_job).options(runtime_env=self.runtime_env())
+        # Each job runs in a task of its own and keeps no silo actors after it (fedray's Jobs.launched).
+        task = self.task_function.launched() if isinstance(self.task_function, SweepMember) else self.task_function
         log.info(f"Launching {len(job_overrides)} jobs on Ray, at most {self.max_concurrent} at a time")
         pending, results = {}, {}
         for index, overrides in enumerate(job_overrides):
@@ -112,7 +113,7 @@ class RayJobsLauncher(Launcher):
                 config.hydra.job.num = idx
             if len(pending) >= self.max_concurrent:
                 self._collect(pending, results, ray)
-            pending[remote.remote(self.hydra_context, config, self.task_function, Singleton.get_state(),
+            pending[remote.remote(self.hydra_context, config, task, Singleton.get_state(),
                                   os.getcwd())] = index
         while pending:
             self._collect(pending, results, ray)
