@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedray.checks import MAX_CLIP, check_bool, known_keys, natural, positive
 from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
+from fedray.core.terms import TrustModel, as_terms
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
 from fedray.privacy.accounting import accountant_store
@@ -173,6 +174,17 @@ def _check_py_modules(names) -> None:
             raise ConfigError("runtime.py_modules", name, f"{allowed}; {name} is a single-file module, not a package")
 
 
+def _privacy_terms(config: dict, recipe: ProtocolRecipe) -> dict:
+    """The privacy section with its closed-vocabulary words as members (``fedray.core.terms``),
+    and ``privacy.trust_model`` one of the recipe's: the one check of it for every protocol."""
+    privacy = as_terms(config["privacy"])
+    trust = privacy.get("trust_model")
+    if trust not in recipe.trust_models:
+        raise ConfigError("privacy.trust_model", trust, f"one of {tuple(recipe.trust_models)} for "
+                          f"{config['algorithm'].get('name')}")
+    return privacy
+
+
 def _check_faults(runtime: dict) -> None:
     """``runtime.max_restarts`` (per actor)."""
     restarts = runtime.get("max_restarts", 3)
@@ -189,7 +201,7 @@ def _replicas(config: dict) -> Replicas:
     # A protocol without a step size (a driver-side solver) has one setting per repetition and budget.
     alg = config["algorithm"]
     base_steps = _step_sizes(alg["step_size"]) if "step_size" in alg else np.zeros(1)
-    private = config["privacy"].get("trust_model") != "none"
+    private = config["privacy"].get("trust_model") != TrustModel.NONE
     grid = epsilon_grid(config["privacy"]) if private else None   # budgets mean nothing without privacy
     clips = clip_grid(config["privacy"])
     blocks = (1 if grid is None else len(grid)) * (1 if clips is None else len(clips))
@@ -335,6 +347,7 @@ def _resolved(config: dict) -> Plan:
     natural("seed", config.get("seed"))
     natural("trial", config.get("trial"))
     _check_epsilon_magnitude(config["privacy"])
+    config["privacy"] = as_terms(config["privacy"])
     dataset = _list_fields_as_arrays(_instantiate("data.spec", config["data"]["spec"]))
     dataset.validate()
     shape = dataset.describe()
@@ -354,6 +367,7 @@ def _resolved(config: dict) -> Plan:
                           f"{config['data'].get('name')}: each record is the mean of {shape.summarised_items} items, "
                           "which gives the items' average loss only for such a loss")
     config = recipe.resolve(algorithm_class, config, dataset, shape, loss, sampler)
+    config["privacy"] = _privacy_terms(config, recipe)      # resolve may have set some (a preset's calibration)
     # resolve may have set the sampler's size or the loss's smoothing
     sampler = _instantiate("participation", config["participation"])
     loss = _loss(config["data"])

@@ -31,6 +31,7 @@ from fedray.checks import known_keys, positive
 from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe
 from fedray.core.protocol import CuratorSampledRounds, RoundKeys, Routing
 from fedray.core.sampling import PoissonParticipation, UniformParticipation
+from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
@@ -70,7 +71,7 @@ class FedAvgPlan(PlannedProtocol):
 
 @dataclass(frozen=True)
 class FedAvgRecipe(ProtocolRecipe):
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
@@ -80,8 +81,6 @@ class FedAvgRecipe(ProtocolRecipe):
     def plan(self, algorithm_class, config: dict, context: PlanContext) -> FedAvgPlan:
         alg, priv, replicas = config["algorithm"], config["privacy"], context.replicas
         known_keys("algorithm", alg, FIELDS)
-        if priv["trust_model"] not in self.trust_models:
-            raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {self.trust_models} for dp_fedavg")
         poisson = isinstance(context.sampler, PoissonParticipation)
         if not (poisson or isinstance(context.sampler, UniformParticipation)):
             raise ConfigError("participation", type(context.sampler).__name__, "uniform or poisson for dp_fedavg")
@@ -91,25 +90,25 @@ class FedAvgRecipe(ProtocolRecipe):
         clients, rounds = context.shape.num_silos, context.num_rounds
         q = float(context.sampler.probability) if poisson else None
         k = q * clients if q is not None else int(context.sampler.silos_per_round)
-        cells, relation, sensitivity = (replicas.count, clients), "add_remove" if poisson else "replace_one", (1 if poisson else 2) * clip
+        cells, relation, sensitivity = (replicas.count, clients), Relation.ADD_REMOVE if poisson else Relation.REPLACE_ONE, (1 if poisson else 2) * clip
         make = partial(algorithm_class, context.loss, replicas.step_sizes, steps, server_lr, clip, k,
                        num_rounds=rounds)
         resolved = {"l2_clip": clip, "clients_per_round": k}
-        if priv["trust_model"] == "none":
-            privacy = PrivacyPlan("none", "none", "none", UNIT, relation, np.zeros(clients), np.zeros(cells), None, None)
+        if priv["trust_model"] == TrustModel.NONE:
+            privacy = PrivacyPlan(TrustModel.NONE, Calibration.NONE, Accountant.NONE, UNIT, relation, np.zeros(clients), np.zeros(cells), None, None)
             return FedAvgPlan(make(noise_std=np.zeros(replicas.count)), context, privacy, resolved)
-        if priv.get("calibration") != "accountant" or priv.get("epsilon_grid") is not None:
+        if priv.get("calibration") != Calibration.ACCOUNTANT or priv.get("epsilon_grid") is not None:
             raise ConfigError("privacy.calibration", priv.get("calibration"), "accountant, with epsilon_grid null, for dp_fedavg")
         delta, epsilon = float(priv["delta"]), float(priv["epsilon"])
         if q is None:
-            z = calibrate_noise_multiplier(epsilon, delta, int(k), clients, 1, rounds, "rdp")
-            after = partial(participation_epsilon, z, int(k), clients, 1, delta=delta, accountant="rdp")
+            z = calibrate_noise_multiplier(epsilon, delta, int(k), clients, 1, rounds, Accountant.RDP)
+            after = partial(participation_epsilon, z, int(k), clients, 1, delta=delta, accountant=Accountant.RDP)
         else:
             z = _poisson_calibration(epsilon, delta, q, rounds)
             after = partial(_poisson_epsilon, z, q, delta)
         accountant = RoundsAccountant(after, f"rdp ({'Poisson' if q else 'K of N'} clients, every round)", delta)
         resolved.update(noise_multiplier=z, noise_std=z * sensitivity)
-        privacy = PrivacyPlan("central", "accountant", "rdp", UNIT, relation, np.full(clients, delta),
+        privacy = PrivacyPlan(TrustModel.CENTRAL, Calibration.ACCOUNTANT, Accountant.RDP, UNIT, relation, np.full(clients, delta),
                               np.full(cells, z), np.full(cells, epsilon), Ledger(accountant, cells, "client"))
         return FedAvgPlan(make(noise_std=np.full(replicas.count, z * sensitivity)), context, privacy, resolved)
 

@@ -5,7 +5,9 @@
   ``SampledRounds``, a protocol built from a sampler and an algorithm's two halves;
 - ``sampling``: participation samplers drawn lazily round by round;
 - ``evaluation``: metrics tagged released or diagnostic;
-- ``oracle``: map-reduce over the actors' shards, for what a driver-side program asks of the data.
+- ``oracle``: map-reduce over the actors' shards, for what a driver-side program asks of the data;
+- ``terms``: the closed vocabularies of a privacy config (trust model, calibration, accountant,
+  composition, neighbouring relation) as string enums.
 """
 
 from fedray.core.evaluation import Metric
@@ -15,10 +17,14 @@ from fedray.core.sampling import (
     AllUnits, LeveledBatches, PhasedBatches, PhasedGroups, PhasedSubsets, PoissonParticipation, SequentialBatches,
     UniformParticipation,
 )
+from fedray.core.terms import Accountant, Calibration, Composition, Relation, TrustModel
 
 __all__ = [
+    "Accountant",
     "Aggregated",
     "AllUnits",
+    "Calibration",
+    "Composition",
     "LeveledBatches",
     "Messages",
     "Metric",
@@ -27,11 +33,13 @@ __all__ = [
     "PhasedGroups",
     "PhasedSubsets",
     "PoissonParticipation",
+    "Relation",
     "RoundKeys",
     "RoundProtocol",
     "RoundSpec",
     "Routing",
     "SampledRounds",
     "SequentialBatches",
+    "TrustModel",
     "UniformParticipation",
 ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedray.core.terms import Calibration
 from fedray.errors import ConfigError
 from fedray.privacy.accounting import calibrate_noise_multiplier
 
@@ -64,7 +65,7 @@ def calibrate(mode: str, formulas: dict, epsilon: np.ndarray, delta: np.ndarray,
     for key in np.unique(keys, axis=0):
         eps_i, delta_i, n_i = float(key[0]), float(key[1]), int(key[2])
         rows = np.all(keys == key, axis=1)
-        if mode == "accountant":
+        if mode == Calibration.ACCOUNTANT:
             if parallel_composition:
                 out[rows] = calibrate_noise_multiplier(eps_i, delta_i, n_i, n_i, releases, 1, accountant)
             else:

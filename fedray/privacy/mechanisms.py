@@ -20,6 +20,7 @@ import numpy as np
 
 from fedray.core.evaluation import Metric
 from fedray.core.mechanism import Placement
+from fedray.core.terms import Relation
 from fedray.privacy import event_data
 
 if TYPE_CHECKING:       # mechanisms run in silo actors, which never build events (see privacy.accounting)
@@ -124,9 +125,9 @@ class PerExampleClip:
 
     l2_clip: float
 
-    def sensitivity(self, records: int, relation: str = "replace_one") -> float:
-        if relation == "replace_one":
+    def sensitivity(self, records: int, relation: Relation = Relation.REPLACE_ONE) -> float:
+        if relation == Relation.REPLACE_ONE:
             return 2.0 * self.l2_clip / records
-        if relation == "add_remove":
+        if relation == Relation.ADD_REMOVE:
             return self.l2_clip / records
-        raise ValueError(f"relation must be 'replace_one' or 'add_remove'; got {relation!r}")
+        raise ValueError(f"relation must be one of {tuple(Relation)}; got {relation!r}")

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedray.privacy.ledger import Ledger
+from fedray.core.terms import Calibration, Relation, TrustModel
+from fedray.privacy.ledger import EventAccountant, Ledger
 
 SIMULATOR_VIEW = ("simulation: every draw follows from the logged run seed (the units' noise, minibatches and "
                   "shuffles, and a trusted curator's noise, vertex draws and selections), so the run repeats bit for "
@@ -48,11 +49,11 @@ class GroupGuarantee:
 
 @dataclass(frozen=True)
 class PrivacyPlan:
-    trust_model: str                     # isrl_dp, sdp, central, user_level, local, or none
-    calibration: str                     # how the noise was chosen (paper, theory, accountant, none)
+    trust_model: TrustModel
+    calibration: Calibration             # how the noise was chosen
     accountant: str                      # what prices the releases (rdp, pld, advanced, ...)
     unit: str                            # whose privacy the ledger tracks, e.g. "record of one silo"
-    relation: str                        # the neighbouring relation of that unit, e.g. "replace_one"
+    relation: Relation                   # the neighbouring relation of that unit
     delta: np.ndarray                    # (N,)
     noise_multiplier: np.ndarray         # (P, N); 0 = no Gaussian noise
     target_epsilon: np.ndarray | None    # (P, N); None when not private
@@ -68,7 +69,7 @@ class PrivacyPlan:
 
     @property
     def private(self) -> bool:
-        return self.trust_model != "none"
+        return self.trust_model != TrustModel.NONE
 
     def statement(self, epsilon_spent: np.ndarray | None = None, diagnostics=(), stopped: str | None = None) -> dict:
         """What the run claims, for the run record: trust model, unit, neighbouring relation,

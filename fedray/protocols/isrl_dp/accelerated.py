@@ -37,6 +37,7 @@ import numpy as np
 
 from fedray.acsa import AcceleratedState, AcSa, SingleStage
 from fedray.core.protocol import RoundKeys
+from fedray.core.terms import Calibration
 from fedray.data.federation import SiloArrays
 from fedray.protocols.isrl_dp.base import masked_mean, outputs
 from fedray.protocols.isrl_dp.planning import SiloGaussian
@@ -144,7 +145,7 @@ class OnePassAcceleratedSGD(AcSaFields, AcSaRounds):
 
     # G2 + parallel composition; "paper" and "theory" coincide (Thm 3.1 / E.1).
     recipe: ClassVar[SiloGaussian] = SiloGaussian({
-        "paper": calibration.one_pass_noise_multiplier,
-        "theory": calibration.one_pass_noise_multiplier,
+        Calibration.PAPER: calibration.one_pass_noise_multiplier,
+        Calibration.THEORY: calibration.one_pass_noise_multiplier,
     }, one_pass=True, theorem=theory.one_pass_convex)
     silo_gradients: ClassVar = staticmethod(one_pass_gradients)

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedray.core.protocol import RoundKeys
+from fedray.core.terms import Calibration
 from fedray.data.federation import SiloArrays
 from fedray.protocols.isrl_dp.base import PlainIterate, ServerState, advance, masked_mean
 from fedray.protocols.isrl_dp.planning import SiloGaussian
@@ -47,7 +48,7 @@ class LocalSGD(PlainIterate):
     average_last: int = 8
 
     # ISRL-DP (noise in every local step) or no privacy; a participation is K one-record releases.
-    recipe: ClassVar[SiloGaussian] = SiloGaussian({"paper": calibration.paper_local_sgd_noise_multiplier},
+    recipe: ClassVar[SiloGaussian] = SiloGaussian({Calibration.PAPER: calibration.paper_local_sgd_noise_multiplier},
                                                   local_steps=True)
 
     def silo_step(self, params: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:

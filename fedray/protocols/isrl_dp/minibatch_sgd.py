@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedray.core.protocol import RoundKeys
+from fedray.core.terms import Calibration
 from fedray.data.federation import SiloArrays
 from fedray.losses import clipped_minibatch_means
 from fedray.geometry import project_l2_ball
@@ -48,8 +49,8 @@ class MinibatchSGD(PlainIterate):
 
     # ISRL-DP (noise in the silo) or no privacy; noise multiplier formulas by privacy.calibration.
     recipe: ClassVar[SiloGaussian] = SiloGaussian({
-        "paper": calibration.paper_minibatch_noise_multiplier,
-        "theory": calibration.theory_minibatch_noise_multiplier,
+        Calibration.PAPER: calibration.paper_minibatch_noise_multiplier,
+        Calibration.THEORY: calibration.theory_minibatch_noise_multiplier,
     }, theorem=theory.mb_sgd_convex)
 
     def silo_step(self, params: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:

@@ -29,6 +29,7 @@ import numpy as np
 from fedray.checks import MAX_CLIP, known_keys, positive
 from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.core.protocol import Routing, SampledRounds
+from fedray.core.terms import Accountant, Calibration, Composition, Relation, TrustModel
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
@@ -81,7 +82,7 @@ class IsrlDpPlan(PlannedProtocol):
         l2_clip = float(l2_clip) if np.ndim(l2_clip) == 0 else np.asarray(l2_clip, dtype=np.float64)
         if self.privacy.private:
             sensitivity: float | np.ndarray = PerExampleClip(l2_clip).sensitivity(self.privacy_sample_size,
-                                                                                  "replace_one")
+                                                                                  Relation.REPLACE_ONE)
             if np.ndim(sensitivity):                # one per replica: (P, 1) against the (P, N) multipliers
                 sensitivity = np.asarray(sensitivity)[:, None]
             # The step the ledger prices (the same multipliers, so the same events), at this clip's scale.
@@ -126,8 +127,8 @@ def replica_epsilons(priv: dict, num_silos: int, levels: np.ndarray | None) -> n
 
 
 def _not_private(priv: dict, shape, num_replicas: int) -> PrivacyPlan:
-    return PrivacyPlan(trust_model="none", calibration="none", accountant=priv["accountant"], unit=RECORD,
-                       relation="replace_one", delta=cal.default_delta(np.asarray(shape.n_train)),
+    return PrivacyPlan(trust_model=TrustModel.NONE, calibration=Calibration.NONE, accountant=priv["accountant"], unit=RECORD,
+                       relation=Relation.REPLACE_ONE, delta=cal.default_delta(np.asarray(shape.n_train)),
                        noise_multiplier=np.zeros((num_replicas, shape.num_silos)), target_epsilon=None, ledger=None)
 
 
@@ -142,10 +143,10 @@ class SiloGaussian(ProtocolRecipe):
     ``fedray.protocols.isrl_dp.theory`` a ``theory`` preset may name for this algorithm (None: none).
     """
 
-    calibrations: Mapping[str, Callable]
+    calibrations: Mapping[Calibration, Callable]
     local_steps: bool = False
     one_pass: bool = False
-    trust_models: tuple[str, ...] = ("isrl_dp", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.ISRL_DP, TrustModel.NONE)
     routing: Routing = Routing.DIRECT
     clip_grid: bool = True          # privacy.l2_clip may be a list: one clip per block of replicas
     privacy_keys: tuple[str, ...] = ("silo_level",)     # the hybrid recipe's target (§3.10)
@@ -175,7 +176,7 @@ class SiloGaussian(ProtocolRecipe):
             delta = per_silo("privacy.delta", priv["delta"], num_silos, 0.0, 1.0,
                              "in (0, 1) or null (= 1/n^2 per silo), or one such value per silo")
         epsilon = replica_epsilons(priv, num_silos, replicas.epsilon_levels)          # (P, N)
-        modes = tuple(self.calibrations) + ("accountant",)
+        modes = tuple(self.calibrations) + (Calibration.ACCOUNTANT,)
         if priv["calibration"] not in modes:
             raise ConfigError("privacy.calibration", priv["calibration"], f"one of {modes} for {name}")
         sample_size, releases = self.releases(batch_size)
@@ -187,9 +188,9 @@ class SiloGaussian(ProtocolRecipe):
                                 for row in rows])
         noise_multiplier = np.broadcast_to(multipliers[inverse.reshape(-1)], (num_replicas, num_silos)).copy()
         nominal = None
-        if "paper" in self.calibrations:
+        if Calibration.PAPER in self.calibrations:
             # Every paper formula is proportional to 1/eps, so the claimed eps of a multiplier z is z(1)/z.
-            formula = self.calibrations["paper"]
+            formula = self.calibrations[Calibration.PAPER]
             unit = np.array([formula(n_i, 1.0, d_i, rounds_charged, batch_size) for n_i, d_i in zip(n, delta)])
             nominal = unit[None, :] / noise_multiplier
         priced = SampledGaussianAccountant(GaussianNoise(noise_multiplier), sample_size, n, releases, delta,
@@ -199,13 +200,13 @@ class SiloGaussian(ProtocolRecipe):
         group = None if priv.get("silo_level") is None else GroupGuarantee(
             "silo (all of its records)", "replace one silo's whole dataset", n)
         return PrivacyPlan(trust_model=priv["trust_model"], calibration=priv["calibration"],
-                           accountant=priv["accountant"], unit=RECORD, relation="replace_one", delta=delta,
+                           accountant=priv["accountant"], unit=RECORD, relation=Relation.REPLACE_ONE, delta=delta,
                            noise_multiplier=noise_multiplier,
                            target_epsilon=np.broadcast_to(epsilon, (num_replicas, num_silos)).copy(),
                            ledger=Ledger(priced, noise_multiplier.shape), nominal_epsilon=nominal, group=group)
 
 
-SHUFFLE_COMPOSITIONS = {"paper": "advanced", "accountant": "pld"}
+SHUFFLE_COMPOSITIONS = {Calibration.PAPER: Composition.ADVANCED, Calibration.ACCOUNTANT: Composition.PLD}
 
 
 def _single_budget(priv: dict, context: PlanContext) -> None:
@@ -219,8 +220,8 @@ class ShuffledGaussian(SiloGaussian):
     """Shuffle DP: K = 1 Gaussian reports behind a shuffler; one federation-wide (eps, delta) over
     records anywhere in the federation, from the amplification-by-shuffling chain."""
 
-    calibrations: Mapping[str, Callable] = field(default_factory=dict)
-    trust_models: tuple[str, ...] = ("sdp", "none")
+    calibrations: Mapping[Calibration, Callable] = field(default_factory=dict)
+    trust_models: tuple[TrustModel, ...] = (TrustModel.SDP, TrustModel.NONE)
     routing: Routing = Routing.SHUFFLE
     clip_grid: bool = False         # the shuffler's calibration takes one L
 
@@ -255,7 +256,7 @@ class ShuffledGaussian(SiloGaussian):
         return PrivacyPlan(trust_model=priv["trust_model"], calibration=priv["calibration"],
                            accountant=SHUFFLE_COMPOSITIONS[priv["calibration"]], unit=FEDERATION_RECORD,
                            # calibrated for a silo in every round; the ledger charges each silo's rounds
-                           relation="replace_one", delta=np.full(num_silos, float(delta)),
+                           relation=Relation.REPLACE_ONE, delta=np.full(num_silos, float(delta)),
                            noise_multiplier=np.full(cells, solved.noise_multiplier),
                            target_epsilon=np.full(cells, float(eps)),
                            # A record is exposed in the rounds its silo joined, which the server sees.
@@ -272,15 +273,15 @@ class ShuffledVectorSum(SiloGaussian):
     parallel composition. The silos calibrate P_vec from the same privacy.epsilon, privacy.delta
     and M (``fedray/conf/algorithm/sdp_one_pass_accelerated.yaml``); the planner refuses other inputs."""
 
-    calibrations: Mapping[str, Callable] = field(default_factory=dict)
+    calibrations: Mapping[Calibration, Callable] = field(default_factory=dict)
     one_pass: bool = True
-    trust_models: tuple[str, ...] = ("sdp", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.SDP, TrustModel.NONE)
     routing: Routing = Routing.SHUFFLE_SUM
     clip_grid: bool = False         # P_vec's silos calibrate for one L
 
     def privacy(self, priv: dict, name: str, context: PlanContext, batch_size: int) -> PrivacyPlan:
         _single_budget(priv, context)
-        if priv["calibration"] != "paper":
+        if priv["calibration"] != Calibration.PAPER:
             raise ConfigError("privacy.calibration", priv["calibration"], "paper for P_vec (seed-000 §2.2 parameters)")
         eps, delta = priv.get("epsilon"), priv.get("delta")
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps <= 15:
@@ -293,8 +294,8 @@ class ShuffledVectorSum(SiloGaussian):
             raise ConfigError("participation", type(context.sampler).__name__, "a fixed number M >= 1 of silos "
                               "every round (participation=uniform): P_vec is calibrated for M K users")
         eps, delta, cells = float(eps), float(delta), (context.replicas.count, num_silos)
-        return PrivacyPlan(trust_model=priv["trust_model"], calibration="paper", accountant="parallel",
-                           unit=FEDERATION_RECORD, relation="replace_one", delta=np.full(num_silos, delta),
+        return PrivacyPlan(trust_model=priv["trust_model"], calibration=Calibration.PAPER, accountant=Accountant.PARALLEL,
+                           unit=FEDERATION_RECORD, relation=Relation.REPLACE_ONE, delta=np.full(num_silos, delta),
                            noise_multiplier=np.zeros(cells), target_epsilon=np.full(cells, eps),
                            ledger=Ledger(one_pass_ledger(eps, delta), cells, "federation"),
                            details={"users_per_invocation": per_round * batch_size})
@@ -328,14 +329,12 @@ def plan(algorithm_class: type[Any], config: dict, context: PlanContext) -> Isrl
     """Resolve a seed-004 algorithm config (module docstring); ``ConfigError`` on a bad value."""
     recipe, alg, priv = algorithm_class.recipe, config["algorithm"], config["privacy"]
     name = str(alg.get("name"))
-    if priv["trust_model"] not in recipe.trust_models:
-        raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {recipe.trust_models} for {name}")
     if priv["accountant"] not in ACCOUNTANTS:
         raise ConfigError("privacy.accountant", priv["accountant"], f"one of {ACCOUNTANTS}")
     pinned = alg.get("trust_model")
     if pinned is not None and pinned != priv["trust_model"]:
         raise ConfigError("privacy.trust_model", priv["trust_model"], f"{pinned!r} for algorithm={name} (privacy={pinned})")
-    private = priv["trust_model"] != "none"
+    private = priv["trust_model"] != TrustModel.NONE
     n_min = context.shape.min_train_size
     if alg.get("batch_size") is None:
         if not private:

@@ -61,6 +61,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from fedray.core.terms import Composition
 from fedray.errors import ConfigError
 from fedray.privacy.amplification import shuffled_epsilon_delta
 
@@ -76,7 +77,7 @@ __all__ = [
     "worst_round_privacy",
 ]
 
-COMPOSITIONS = ("advanced", "pld")
+COMPOSITIONS = tuple(Composition)
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ def compose(
     round_delta: float,
     num_rounds: int,
     target_delta: float,
-    composition: str = "advanced",
+    composition: Composition = Composition.ADVANCED,
     *,
     value_discretization_interval: float | None = None,
 ) -> float:
@@ -222,7 +223,7 @@ def compose(
     e, d = float(round_epsilon), float(round_delta)
     if e <= 0:
         return 0.0 if r * d <= target_delta else math.inf
-    if composition == "advanced":
+    if composition == Composition.ADVANCED:
         slack = target_delta - r * d
         if slack <= 0:
             return math.inf
@@ -251,7 +252,7 @@ class ShuffleCalibration:
     silos_per_round: int | None   # None: any participation law (worst over M' <= N)
     records_per_silo: int
     num_rounds: int
-    composition: str
+    composition: Composition
     noise_multiplier: float
     round: RoundPrivacy
     epsilon: float                # composed over num_rounds; <= target_epsilon
@@ -281,7 +282,7 @@ def calibrate_shuffled_sgd(
     records_per_silo: int,
     num_rounds: int,
     silos_per_round: int | None = None,
-    composition: str = "advanced",
+    composition: Composition = Composition.ADVANCED,
     randomizer_delta: float | None = None,
     relative_tolerance: float = 1e-4,
 ) -> ShuffleCalibration:
@@ -298,7 +299,7 @@ def calibrate_shuffled_sgd(
     silos_per_round : int, optional
         M, when every round has exactly M uniformly chosen participants. None: any
         data-independent participation (the worst M' <= N per round; dh0 is set with M = N).
-    composition : str
+    composition : Composition
         "advanced" (the paper's route) or "pld".
     randomizer_delta : float, optional
         dh0; default n N delta / (18 R M^2).

@@ -36,6 +36,7 @@ from fedray.checks import number_in
 from fedray.core.planning import PlannedAlgorithm
 from fedray.core.protocol import Routing
 from fedray.core.sampling import AllUnits, UniformParticipation
+from fedray.core.terms import Calibration, Composition, TrustModel
 from fedray.data import SyntheticLinear
 from fedray.errors import ConfigError
 from fedray.losses import Logistic, Squared
@@ -70,7 +71,7 @@ class TheoryValues:
     num_rounds: int                 # R
     batch_size: int                 # K
     step_size: float                # eta (Alg. 2) or 1/nu (Alg. 1, a prox scale; spec §6 item 1)
-    calibration: str                # the privacy.calibration giving the theorem's sigma
+    calibration: Calibration        # the privacy.calibration giving the theorem's sigma
     noise_std: float                # sigma, per coordinate of a silo's message
     algorithm: dict = field(default_factory=dict)   # other algorithm fields the theorem sets
     derived: dict = field(default_factory=dict)     # intermediate values, logged with the run
@@ -154,7 +155,7 @@ def mb_sgd_convex(p: Problem) -> TheoryValues:
                * min(1.0, eps * n * math.sqrt(m) / math.sqrt(rounds * d), math.sqrt(n * m / rounds)))
     batch = _ceil_count(cal.theory_min_batch_size(n, eps, p.delta, rounds), 1, n)
     eps_prime = _check_k_condition(p, rounds, batch, theorem)
-    return TheoryValues(theorem, rounds, batch, step, "theory", _theory_noise_std(p, rounds, batch),
+    return TheoryValues(theorem, rounds, batch, step, Calibration.THEORY, _theory_noise_std(p, rounds, batch),
                         algorithm={"average_last": rounds}, derived={"eps_prime": eps_prime})
 
 
@@ -185,7 +186,7 @@ def accelerated_erm(p: Problem) -> TheoryValues:
     oracle_std = math.sqrt((4.0 * lip**2 / (m * batch) if sampled else 0.0) + d * sigma**2 / m)
     regularization = oracle_std / (radius * math.sqrt(rounds))
     nu = regularized_prox_scale(beta, regularization, oracle_std, lip * radius, rounds)
-    return TheoryValues(theorem, rounds, batch, 1.0 / nu, "theory", sigma,
+    return TheoryValues(theorem, rounds, batch, 1.0 / nu, Calibration.THEORY, sigma,
                         algorithm={"regularization": regularization},
                         derived={"eps_prime": eps_prime, "oracle_std": oracle_std, "prox_scale": nu})
 
@@ -214,7 +215,7 @@ def one_pass_convex(p: Problem) -> TheoryValues:
     silo_sampling = (upsilon**2 / m) * (big_n - m) / (big_n - 1) if big_n > 1 else 0.0
     oracle_std = math.sqrt(phi**2 / (m * batch) + silo_sampling + d * sigma**2 / m)
     nu = lan_prox_scale(p.smoothness, oracle_std, p.radius, rounds)
-    return TheoryValues(theorem, rounds, batch, 1.0 / nu, "theory", sigma,
+    return TheoryValues(theorem, rounds, batch, 1.0 / nu, Calibration.THEORY, sigma,
                         algorithm={"regularization": 0.0}, derived={"oracle_std": oracle_std, "prox_scale": nu})
 
 
@@ -247,11 +248,11 @@ def shuffled_convex(p: Problem) -> TheoryValues:
         raise ConfigError("participation.silos_per_round", m,
                           f">= 16 ln(2/dh0) = {need:.1f} for {theorem} (dh0 = {dh0:.3g}, R = {rounds})")
     solved = calibrate_shuffled_sgd(eps, p.delta, num_silos=big_n, records_per_silo=n, num_rounds=rounds,
-                                    silos_per_round=m, composition="advanced")
+                                    silos_per_round=m, composition=Composition.ADVANCED)
     sigma = solved.noise_multiplier * 2.0 * lip
     spread = lip**2 * rounds / (n * m) + (lip**2 + d * sigma**2) / m
     step = min(1.0 / beta, radius / math.sqrt(rounds * spread))
-    return TheoryValues(theorem, rounds, 1, step, "paper", sigma, algorithm={"average_last": rounds},
+    return TheoryValues(theorem, rounds, 1, step, Calibration.PAPER, sigma, algorithm={"average_last": rounds},
                         derived={"randomizer_epsilon": solved.round.randomizer_epsilon, "randomizer_delta": dh0})
 
 
@@ -328,8 +329,8 @@ def _fill(cfg: dict, key: str, value, owner: str) -> None:
 
 def _problem(cfg: dict, node: dict, shape, spec, loss, silos_per_round, shuffled: bool) -> Problem:
     priv = cfg["privacy"]
-    if priv["trust_model"] == "none":
-        raise ConfigError("privacy.trust_model", "none", "private under a theory preset (the theorems need eps)")
+    if priv["trust_model"] == TrustModel.NONE:
+        raise ConfigError("privacy.trust_model", TrustModel.NONE, "private under a theory preset (the theorems need eps)")
     if priv.get("epsilon_grid") is not None:
         raise ConfigError("privacy.epsilon_grid", priv["epsilon_grid"],
                           "null under a theory preset (R, K, eta depend on eps)")

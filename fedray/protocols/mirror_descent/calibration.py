@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedray.core.terms import Calibration
 from fedray.errors import ConfigError
 from fedray.privacy.composition import bounded_range_budget, zcdp_budget
 from fedray.protocols.mirror_descent.bias_reduction import normaliser
@@ -46,11 +47,11 @@ class Schedule(NamedTuple):
     private_step: float     # tau_priv(T, K, B), inf without privacy
 
 
-CALIBRATIONS = ("paper", "tight")       # privacy.calibration for the vertex-sampling step size
+CALIBRATIONS = (Calibration.PAPER, Calibration.TIGHT)       # privacy.calibration for the vertex-sampling step size
 
 
 def private_step_size(batch_size: int, num_steps: int, draws: int, epsilon: float, delta: float,
-                      lipschitz: float, calibration: str = "paper") -> float:
+                      lipschitz: float, calibration: Calibration = Calibration.PAPER) -> float:
     """tau_priv: the largest tau whose 2 T (K + 1) draws, each (4 tau L0 / B)-DP, compose to
     (eps, delta).
 
@@ -60,9 +61,9 @@ def private_step_size(batch_size: int, num_steps: int, draws: int, epsilon: floa
     so it is that much bounded-range, and k draws compose as (k eps0^2 / 8)-zCDP
     (``fedray.privacy.composition.bounded_range_budget``): about 4.6x the paper's tau at
     k = 2000, eps = 1, delta = 1e-6."""
-    if calibration == "paper":
+    if calibration == Calibration.PAPER:
         return batch_size * epsilon / (16 * lipschitz * math.sqrt(num_steps * (draws + 1) * math.log(1 / delta)))
-    if calibration != "tight":
+    if calibration != Calibration.TIGHT:
         raise ConfigError("privacy.calibration", calibration, f"one of {CALIBRATIONS}")
     per_draw = bounded_range_budget(epsilon, num_steps * draws_per_step(draws), delta)
     tau = per_draw * batch_size / (4 * lipschitz)
@@ -110,7 +111,7 @@ def non_private_steps(n: int) -> tuple[int, int]:
 
 
 def sgd_schedule(regime: str, n: int, epsilon: float | None, delta: float | None, dx: int, dy: int,
-                 lipschitz: float, calibration: str = "paper") -> Schedule:
+                 lipschitz: float, calibration: Calibration = Calibration.PAPER) -> Schedule:
     """Alg. 1's (T, K, B, tau) by Thm 3.1 and the default rule tau = min(tau_util, tau_priv);
     ``epsilon=None``: the non-private run (T = n, K = 1, tau = tau_util)."""
     ell = log_dimensions(dx, dy)
@@ -130,7 +131,7 @@ def sgd_schedule(regime: str, n: int, epsilon: float | None, delta: float | None
 
 
 def bound_schedule(regime: str, n: int, epsilon: float, delta: float, dx: int, dy: int, lipschitz: float,
-                   smoothness: float, second_order: float, calibration: str = "paper") -> Schedule:
+                   smoothness: float, second_order: float, calibration: Calibration = Calibration.PAPER) -> Schedule:
     """Spec §3.1's optional rule: (T, K) on a log grid minimising ``explicit_gap_bound`` with
     tau = min(sqrt(2 ell / (5 L0^2 T)), tau_priv(T, K)) (its minimiser without privacy), K = 1 in the
     bilinear regime; data-independent, so it costs no privacy."""
@@ -201,7 +202,7 @@ def vertex_constant(levels: int) -> float:
     return 2.0 * (4.0 * normaliser(levels) + 2.0)
 
 
-def bias_reduced_privacy_constant(epsilon: float, delta: float, calibration: str = "paper") -> float:
+def bias_reduced_privacy_constant(epsilon: float, delta: float, calibration: Calibration = Calibration.PAPER) -> float:
     """K of Alg. 3's privacy condition (c_v tau alpha L0)^2 U <= eps^2 / K on its at most 6 U draws
     (``bias_reduced_most_draws``), each eps0 = c_v tau alpha L0 (``bias_reduced_draw_epsilon``).
 
@@ -213,14 +214,14 @@ def bias_reduced_privacy_constant(epsilon: float, delta: float, calibration: str
     (6 U eps0^2 / 8)-zCDP (Bun & Steinke 2016), and a mixture over data-independent levels keeps
     the bound. Within eps at delta when 6 U eps0^2 / 8 <= rho* (``zcdp_budget``): K = 3 eps^2 / (4 rho*).
     """
-    if calibration == "paper":
+    if calibration == Calibration.PAPER:
         return 48.0 * math.log(1 / delta)
-    if calibration != "tight":
+    if calibration != Calibration.TIGHT:
         raise ConfigError("privacy.calibration", calibration, f"one of {CALIBRATIONS}")
     return 3.0 * epsilon**2 / (4.0 * zcdp_budget(float(epsilon), float(delta)))
 
 
-def bias_reduced_stop_limit(epsilon: float, delta: float, per_draw, calibration: str = "paper"):
+def bias_reduced_stop_limit(epsilon: float, delta: float, per_draw, calibration: Calibration = Calibration.PAPER):
     """The largest U the draws of epsilon ``per_draw`` afford: eps^2 / (K eps0^2)
     (``bias_reduced_privacy_constant``; Prop. 3.17's bound for ``paper``)."""
     return epsilon**2 / (bias_reduced_privacy_constant(epsilon, delta, calibration) * np.asarray(per_draw) ** 2)
@@ -228,7 +229,7 @@ def bias_reduced_stop_limit(epsilon: float, delta: float, per_draw, calibration:
 
 def bias_reduced_parameters(n: int, epsilon: float, delta: float, ell: float, lipschitz: float, smoothness: float,
                             second_order: float, constant: float = VERTEX_CONSTANTS["safe"],
-                            calibration: str = "paper") -> BiasReducedParameters:
+                            calibration: Calibration = Calibration.PAPER) -> BiasReducedParameters:
     """Thm 3.14's (M, C, U, tau, alpha) for Alg. 3 with per-draw epsilon c_v tau alpha L0, by the
     fixed point on the integer M (C depends on M, M = floor(log2 sqrt U), U on C), from
     M = floor(log2 sqrt(n / 2)) (spec §3.3, §6 item 4). Refuses U < 4. The privacy condition's

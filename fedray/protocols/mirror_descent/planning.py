@@ -24,6 +24,7 @@ from fedray.checks import known_keys, number_in, positive
 from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.core.protocol import CuratorRounds, CuratorSteps, Routing
 from fedray.core.sampling import AllUnits, LeveledBatches, SequentialBatches
+from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
 from fedray.privacy.composition import (
     ApproxDpComposition,
@@ -99,7 +100,7 @@ def _regime(alg: dict, game) -> str:
     return regime
 
 
-def _budget(priv: dict, calibration: str | tuple = "paper", what: str = "tau_priv of Prop. 3.3") -> tuple[float, float]:
+def _budget(priv: dict, calibration: Calibration | tuple = Calibration.PAPER, what: str = "tau_priv of Prop. 3.3") -> tuple[float, float]:
     allowed = (calibration,) if isinstance(calibration, str) else calibration
     if priv.get("calibration") not in allowed:
         raise ConfigError("privacy.calibration", priv.get("calibration"), f"{' or '.join(allowed)} ({what})")
@@ -126,8 +127,6 @@ def _checked(recipe, config: dict, context: PlanContext, keys: tuple,
     name = str(alg.get("name"))
     game = _game(config, context.dataset, name)
     known_keys("algorithm", alg, keys)
-    if priv["trust_model"] not in recipe.trust_models:
-        raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {recipe.trust_models} for {name}")
     if not isinstance(context.sampler, sampler):
         raise ConfigError("participation", type(context.sampler).__name__,
                           f"{sampler.__name__} (participation={participation}) for {name}")
@@ -137,11 +136,11 @@ def _checked(recipe, config: dict, context: PlanContext, keys: tuple,
 
 
 def _central(accountant: PopulationAccountant, eps: float, delta: float, replicas: Replicas, details: dict,
-             calibration: str = "paper", noise_multiplier: float = 0.0) -> PrivacyPlan:
+             calibration: Calibration = Calibration.PAPER, noise_multiplier: float = 0.0) -> PrivacyPlan:
     """Central DP for one sample (replace one), every sample priced alike by ``accountant``."""
     cells = (replicas.count, 1)
-    return PrivacyPlan(trust_model="central", calibration=calibration, accountant=accountant.name, unit=UNIT,
-                       relation="replace_one", delta=np.full(1, delta), noise_multiplier=np.full(cells, noise_multiplier),
+    return PrivacyPlan(trust_model=TrustModel.CENTRAL, calibration=calibration, accountant=accountant.name, unit=UNIT,
+                       relation=Relation.REPLACE_ONE, delta=np.full(1, delta), noise_multiplier=np.full(cells, noise_multiplier),
                        target_epsilon=np.full(cells, eps), ledger=Ledger(accountant, cells, UNIT), details=details)
 
 
@@ -171,7 +170,7 @@ def _refuse_above(limit: float, replicas: Replicas, where: str) -> None:
 
 
 def _not_private(replicas: Replicas) -> PrivacyPlan:
-    return PrivacyPlan(trust_model="none", calibration="none", accountant="none", unit=UNIT, relation="replace_one",
+    return PrivacyPlan(trust_model=TrustModel.NONE, calibration=Calibration.NONE, accountant=Accountant.NONE, unit=UNIT, relation=Relation.REPLACE_ONE,
                        delta=np.zeros(1), noise_multiplier=np.zeros((replicas.count, 1)), target_epsilon=None,
                        ledger=None)
 
@@ -208,7 +207,7 @@ class GamePlan(PlannedProtocol):
 class VertexSampling(ProtocolRecipe):
     """The recipe of seed 001's Alg. 1 (module docstring)."""
 
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
@@ -220,9 +219,9 @@ class VertexSampling(ProtocolRecipe):
         mode = _mode(alg, SMD_MODES)
         if mode == "manual":
             return config
-        private = priv.get("trust_model") != "none"
+        private = priv.get("trust_model") != TrustModel.NONE
         budget = _budget(priv, CALIBRATIONS, _TAU_PRIV) if private else None
-        calibration = priv.get("calibration") if private else "paper"
+        calibration = priv.get("calibration") if private else Calibration.PAPER
         if mode == "bound" and budget is not None:
             schedule = bound_schedule(regime, shape.num_silos, *budget, game.rows, game.columns, game.lipschitz,
                                       game.smoothness, game.second_order or 0.0, calibration)
@@ -245,17 +244,17 @@ class VertexSampling(ProtocolRecipe):
         algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, rows=game.rows,
                                     columns=game.columns, vertices=vertices)
         constants = {"batch_size": float(batch), "draws": float(draws), "lipschitz": lipschitz}
-        if priv["trust_model"] == "none":
+        if priv["trust_model"] == TrustModel.NONE:
             privacy = _not_private(replicas)
         else:
             eps, delta = _budget(priv, CALIBRATIONS, _TAU_PRIV)
             calibration = priv["calibration"]
             limit = private_step_size(batch, steps, draws, eps, delta, lipschitz, calibration)
-            route = "Prop. 3.3" if calibration == "paper" else "bounded-range draws composed in zCDP"
+            route = "Prop. 3.3" if calibration == Calibration.PAPER else "bounded-range draws composed in zCDP"
             _refuse_above(limit, replicas, f"{route} at B = {batch}, T = {steps}, K = {draws}, eps = {eps:g}, "
                                            f"delta = {delta:g}, L0 = {lipschitz:g}")
             per_draw = np.asarray(draw_epsilon(replicas.step_sizes, lipschitz, batch))[:, None]          # (P, 1)
-            draws_accountant = (_pure_draws if calibration == "paper" else _bounded_range_draws)
+            draws_accountant = (_pure_draws if calibration == Calibration.PAPER else _bounded_range_draws)
             privacy = _central(
                 draws_accountant(per_draw, delta, releases_per_round=draws_per_step(draws)), eps, delta, replicas,
                 calibration=calibration,
@@ -276,7 +275,7 @@ class GaussianNoise(ProtocolRecipe):
     tau by ``calibration.gaussian_schedule``; the run is (eps, delta)-DP by parallel composition of
     one analytic-Gaussian release per disjoint batch."""
 
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
@@ -285,14 +284,14 @@ class GaussianNoise(ProtocolRecipe):
         if priv.get("l2_clip") is not None:
             raise ConfigError("privacy.l2_clip", priv.get("l2_clip"), "null (the game's L0 bounds every gradient "
                               "coordinate; the sensitivity is 2 L0 sqrt(dx + dy) / B, no clipping)")
-        return _budget(priv, "analytic", "the analytic Gaussian at the batch mean's l2 sensitivity")
+        return _budget(priv, Calibration.ANALYTIC, "the analytic Gaussian at the batch mean's l2 sensitivity")
 
     def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         alg, priv = config["algorithm"], config["privacy"]
         game = _game(config, dataset, str(alg.get("name")))
         if _mode(alg) == "manual":
             return config
-        budget = self._budget(priv) if priv.get("trust_model") != "none" else None
+        budget = self._budget(priv) if priv.get("trust_model") != TrustModel.NONE else None
         eps, delta = budget if budget is not None else (None, None)
 
         def noise_std(sensitivity: float) -> float:
@@ -308,7 +307,7 @@ class GaussianNoise(ProtocolRecipe):
         _, game = _checked(self, config, context, GAUSSIAN_KEYS)
         block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
         batch, steps, replicas = int(context.sampler.batch_size), context.num_rounds, context.replicas
-        if priv["trust_model"] == "none":
+        if priv["trust_model"] == TrustModel.NONE:
             sigma, privacy = 0.0, _not_private(replicas)
         else:
             eps, delta = self._budget(priv)
@@ -318,7 +317,7 @@ class GaussianNoise(ProtocolRecipe):
             privacy = _central(PopulationAccountant(rule, "parallel", 1), eps, delta, replicas,
                                {"noise_std": sigma, "l2_sensitivity": sensitivity,
                                 "released": "every step's noisy mean gradient and the iterates (post-processing)"},
-                               calibration="analytic", noise_multiplier=sigma / sensitivity)
+                               calibration=Calibration.ANALYTIC, noise_multiplier=sigma / sensitivity)
         algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, rows=game.rows,
                                     columns=game.columns, sigma=sigma)
         constants = {"batch_size": float(batch), "noise_std": sigma, "lipschitz": game.lipschitz}
@@ -339,7 +338,7 @@ class BiasReduced(ProtocolRecipe):
     (``calibration.bias_reduced_privacy_constant``), so the same formulas run with the smaller
     constant and the ledger prices the draws by ``BoundedRangeComposition``."""
 
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
@@ -352,7 +351,7 @@ class BiasReduced(ProtocolRecipe):
             # The stopping rule decides; num_rounds is its most steps (each adds 2^N >= 1 to a sum <= U).
             stop = config["participation"].get("stop")
             return {**config, "num_rounds": int(stop)} if isinstance(stop, (int, float)) and stop >= 1 else config
-        if priv.get("trust_model") == "none":
+        if priv.get("trust_model") == TrustModel.NONE:
             raise ConfigError("algorithm.parameters", "paper", "manual with privacy=none (Thm 3.14's M, U, alpha "
                               "and tau are set by eps)")
         eps, delta = _budget(priv, CALIBRATIONS, _ALG3_LIMIT)
@@ -379,7 +378,7 @@ class BiasReduced(ProtocolRecipe):
                      "lipschitz": game.lipschitz}
         resolved = {"levels": sampler.levels, "stop": sampler.stop, "batch_factor": sampler.batch_factor,
                     "parameters": alg.get("parameters", "paper")}
-        if priv["trust_model"] == "none":
+        if priv["trust_model"] == TrustModel.NONE:
             return GamePlan(algorithm, sampler, replicas, context.num_rounds, context.shape.num_silos,
                             _not_private(replicas), resolved=resolved, constants=constants)
         eps, delta = _budget(priv, CALIBRATIONS, _ALG3_LIMIT)
@@ -388,12 +387,12 @@ class BiasReduced(ProtocolRecipe):
         per_draw = bias_reduced_draw_epsilon(constant, replicas.step_sizes, sampler.batch_factor, game.lipschitz)
         limit = bias_reduced_stop_limit(eps, delta, per_draw, calibration)
         if np.any(sampler.stop > limit * (1 + 1e-12)):
-            route = "Prop. 3.17's U" if calibration == "paper" else "the U of bounded-range draws composed in zCDP"
+            route = "Prop. 3.17's U" if calibration == Calibration.PAPER else "the U of bounded-range draws composed in zCDP"
             raise ConfigError("participation.stop", sampler.stop, f"at most {float(limit.min()):.6g} ({route} "
                               f"for tau = {float(replicas.step_sizes.max()):.6g}, alpha = {sampler.batch_factor:g}, "
                               f"c_v = {constant:g})")
         most = bias_reduced_most_draws(sampler.stop)
-        draws_accountant = _pure_draws if calibration == "paper" else _bounded_range_draws
+        draws_accountant = _pure_draws if calibration == Calibration.PAPER else _bounded_range_draws
         privacy = _central(
             draws_accountant(per_draw[:, None], delta, most_releases=most), eps, delta, replicas,
             calibration=calibration,
@@ -423,7 +422,7 @@ class OnlineToBatch(ProtocolRecipe):
     1 / (4 L0 q), tau_priv); ``manual`` takes them as set and refuses tau above tau_priv(B, k).
     The k = K (q + floor(T / q)) draws, each (4 tau L0 / B)-DP, compose by Cor. 3.6."""
 
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
@@ -437,7 +436,7 @@ class OnlineToBatch(ProtocolRecipe):
                               "loss (Thm 4.2 (a), (b))")
         if _mode(alg) == "manual":
             return config
-        if priv.get("trust_model") == "none":
+        if priv.get("trust_model") == TrustModel.NONE:
             raise ConfigError("algorithm.parameters", "paper", "manual with privacy=none (Thm 4.2's T, q, K are set by eps)")
         eps, delta = _budget(priv)
         schedule = sco_schedule(regime, shape.num_silos, eps, delta, game.rows, game.lipschitz, game.smoothness,
@@ -459,7 +458,7 @@ class OnlineToBatch(ProtocolRecipe):
                                     draws=draws, rows=game.rows)
         constants = {"batch_size": float(batch), "draws": float(draws), "refresh": float(refresh),
                      "lipschitz": game.lipschitz}
-        if priv["trust_model"] == "none":
+        if priv["trust_model"] == TrustModel.NONE:
             privacy = _not_private(replicas)
         else:
             eps, delta = _budget(priv)
@@ -492,7 +491,7 @@ class FrankWolfeRecipe(ProtocolRecipe):
     (``participation=all``), ``paper`` sets T = floor((n eps)^{2/3}) (``num_rounds``; ``manual``
     keeps it); eps0 = eps / (2 sqrt(2 T ln(1/delta))) per draw, composed by Cor. 3.6."""
 
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
@@ -500,7 +499,7 @@ class FrankWolfeRecipe(ProtocolRecipe):
     def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
         alg, priv = config["algorithm"], config["privacy"]
         _one_loss(config, dataset, str(alg.get("name")))
-        if _mode(alg) == "manual" or priv.get("trust_model") == "none":
+        if _mode(alg) == "manual" or priv.get("trust_model") == TrustModel.NONE:
             return config
         eps, _ = _budget(priv)
         return {**config, "num_rounds": frank_wolfe_rounds(shape.num_silos, eps)}
@@ -511,7 +510,7 @@ class FrankWolfeRecipe(ProtocolRecipe):
         game = _one_loss(config, context.dataset, name)
         replicas, steps, n = context.replicas, context.num_rounds, context.shape.num_silos
         constants = {"lipschitz": game.lipschitz}
-        if priv["trust_model"] == "none":
+        if priv["trust_model"] == TrustModel.NONE:
             round_epsilon, privacy = float("inf"), _not_private(replicas)
         else:
             eps, delta = _budget(priv)
@@ -550,7 +549,7 @@ class Boosted(ProtocolRecipe):
     charged one (eps, delta) release by parallel composition. One program, one release:
     participation=all, num_rounds=1."""
 
-    trust_models: tuple[str, ...] = ("central",)
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL,)
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False

@@ -44,6 +44,7 @@ from fedray.checks import known_keys, number_in, positive
 from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
 from fedray.core.protocol import Routing, SampledRounds, SequentialSteps
 from fedray.core.sampling import AllUnits, PhasedBatches, PhasedGroups, SequentialBatches
+from fedray.core.terms import Accountant, Calibration, Composition, Relation, TrustModel
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
@@ -64,15 +65,15 @@ from fedray.smoothing import MoreauEnvelope
 
 RESOLVED_KEYS = ("_target_", "name", "step_size", "trust_model", "block_steps", "parameters")
 USER = "user (one record) anywhere in the population"
-TRUST_MODELS = ("sdp", "local", "central", "none")
-SEQUENTIAL_TRUST_MODELS = TRUST_MODELS + ("pan_private",)      # App. C's online curator: sequential protocols only
+TRUST_MODELS = (TrustModel.SDP, TrustModel.LOCAL, TrustModel.CENTRAL, TrustModel.NONE)
+SEQUENTIAL_TRUST_MODELS = TRUST_MODELS + (TrustModel.PAN_PRIVATE,)      # App. C's online curator: sequential protocols only
 # P_vec's own calibration (the paper's, the default, or its exact privacy loss); the Gaussian
 # baselines' analytic one; App. C's classic Gaussian (Lemma C.5)
-CALIBRATION = {"sdp": ("paper", "tight"), "local": ("analytic",), "central": ("analytic",),
-               "pan_private": ("paper",)}
-PVEC_PARAMETERS = {"paper": vector_sum_parameters, "tight": tight_vector_sum_parameters}
-ROUTING = {"sdp": Routing.SHUFFLE_SUM, "local": Routing.DIRECT, "central": Routing.DIRECT,
-           "pan_private": Routing.DIRECT, "none": Routing.SHUFFLE_SUM}
+CALIBRATION = {TrustModel.SDP: (Calibration.PAPER, Calibration.TIGHT), TrustModel.LOCAL: (Calibration.ANALYTIC,),
+               TrustModel.CENTRAL: (Calibration.ANALYTIC,), TrustModel.PAN_PRIVATE: (Calibration.PAPER,)}
+PVEC_PARAMETERS = {Calibration.PAPER: vector_sum_parameters, Calibration.TIGHT: tight_vector_sum_parameters}
+ROUTING = {TrustModel.SDP: Routing.SHUFFLE_SUM, TrustModel.LOCAL: Routing.DIRECT, TrustModel.CENTRAL: Routing.DIRECT,
+           TrustModel.PAN_PRIVATE: Routing.DIRECT, TrustModel.NONE: Routing.SHUFFLE_SUM}
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ class PvecSteps(ProtocolRecipe):
                               "with algorithm.strong_convexity (with the matching phased participation)")
         batches = list(sampler.batch_sizes) if phased else [sampler.batch_size]
         batch = batches[0]
-        if priv["trust_model"] == "none":
+        if priv["trust_model"] == TrustModel.NONE:
             vector_sums, privacy = [ExactSum()] * len(batches), _not_private(priv, context)
         else:
             eps, delta = _budget(priv)
@@ -164,8 +165,8 @@ class PvecSteps(ProtocolRecipe):
             vector_sums = [step for step, _ in steps]
             cells = (context.replicas.count, shape.num_silos)
             privacy = PrivacyPlan(
-                trust_model=priv["trust_model"], calibration=priv["calibration"], accountant="parallel", unit=USER,
-                relation="replace_one", delta=np.full(shape.num_silos, delta), noise_multiplier=np.zeros(cells),
+                trust_model=priv["trust_model"], calibration=priv["calibration"], accountant=Accountant.PARALLEL, unit=USER,
+                relation=Relation.REPLACE_ONE, delta=np.full(shape.num_silos, delta), noise_multiplier=np.zeros(cells),
                 target_epsilon=np.full(cells, eps),
                 ledger=Ledger(one_pass_ledger(eps, delta), cells, "population"),
                 details={"users_per_invocation": batch, **steps[0][1]})
@@ -260,7 +261,7 @@ class PvecRounds(ProtocolRecipe):
         # Phased (Thm 4.9b): a user takes part in the T rounds of its own phase, with its group.
         users, rounds = shape.num_silos, context.num_rounds
         per_invocation, per_user = (context.sampler.group_size, context.sampler.rounds) if phased else (users, rounds)
-        if priv["trust_model"] == "none":
+        if priv["trust_model"] == TrustModel.NONE:
             vector_sum, privacy = ExactSum(), _not_private(priv, context)
         else:
             eps, delta = _budget(priv)
@@ -271,9 +272,9 @@ class PvecRounds(ProtocolRecipe):
                 vector_sum, details = _tight_rounds_sum(priv, eps, delta, dim, per_invocation, per_user)
                 composition, rule = BinomialRoundsComposition.NAME, BinomialRoundsComposition(vector_sum.params)
             else:
-                composition = priv.get("composition", "advanced")
+                composition = priv.get("composition", Composition.ADVANCED)
                 eps0, delta0, slack, shrunk = _round_budget(priv)(eps, delta, per_user)
-                rule = (ApproxDpPldComposition(eps0, delta0, delta) if composition == "pld"   # the rounds' PLD at delta
+                rule = (ApproxDpPldComposition(eps0, delta0, delta) if composition == Composition.PLD   # the rounds' PLD at delta
                         else ApproxDpComposition(eps0, delta0, slack, route="advanced"))
                 vector_sum, details = _private_sum(priv, context, eps0, delta0, dim, per_invocation, "num_rounds",
                                                    rounds)
@@ -281,7 +282,7 @@ class PvecRounds(ProtocolRecipe):
             cells = (context.replicas.count, users)
             privacy = PrivacyPlan(
                 trust_model=priv["trust_model"], calibration=priv["calibration"], accountant=composition, unit=USER,
-                relation="replace_one", delta=np.full(users, delta), noise_multiplier=np.zeros(cells),
+                relation=Relation.REPLACE_ONE, delta=np.full(users, delta), noise_multiplier=np.zeros(cells),
                 target_epsilon=np.full(cells, eps), ledger=Ledger(ComposedAccountant(rule, composition), cells, "user"),
                 details=details)
         algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=per_invocation,
@@ -333,10 +334,10 @@ def _round_budget(priv: dict):
     tight calibration, which has no per-round budget (``_rounds_sum_mse`` ignores it)."""
     if _rounds_tight(priv):
         return lambda eps, delta, rounds: (math.nan, math.nan, math.nan, False)
-    composition = priv.get("composition", "advanced")
-    if composition == "advanced":
+    composition = priv.get("composition", Composition.ADVANCED)
+    if composition == Composition.ADVANCED:
         return per_round_budget
-    if composition == "pld":
+    if composition == Composition.PLD:
         return lambda eps, delta, rounds: (pld_composition_budget(eps, rounds, delta / (rounds + 1), delta),
                                            delta / (rounds + 1), delta / (rounds + 1), False)
     raise ConfigError("privacy.composition", composition, "advanced (the paper's) or pld")
@@ -345,7 +346,7 @@ def _round_budget(priv: dict):
 def _rounds_tight(priv: dict) -> bool:
     """True for P_GD's rounds calibrated together (trust_model=sdp, calibration=tight); refuses
     ``privacy.composition`` with it, in one line."""
-    if priv.get("trust_model") != "sdp" or priv.get("calibration") != "tight":
+    if priv.get("trust_model") != TrustModel.SDP or priv.get("calibration") != Calibration.TIGHT:
         return False
     if priv.get("composition") is not None:
         raise ConfigError("privacy.composition", priv["composition"], "unset with privacy.calibration=tight for p_gd "
@@ -411,8 +412,6 @@ def _check_users(recipe, algorithm_class: type[Any], config: dict, context: Plan
     """The checks every seed-000 protocol shares; returns the algorithm's own fields (radius, ...)."""
     alg, priv, shape = config["algorithm"], config["privacy"], context.shape
     name = str(alg.get("name"))
-    if priv["trust_model"] not in recipe.trust_models:
-        raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {recipe.trust_models} for {name}")
     if not isinstance(context.sampler, sampler_class):
         raise ConfigError("participation", type(context.sampler).__name__, f"{participation} for {name}")
     if set(shape.n_train) != {1}:
@@ -429,7 +428,7 @@ def _check_users(recipe, algorithm_class: type[Any], config: dict, context: Plan
 
 
 def _clip(priv: dict) -> float:
-    return positive("privacy.l2_clip", priv.get("l2_clip"), allow_none=priv["trust_model"] == "none") or float("inf")
+    return positive("privacy.l2_clip", priv.get("l2_clip"), allow_none=priv["trust_model"] == TrustModel.NONE) or float("inf")
 
 
 def _budget(priv: dict) -> tuple[float, float]:
@@ -444,22 +443,22 @@ def _budget(priv: dict) -> tuple[float, float]:
     return eps, delta
 
 
-def _sum_step(trust: str, eps: float, delta: float, dim: int, users: int, l2_clip: float, calibration: str = "paper"):
+def _sum_step(trust: TrustModel, eps: float, delta: float, dim: int, users: int, l2_clip: float, calibration: Calibration = Calibration.PAPER):
     """The step's sum for the trust model, each release (eps, delta)-DP for a user (a server's
     draws, central or pan-private, come from the step's keys); ``calibration`` picks P_vec's b and p."""
-    if trust == "sdp":
+    if trust == TrustModel.SDP:
         return SplitVectorSum(PVEC_PARAMETERS[calibration](eps, delta, dim, users, l2_clip))
-    if trust == "pan_private":
+    if trust == TrustModel.PAN_PRIVATE:
         return CentralGaussianSum(pan_private_sigma(_below_one(eps), delta, l2_clip), draws=2)
-    if trust == "local":
+    if trust == TrustModel.LOCAL:
         return LocalGaussianSum(release_sigma(eps, delta, l2_clip))
-    if trust == "central":
+    if trust == TrustModel.CENTRAL:
         return CentralGaussianSum(release_sigma(eps, delta, l2_clip))
     return ExactSum()
 
 
-PLACEMENT = {"local": "each user", "central": "trusted server, once per sum",
-             "pan_private": "curator: one draw before the batch's data, one after"}
+PLACEMENT = {TrustModel.LOCAL: "each user", TrustModel.CENTRAL: "trusted server, once per sum",
+             TrustModel.PAN_PRIVATE: "curator: one draw before the batch's data, one after"}
 
 
 def _private_sum(priv: dict, context: PlanContext, eps: float, delta: float, dim: int, users: int, key: str,
@@ -470,14 +469,14 @@ def _private_sum(priv: dict, context: PlanContext, eps: float, delta: float, dim
     try:
         step = _sum_step(trust, eps, delta, dim, users, _clip(priv), priv["calibration"])
     except ConfigError as err:
-        if trust != "sdp":
+        if trust != TrustModel.SDP:
             raise
         raise ConfigError(key, value, f"a value whose P_vec invocations can be served ({err})") from err
-    if trust == "sdp":
+    if trust == TrustModel.SDP:
         params = step.params
         details = {"messages_per_user": params.messages_per_user, "noise_bits": params.noise_bits,
                    "bit_probability": params.bit_probability}
-        if priv["calibration"] == "tight":        # the bound computed at these b, p: <= the invocation's delta
+        if priv["calibration"] == Calibration.TIGHT:        # the bound computed at these b, p: <= the invocation's delta
             details |= {"invocation_delta_bound": params.certified_delta, "tight_route": params.route}
         return step, details
     return step, {"noise_std": step.sigma, "noise_placement": PLACEMENT[trust]}
@@ -493,13 +492,13 @@ def _sum_mse(priv: dict, mode: str):
     """The step-sum error ``exact`` calibrates the step size for (``hyperparameters``): the trust
     model's sum's own ``sum_mse``."""
     trust = priv["trust_model"]
-    if trust in ("local", "central", "pan_private") and mode == "paper":
+    if trust in (TrustModel.LOCAL, TrustModel.CENTRAL, TrustModel.PAN_PRIVATE) and mode == "paper":
         raise ConfigError("algorithm.parameters", mode, f"exact or manual for trust_model={trust} (the paper's "
                           "formulas are P_vec's)")
-    calibration: Any = "paper"
-    if trust == "sdp":
-        calibration = priv.get("calibration")       # checked next: one of CALIBRATION["sdp"]
-        if calibration not in CALIBRATION["sdp"]:
+    calibration: Any = Calibration.PAPER
+    if trust == TrustModel.SDP:
+        calibration = priv.get("calibration")       # checked next: one of CALIBRATION[TrustModel.SDP]
+        if calibration not in CALIBRATION[TrustModel.SDP]:
             raise ConfigError("privacy.calibration", calibration, "paper or tight for trust_model=sdp (P_vec)")
     return lambda eps, delta, dim, batch, l2: _sum_step(trust, eps, delta, dim, batch, l2,
                                                         calibration=calibration).sum_mse(batch, dim)
@@ -507,6 +506,6 @@ def _sum_mse(priv: dict, mode: str):
 
 def _not_private(priv: dict, context: PlanContext) -> PrivacyPlan:
     cells = (context.replicas.count, context.shape.num_silos)
-    return PrivacyPlan(trust_model="none", calibration="none", accountant=priv["accountant"], unit=USER,
-                       relation="replace_one", delta=np.zeros(context.shape.num_silos),
+    return PrivacyPlan(trust_model=TrustModel.NONE, calibration=Calibration.NONE, accountant=priv["accountant"], unit=USER,
+                       relation=Relation.REPLACE_ONE, delta=np.zeros(context.shape.num_silos),
                        noise_multiplier=np.zeros(cells), target_epsilon=None, ledger=None)

@@ -22,8 +22,10 @@ from typing import Callable
 
 import numpy as np
 
+from fedray.core.terms import Calibration
 
-CALIBRATIONS = ("paper", "tight")
+
+CALIBRATIONS = (Calibration.PAPER, Calibration.TIGHT)
 
 
 def kappa(epsilon: float, delta: float) -> int:
@@ -108,7 +110,7 @@ class DelOutputPert:
     delta2: float
     sensitivity: float
     index: str = "listing"
-    calibration: str = "paper"        # or "tight": sigma by Thm 3.3's coupling, exactly (deletion_tight)
+    calibration: Calibration = Calibration.PAPER        # or "tight": sigma by Thm 3.3's coupling, exactly (deletion_tight)
 
     def __post_init__(self) -> None:
         if self.index not in ("listing", "proof"):
@@ -120,7 +122,7 @@ class DelOutputPert:
 
     @classmethod
     def for_target(cls, epsilon: float, delta: float, sensitivity: float, index: str = "listing",
-                   calibration: str = "paper") -> "DelOutputPert":
+                   calibration: Calibration = Calibration.PAPER) -> "DelOutputPert":
         """The inner parameters of an (eps, delta) target: eps2 = eps/2, delta2 = delta/(e^eps + 2)."""
         return cls(epsilon / 2.0, delta / (math.exp(epsilon) + 2.0), sensitivity, index, calibration)
 
@@ -133,7 +135,7 @@ class DelOutputPert:
         """The paper's sqrt(2 ln(2/delta2)) 8 kappa Delta / eps2 (Alg. 1 line 4), or with
         ``calibration="tight"`` the smallest sigma meeting the same guarantee by the exact bound of
         ``deletion_tight`` (5 to 7x smaller)."""
-        if self.calibration == "tight":
+        if self.calibration == Calibration.TIGHT:
             return tight_noise_multiplier(self.epsilon2, self.delta2) * self.sensitivity
         return math.sqrt(2.0 * math.log(2.0 / self.delta2)) * 8 * self.kappa * self.sensitivity / self.epsilon2
 
@@ -284,7 +286,7 @@ class _SCOutputPertConstants:
     strong_convexity: float
     num_users: int
     items_per_user: int
-    calibration: str = "paper"        # or "tight" (DelOutputPert.noise_std)
+    calibration: Calibration = Calibration.PAPER        # or "tight" (DelOutputPert.noise_std)
 
     @property
     def sensitivity(self) -> float:
@@ -402,7 +404,7 @@ class CertifiedPerturbation(_SCOutputPertConstants):
                                      self.smoothness)
 
     def _smooth(self) -> bool:
-        return self.calibration == "tight" and math.isfinite(self.smoothness)
+        return self.calibration == Calibration.TIGHT and math.isfinite(self.smoothness)
 
     def _base(self) -> float:
         """Delta0: the certificate's bound at gamma0 and res = 0."""

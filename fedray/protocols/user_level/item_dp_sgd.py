@@ -35,6 +35,7 @@ from fedray.core.evaluation import Metric
 from fedray.core.planning import PlanContext, PlannedAlgorithm, ProtocolRecipe
 from fedray.core.protocol import RoundKeys
 from fedray.core.sampling import AllUnits
+from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.gradient_descent import GradientState, ProjectedGradient
@@ -56,7 +57,7 @@ def user_level_epsilon(noise_multiplier: float, batch: int, population: int, ite
     calibration makes hold up to the planned rounds (the ledger's delta is the plan's)."""
     from fedray.privacy.accounting import participation_epsilon
 
-    return items * participation_epsilon(noise_multiplier, batch, population, 1, rounds, item_delta, "pld")
+    return items * participation_epsilon(noise_multiplier, batch, population, 1, rounds, item_delta, Accountant.PLD)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class ItemSampledGaussian(ProtocolRecipe):
     (``privacy.calibration=accountant``), a rounds ledger pricing user-level epsilon as m times
     the item-level one."""
 
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
@@ -98,10 +99,10 @@ class ItemSampledGaussian(ProtocolRecipe):
         def build(noise_std: np.ndarray):
             return algorithm_class(context.loss, solver, clip, noise_std, rounds, m, users, batch)
 
-        if priv["trust_model"] == "none":
+        if priv["trust_model"] == TrustModel.NONE:
             return CuratorRoundsPlan(build(np.zeros(replicas.count)), context.sampler, context.loss, shape, replicas,
                                      rounds, not_private(cells), resolved)
-        if priv.get("calibration") != "accountant":
+        if priv.get("calibration") != Calibration.ACCOUNTANT:
             raise ConfigError("privacy.calibration", priv.get("calibration"), f"accountant for {name} (the PLD "
                               "accountant's noise for the subsampled Gaussian)")
         if priv.get("epsilon_grid") is not None:
@@ -109,14 +110,14 @@ class ItemSampledGaussian(ProtocolRecipe):
         delta = number_in("privacy.delta", priv.get("delta"), 0.0, 1.0, "a number in (0, 1)")
         epsilon = float(_levels(priv, replicas)[0])
         item_epsilon, item_delta = item_level_budget(epsilon, delta, m)
-        z = calibrate_noise_multiplier(item_epsilon, item_delta, batch, population, 1, rounds, "pld")
+        z = calibrate_noise_multiplier(item_epsilon, item_delta, batch, population, 1, rounds, Accountant.PLD)
         noise_std = np.full(replicas.count, z * 2 * clip / batch)
         accountant = RoundsAccountant(partial(user_level_epsilon, z, batch, population, m, item_delta),
                                       f"pld per item (B of N m, replace-one) x m (group privacy over {m} items)", delta)
         resolved.update(noise_multiplier=z, noise_std=float(noise_std[0]), item_epsilon=item_epsilon,
                         item_delta=item_delta)
         privacy = PrivacyPlan(
-            trust_model="central", calibration="accountant", accountant="pld", unit=USER, relation="replace_one",
+            trust_model=TrustModel.CENTRAL, calibration=Calibration.ACCOUNTANT, accountant=Accountant.PLD, unit=USER, relation=Relation.REPLACE_ONE,
             delta=np.full(users, delta), noise_multiplier=np.full(cells, z),
             target_epsilon=np.full(cells, epsilon), ledger=Ledger(accountant, cells, "user"),
             details={"noise_multiplier": z, "item_epsilon": item_epsilon, "item_delta": item_delta},

@@ -30,6 +30,7 @@ from scipy.optimize import minimize_scalar
 from fedray.checks import check_bool, number_in, positive
 from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe
 from fedray.core.protocol import Routing
+from fedray.core.terms import Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
 from fedray.objectives import LinearModelObjective
 from fedray.privacy.composition import ApproxDpComposition
@@ -57,12 +58,12 @@ def phase_users(variant: str, n: int, phases: int) -> list[np.ndarray]:
 
 
 def certificate_constant(epsilon: float, delta: float, beta: float, lipschitz: float, users: int, items: int,
-                         calibration: str = "paper") -> float:
+                         calibration: Calibration = Calibration.PAPER) -> float:
     """c with sigma = c G' / (mu n sqrt(m)) for SCOutputPert's certificate at (eps, delta, beta), G'.
     Under ``calibration="tight"`` the smooth certificate's mu -> infinity limit (its term beta0 r /
     (mu (n - r)) dropped: below 1e-4 of the rest at the presets' lambda_i; lambda and B(lambda) only)."""
     mechanism = CertifiedPerturbation(epsilon, delta, beta, lipschitz, 1.0, users, items, calibration,
-                                      0.0 if calibration == "tight" else math.inf)
+                                      0.0 if calibration == Calibration.TIGHT else math.inf)
     return mechanism.noise_std * users * math.sqrt(items) / lipschitz
 
 
@@ -120,7 +121,7 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
     search is affordable for every release (``on_unstable=search``; else refused, or the NOT DP
     ``abort_not_private``, planned with epsilon = inf) and the ledger."""
 
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
@@ -161,8 +162,8 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
             beta = 1.0 / (2 * n * n * m) if mu else 1.0 / (n * m)        # Alg. 5 / 6's, or Thm 4.1's
         else:
             beta = number_in("algorithm.beta", beta, 0.0, 1.0, "a probability in (0, 1)")
-        private = priv["trust_model"] != "none"
-        calibration = priv["calibration"] if private else "paper"
+        private = priv["trust_model"] != TrustModel.NONE
+        calibration = priv["calibration"] if private else Calibration.PAPER
         smooth = objective.smoothness           # the item loss's Hessians (tight: the smooth certificate)
         if calibration not in DELETION_CALIBRATIONS:
             raise ConfigError("privacy.calibration", calibration, f"one of {DELETION_CALIBRATIONS} for Phased-ERM / SCO "
@@ -282,7 +283,7 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
             phased = f"basic (localization + {'phases' if share > 1 else 'disjoint phases'})"
         accountant = ComposedAccountant(rule, phased, releases_per_participation=stages * share)
         privacy = PrivacyPlan(
-            trust_model="central", calibration=calibration, accountant=accountant.name, unit=USER, relation="replace_one",
+            trust_model=TrustModel.CENTRAL, calibration=calibration, accountant=accountant.name, unit=USER, relation=Relation.REPLACE_ONE,
             delta=np.full(n, delta), noise_multiplier=np.broadcast_to(sigma_first[:, None], cells).copy(),
             target_epsilon=np.broadcast_to(levels[:, None], cells).copy(), ledger=Ledger(accountant, cells, "user"),
             details={"phases": count, "min_users": fewest})

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedray.core.terms import Accountant
 from fedray.privacy.gaussian import analytic_sigma
 
 COUPLING_CONSTANT = 120.0      # c_Delta (spec §5 item 12): Lemma B.2 / C.2 leave the constant unspecified
@@ -388,7 +389,7 @@ def derived_noise(problem: Problem, threshold: float, layout: PhaseLayout) -> tu
     from fedray.privacy.accounting import calibrate_noise_multiplier      # dp-accounting: only when D runs
 
     eps, delta = problem.epsilon, problem.delta
-    multipliers = np.array([calibrate_noise_multiplier(eps / 2, delta / 2, n, n, 1, t, "pld")
+    multipliers = np.array([calibrate_noise_multiplier(eps / 2, delta / 2, n, n, 1, t, Accountant.PLD)
                             for n, t in zip(layout.users, layout.steps)])
     sensitivity = np.array([coupled_sensitivity(threshold, k, coupling_log_failure(problem, t))
                             for t, k in zip(layout.steps, layout.batch)])

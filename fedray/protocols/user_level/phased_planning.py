@@ -40,6 +40,7 @@ from fedray.acsa import AcSa, Phases
 from fedray.checks import check_bool, known_keys, number_in, positive
 from fedray.core.planning import PlanContext, PlannedAlgorithm, ProtocolRecipe
 from fedray.core.sampling import AllUnits, UniformParticipation
+from fedray.core.terms import Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
 from fedray.gradient_descent import ProjectedGradient
 from fedray.privacy.composition import ApproxDpComposition
@@ -75,13 +76,13 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
     if profile != "exploratory" and kappa != 1.0:
         raise ConfigError("algorithm.kappa", kappa, f"1 with algorithm.profile={profile} (exploratory scales the "
                           "constants)")
-    if priv["trust_model"] != "none" and priv.get("epsilon_grid") is not None:
+    if priv["trust_model"] != TrustModel.NONE and priv.get("epsilon_grid") is not None:
         raise ConfigError("privacy.epsilon_grid", priv["epsilon_grid"], f"null for {name}: every phase's lambda_i, "
                           "T_i and K_i depend on eps (one privacy.epsilon per run)")
     items = set(shape.items)
     if len(items) != 1:
         raise ConfigError("data", f"{min(items)}..{max(items)} items per user", f"the same m for every user ({name})")
-    if priv["trust_model"] == "none":
+    if priv["trust_model"] == TrustModel.NONE:
         eps, delta = math.inf, 0.5      # the eps -> inf limit: lambda = (L / R) / sqrt(n m), K_i = n_i (delta unused)
     else:
         eps = positive("privacy.epsilon", priv.get("epsilon"))
@@ -171,10 +172,8 @@ def curator_privacy(recipe, config: dict, calibration_why: str = "") -> bool:
     (the smallest noise for the derived sensitivity) under profile derived."""
     priv, alg = config["privacy"], config["algorithm"]
     name, profile = alg.get("name"), alg.get("profile", "paper")
-    if priv["trust_model"] not in recipe.trust_models:
-        raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {recipe.trust_models} for {name}")
-    private = priv["trust_model"] != "none"
-    expected = "accountant" if profile == "derived" else "paper"
+    private = priv["trust_model"] != TrustModel.NONE
+    expected = Calibration.ACCOUNTANT if profile == "derived" else Calibration.PAPER
     if private and priv.get("calibration") != expected:
         why = " (the noise calibrated to the derived sensitivity)" if profile == "derived" else calibration_why
         raise ConfigError("privacy.calibration", priv.get("calibration"),
@@ -195,7 +194,7 @@ def phase_solvers(regularizations, smoothness: float, radius: float | None, stag
 
 @dataclass(frozen=True)
 class AcceleratedErm(ProtocolRecipe):
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     sets_participation: bool = True           # participation=phased's lists come from the schedule
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
@@ -326,8 +325,8 @@ def _phase_privacy(problem: Problem, layout, unit_phase: np.ndarray, multiplier:
         caveats.append(("profile derived's" if derived else "Thm 3.1's")
                        + " conditions fail at this size, so the proof does not cover the run: " + "; ".join(failed))
     return PrivacyPlan(
-        trust_model="central", calibration="accountant" if derived else "paper", accountant="phases", unit=USER,
-        relation="replace_one",
+        trust_model=TrustModel.CENTRAL, calibration=Calibration.ACCOUNTANT if derived else Calibration.PAPER, accountant="phases", unit=USER,
+        relation=Relation.REPLACE_ONE,
         delta=np.full(cells[1], delta), noise_multiplier=np.broadcast_to(per_unit, cells).copy(),
         target_epsilon=np.full(cells, eps), ledger=Ledger(accountant, cells, "user"),
         nominal_epsilon=np.full(cells, eps),
@@ -356,7 +355,7 @@ class FullBatchFiltered(ProtocolRecipe):
       T K m gradients. Lemma D.2's K >= 500 ln(n^2 m^2 e^eps / delta) (1 / eps + n eps /
       sqrt(T ln(1 / delta))) is checked and a shortfall named in the privacy statement."""
 
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 

@@ -34,6 +34,7 @@ import numpy as np
 from fedray.checks import number_in, positive
 from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe
 from fedray.core.protocol import Routing
+from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
 from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.ledger import ComposedAccountant, Ledger
@@ -51,7 +52,7 @@ FIELDS = ("_target_", "name", "profile", "kappa", "threshold_constant", "lipschi
 
 def _problem(config: dict, shape, loss) -> tuple[Problem, dict]:
     problem, constants = _inputs(config, shape, loss, FIELDS, ("sgd",))
-    if config["privacy"]["trust_model"] == "none":
+    if config["privacy"]["trust_model"] == TrustModel.NONE:
         priv, name = config["privacy"], config["algorithm"].get("name")
         why = f"with privacy=none too for {name}: the schedule (C, eta_i, T_i) is the private run's"
         if priv.get("epsilon") is None:
@@ -88,7 +89,7 @@ class PhasedSgdPlan(PlannedProtocol):
 
 @dataclass(frozen=True)
 class PhasedSgdRecipe(ProtocolRecipe):
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     sets_participation: bool = True           # participation=phased's lists come from the layout
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
@@ -195,8 +196,8 @@ def _privacy(problem: Problem, layout: PhasedSgdLayout, cells: tuple, constants:
     multiplier = float(layout.noise_std[0] / layout.thresholds[0])
     accountant = ComposedAccountant(ApproxDpComposition(eps, delta, 0.0, route="basic"), "basic")
     return PrivacyPlan(
-        trust_model="central", calibration="accountant" if constants["profile"] == "derived" else "paper",
-        accountant="basic", unit=USER, relation="replace_one",
+        trust_model=TrustModel.CENTRAL, calibration=Calibration.ACCOUNTANT if constants["profile"] == "derived" else Calibration.PAPER,
+        accountant=Accountant.BASIC, unit=USER, relation=Relation.REPLACE_ONE,
         delta=np.full(cells[1], delta), noise_multiplier=np.full(cells, multiplier),
         target_epsilon=np.full(cells, eps), ledger=Ledger(accountant, cells, "user"),
         nominal_epsilon=np.full(cells, eps),

@@ -19,13 +19,18 @@ import numpy as np
 
 from fedray.checks import check_bool, known_keys, number_in, positive
 from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe
-from fedray.core.protocol import Routing
-from fedray.core.sampling import AllUnits
+from fedray.core.protocol import CuratorSampledRounds, Routing
+from fedray.core.sampling import AllUnits, UniformParticipation
+from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
+from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
+from fedray.evaluation import LinearModelEvaluation
+from fedray.gradient_descent import ProjectedGradient
 from fedray.objectives import LinearModelObjective
+from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
 from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.gaussian import analytic_sigma, classic_sigma
-from fedray.privacy.ledger import ComposedAccountant, Ledger, UnboundedAccountant
+from fedray.privacy.ledger import ComposedAccountant, Ledger, RoundsAccountant, UnboundedAccountant
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.deletion import (
     CALIBRATIONS as DELETION_CALIBRATIONS,
@@ -38,7 +43,7 @@ from fedray.protocols.user_level.deletion import (
 
 USER = "user (all records of one silo)"
 FIELDS = ("_target_", "name", "regularization", "feature_bound", "gradient_tolerance")
-CALIBRATIONS = ("accountant", "paper")
+CALIBRATIONS = (Calibration.ACCOUNTANT, Calibration.PAPER)
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ def sensitivity(lipschitz: float, regularization: float, num_users: int, toleran
 
 @dataclass(frozen=True)
 class OutputPerturbationRecipe(ProtocolRecipe):
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
@@ -84,7 +89,7 @@ class OutputPerturbationRecipe(ProtocolRecipe):
         delta_sens = sensitivity(objective.lipschitz, regularization, shape.num_silos, tolerance)
         replicas, cells = context.replicas, (context.replicas.count, shape.num_silos)
         resolved = {"lipschitz": objective.lipschitz, "smoothness": objective.smoothness, "sensitivity": delta_sens}
-        if priv["trust_model"] == "none":
+        if priv["trust_model"] == TrustModel.NONE:
             privacy, noise_std = not_private(cells), np.zeros(replicas.count)
         else:
             calibration = priv["calibration"]
@@ -92,10 +97,10 @@ class OutputPerturbationRecipe(ProtocolRecipe):
                 raise ConfigError("privacy.calibration", calibration, f"one of {CALIBRATIONS} for {alg.get('name')}")
             delta = number_in("privacy.delta", priv.get("delta"), 0.0, 1.0, "a number in (0, 1)")
             levels = _levels(priv, replicas)
-            if calibration == "paper" and np.any(levels >= 1):
+            if calibration == Calibration.PAPER and np.any(levels >= 1):
                 raise ConfigError("privacy.epsilon", float(levels.max()), "below 1 with privacy.calibration=paper "
                                   "(the classic Gaussian mechanism); privacy.calibration=accountant serves any epsilon")
-            sigma = analytic_sigma if calibration == "accountant" else classic_sigma
+            sigma = analytic_sigma if calibration == Calibration.ACCOUNTANT else classic_sigma
             noise_std = np.array([sigma(float(eps), delta, delta_sens) for eps in levels])
             privacy = _one_release(calibration, levels, delta, cells, noise_std / delta_sens,
                                    {"noise_std_max": float(noise_std.max())})
@@ -136,7 +141,7 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
     window search), at most ``max_fallback_solves`` sub-datasets in certificate mode, else the plan
     is refused; ``abort_not_private`` is planned with an infinite epsilon and a NOT DP statement."""
 
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
@@ -167,7 +172,7 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
         cells, n, m = (replicas.count, shape.num_silos), shape.num_silos, items.pop()
         on_unstable, most_solves = on_unstable_setting(alg)
         resolved = {"lipschitz": lipschitz, "items_per_user": m, "mode": mode, "on_unstable": on_unstable}
-        if priv["trust_model"] == "none":
+        if priv["trust_model"] == TrustModel.NONE:
             return CertifiedPlan(algorithm_class, objective, mu, (None,) * replicas.count, 1e-9 * lipschitz, shape,
                                  not_private(cells), resolved)
         calibration = priv["calibration"]
@@ -252,11 +257,11 @@ def _count(solves: int) -> str:
 
 
 def not_dp_release(levels: np.ndarray, delta: float, cells: tuple, multiplier: np.ndarray, details: dict,
-                   caveat: str, calibration: str = "paper") -> PrivacyPlan:
+                   caveat: str, calibration: Calibration = Calibration.PAPER) -> PrivacyPlan:
     """The abort variant's plan: noise calibrated for (eps, delta) (``nominal_epsilon``), a ledger
     that prices every release at epsilon = inf (no finite guarantee), targets inf, and the caveat."""
     return PrivacyPlan(
-        trust_model="central", calibration=calibration, accountant="none (not DP)", unit=USER, relation="replace_one",
+        trust_model=TrustModel.CENTRAL, calibration=calibration, accountant="none (not DP)", unit=USER, relation=Relation.REPLACE_ONE,
         delta=np.full(cells[1], delta), noise_multiplier=np.broadcast_to(multiplier[:, None], cells).copy(),
         target_epsilon=np.full(cells, np.inf), ledger=Ledger(UnboundedAccountant(), cells, "user"),
         nominal_epsilon=np.broadcast_to(levels[:, None], cells).copy(), details={**details, "guarantee": "none"},
@@ -269,8 +274,6 @@ def _check_program(recipe, config: dict, context: PlanContext, fields: tuple) ->
     alg, priv = config["algorithm"], config["privacy"]
     name = str(alg.get("name"))
     known_keys("algorithm", alg, fields)
-    if priv["trust_model"] not in recipe.trust_models:
-        raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {recipe.trust_models} for {name}")
     if not isinstance(context.sampler, AllUnits):
         raise ConfigError("participation", type(context.sampler).__name__,
                           f"every user (participation=all) for {name}: one release reads all of them")
@@ -292,20 +295,20 @@ def _levels(priv: dict, replicas) -> np.ndarray:
     return np.full(replicas.count, positive("privacy.epsilon", priv.get("epsilon")))
 
 
-def _one_release(calibration: str, levels: np.ndarray, delta: float, cells: tuple, multiplier: np.ndarray,
+def _one_release(calibration: Calibration, levels: np.ndarray, delta: float, cells: tuple, multiplier: np.ndarray,
                  details: dict, outside: tuple = ()) -> PrivacyPlan:
     """Each user is charged one (eps, delta) release per replica (basic composition of one);
     ``outside``: what the run shows that the guarantee does not cover."""
     rule = ApproxDpComposition(levels[:, None], delta, 0.0, route="basic")
     return PrivacyPlan(
-        trust_model="central", calibration=calibration, accountant="basic", unit=USER, relation="replace_one",
+        trust_model=TrustModel.CENTRAL, calibration=calibration, accountant=Accountant.BASIC, unit=USER, relation=Relation.REPLACE_ONE,
         delta=np.full(cells[1], delta), noise_multiplier=np.broadcast_to(multiplier[:, None], cells).copy(),
         target_epsilon=np.broadcast_to(levels[:, None], cells).copy(),
         ledger=Ledger(ComposedAccountant(rule, "basic"), cells, "user"), details=details, non_private_inputs=outside)
 
 
 def not_private(cells: tuple) -> PrivacyPlan:
-    return PrivacyPlan(trust_model="none", calibration="none", accountant="none", unit=USER, relation="replace_one",
+    return PrivacyPlan(trust_model=TrustModel.NONE, calibration=Calibration.NONE, accountant=Accountant.NONE, unit=USER, relation=Relation.REPLACE_ONE,
                        delta=np.zeros(cells[1]), noise_multiplier=np.zeros(cells), target_epsilon=None, ledger=None)
 
 
@@ -318,8 +321,6 @@ def check_curator_rounds(recipe, config: dict, context: PlanContext, fields: tup
     alg, priv = config["algorithm"], config["privacy"]
     name = alg.get("name")
     known_keys("algorithm", alg, fields)
-    if priv["trust_model"] not in recipe.trust_models:
-        raise ConfigError("privacy.trust_model", priv["trust_model"], f"one of {recipe.trust_models} for {name}")
     if not isinstance(context.sampler, sampler):
         raise ConfigError("participation", type(context.sampler).__name__, f"{needs} for {name}")
     items = set(context.shape.items)
@@ -361,7 +362,7 @@ class UserSampledGaussian(ProtocolRecipe):
     accountant for num_rounds K-of-N subsampled releases at (eps, delta) (``privacy.calibration=
     accountant``), every user charged every round (``RoundsAccountant``)."""
 
-    trust_models: tuple[str, ...] = ("central", "none")
+    trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
@@ -388,11 +389,11 @@ class UserSampledGaussian(ProtocolRecipe):
                               "lambda / 2 ||w||^2, data independent)")
         solver = ProjectedGradient(replicas.step_sizes, ridge, radius)
         resolved = {"users_per_round": batch, "l2_clip": clip}
-        if priv["trust_model"] == "none":
+        if priv["trust_model"] == TrustModel.NONE:
             algorithm = algorithm_class(context.loss, solver, math.inf, np.zeros(replicas.count), rounds, items)
             return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, rounds,
                                      not_private(cells), resolved)
-        if priv.get("calibration") != "accountant":
+        if priv.get("calibration") != Calibration.ACCOUNTANT:
             raise ConfigError("privacy.calibration", priv.get("calibration"), f"accountant for {name} (the RDP "
                               "accountant's noise for the subsampled Gaussian)")
         if priv.get("epsilon_grid") is not None:
@@ -400,16 +401,16 @@ class UserSampledGaussian(ProtocolRecipe):
                               "the ledger prices one noise multiplier)")
         delta = number_in("privacy.delta", priv.get("delta"), 0.0, 1.0, "a number in (0, 1)")
         levels = _levels(priv, replicas)
-        multipliers = {float(eps): calibrate_noise_multiplier(float(eps), delta, batch, users, 1, rounds, "rdp")
+        multipliers = {float(eps): calibrate_noise_multiplier(float(eps), delta, batch, users, 1, rounds, Accountant.RDP)
                        for eps in np.unique(levels)}
         z = np.array([multipliers[float(eps)] for eps in levels])
         algorithm = algorithm_class(context.loss, solver, clip, z * 2 * clip / batch, rounds, items)
         first = z[0]
         accountant = RoundsAccountant(partial(participation_epsilon, float(first), batch, users, 1, delta=delta,
-                                              accountant="rdp"), "rdp (K of N users, every round)", delta)
+                                              accountant=Accountant.RDP), "rdp (K of N users, every round)", delta)
         resolved.update(noise_multiplier=float(first), noise_std=float(first * 2 * clip / batch))
         privacy = PrivacyPlan(
-            trust_model="central", calibration="accountant", accountant="rdp", unit=USER, relation="replace_one",
+            trust_model=TrustModel.CENTRAL, calibration=Calibration.ACCOUNTANT, accountant=Accountant.RDP, unit=USER, relation=Relation.REPLACE_ONE,
             delta=np.full(users, delta), noise_multiplier=np.broadcast_to(z[:, None], cells).copy(),
             target_epsilon=np.broadcast_to(levels[:, None], cells).copy(), ledger=Ledger(accountant, cells, "user"),
             details={"noise_multiplier": float(first)},
