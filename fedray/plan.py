@@ -10,15 +10,17 @@ overspend is refused (``BudgetError``).
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import cast
 
 import numpy as np
-from hydra.utils import instantiate
+from hydra.errors import InstantiationException
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fedray.checks import MAX_CLIP, check_bool, known_keys, natural, positive
@@ -158,8 +160,6 @@ def _check_epsilon_magnitude(priv: dict) -> None:
 
 def _check_py_modules(names) -> None:
     """``runtime.py_modules``: importable packages of the user's own (shipped to every Ray worker)."""
-    import importlib
-
     allowed = "a list of importable package names (the user's own code, shipped to every Ray worker)"
     if names is None:
         return
@@ -249,8 +249,6 @@ def _budget_key(epsilon) -> float:
 
 
 def _algorithm_class(target) -> type[PlannedAlgorithm]:
-    from hydra.utils import get_class
-
     try:
         found = get_class(str(target))
     except Exception:  # Hydra raises several kinds for a path that does not import
@@ -262,8 +260,6 @@ def _algorithm_class(target) -> type[PlannedAlgorithm]:
 
 def _instantiate(key: str, node: dict):
     """The object a config group describes; a field its class does not take is a config error."""
-    from hydra.errors import InstantiationException
-
     if not isinstance(node, dict) or "_target_" not in node:
         raise ConfigError(key, node, "a config group (a mapping with _target_; choose one with the group's name)")
     try:
@@ -280,8 +276,6 @@ def _list_fields_as_arrays(dataset):
     OmegaConf ``ListConfig``s, which numpy converts anew on every product (3.5 ms instead of
     microseconds for a 2 x 3 payoff). A ragged or non-numeric list stays as given, for the spec's
     ``validate`` to name."""
-    from dataclasses import is_dataclass
-
     if not is_dataclass(dataset) or isinstance(dataset, type):
         return dataset
     arrays = {}

@@ -21,7 +21,7 @@ def step_grid(lo: float, hi: float, num: int, scale: float = 1.0) -> list[float]
 
 
 def _authors_k(num_records: int, num_silos: int, epsilon_max: float, num_rounds: int) -> int:
-    from fedray.protocols.isrl_dp.calibration import authors_batch_size
+    from fedray.protocols.isrl_dp.calibration import authors_batch_size     # a protocol package: only if a config asks
 
     return authors_batch_size(num_records, num_silos, epsilon_max, num_rounds)
 

@@ -233,7 +233,7 @@ def _zcdp_orders() -> np.ndarray:
     """Renyi orders for the zCDP-to-(eps, delta) conversion: dp-accounting's defaults and a dense
     grid up to 1e5 (the best order is about 1 + sqrt(ln(1/delta) / rho), ~1e4 for the small rho
     of thousands of tiny draws)."""
-    from dp_accounting.rdp import rdp_privacy_accountant
+    from dp_accounting.rdp import rdp_privacy_accountant     # a second of imports: only when used
 
     defaults = np.asarray(rdp_privacy_accountant.RdpAccountant().orders, dtype=np.float64)
     return np.unique(np.concatenate([defaults, 1.0 + np.geomspace(1e-3, 1e5, 600)]))
@@ -244,7 +244,7 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
     """epsilon at ``delta`` of a rho-zCDP mechanism: dp-accounting's RDP conversion of the curve
     rho * alpha (Bun & Steinke 2016, Def. 1.1; the conversion is Canonne, Kamath & Steinke 2020,
     Prop. 12's, tighter than rho + 2 sqrt(rho ln(1/delta)))."""
-    from dp_accounting.rdp import rdp_privacy_accountant
+    from dp_accounting.rdp import rdp_privacy_accountant     # a second of imports: only when used
 
     if rho == 0:
         return 0.0
@@ -386,7 +386,7 @@ def pld_composition_epsilon(epsilon0: float, delta0: float, count: int, delta: f
     mechanism is a post-processing of it; Kairouz, Oh, Viswanath 2015), self-composed ``count``
     times with pessimistic discretization (interval 1e-4), read at ``delta``. Never above advanced
     composition at the same total delta (tested)."""
-    from dp_accounting.pld import common, privacy_loss_distribution
+    from dp_accounting.pld import common, privacy_loss_distribution     # a second of imports: only when used
 
     if count == 0:
         return 0.0

@@ -195,7 +195,7 @@ class SampledGaussianAccountant:
 
     def event(self, replica: int, unit: int, count: int) -> dp_accounting.DpEvent:
         """The dp-accounting event ``epsilons`` prices for ``count`` charges of one cell."""
-        from fedray.privacy.events import event_from_json
+        from fedray.privacy.events import event_from_json     # imports dp-accounting (a second): only here
 
         total = int(self.releases) * self._charged(int(count))
         return event_from_json(event_data.self_composed(self.release(replica, unit), total))

@@ -81,7 +81,7 @@ class GaussianNoise:
         return event_data.gaussian(z) if z > 0 else event_data.non_private()
 
     def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
-        from fedray.privacy.events import event_from_json
+        from fedray.privacy.events import event_from_json     # imports dp-accounting (a second): only here
 
         return event_from_json(self.event_data(replica, unit))
 
@@ -107,7 +107,7 @@ class NoNoise:
         return event_data.non_private()
 
     def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
-        from fedray.privacy.events import event_from_json
+        from fedray.privacy.events import event_from_json     # imports dp-accounting (a second): only here
 
         return event_from_json(self.event_data(replica, unit))
 

@@ -104,8 +104,7 @@ class PrivacyPlan:
         private or not planned."""
         if not self.private or self.ledger is None or self.planned_epsilon is None or self.planned_counts is None:
             return None
-        from fedray.privacy.events import event_to_json
-        from fedray.privacy.ledger import EventAccountant
+        from fedray.privacy.events import event_to_json     # imports dp-accounting (a second): only here
 
         planned = np.asarray(self.planned_epsilon)
         replica, unit = (int(i) for i in np.unravel_index(int(np.argmax(planned)), planned.shape))

@@ -189,7 +189,7 @@ def _unit_pair_pld(trials: int, p: float, discretization: float, down: bool):
     """dp-accounting's PLD (both directions) of U = (Bin(trials, p), Bin(trials, p) + 1), or of
     (Bin + 1, Bin) when ``down``, from its pmfs over the window; the binomial mass outside the window
     sits on an outcome only its own side has (infinite privacy loss: counted in full, pessimistic)."""
-    from dp_accounting.pld import privacy_loss_distribution
+    from dp_accounting.pld import privacy_loss_distribution     # a second of imports: only when used
 
     lo, hi, outside = _window(trials, p)
     ys = np.arange(lo, hi + 1)

@@ -22,6 +22,7 @@ from scipy.special import logsumexp
 
 from fedray.core.protocol import RoundKeys
 from fedray.privacy.composition import zcdp_epsilon
+from fedray.protocols.mirror_descent.bias_reduction import normaliser
 
 
 class ReplayAudit(NamedTuple):
@@ -84,8 +85,6 @@ def replay_bias_reduced(algorithm, keys: RoundKeys, samples, neighbour,
     ``keys.at(t)``), on ``neighbour``:
     ((steps, P) the largest score gap after each step, (steps, P) the bound of spec §6 item 3,
     tau (4 C_M 2^{N_t} + 2) L0 / b_t; 0 and 0 for a replica that has stopped)."""
-    from fedray.protocols.mirror_descent.bias_reduction import normaliser
-
     state = algorithm.init(np.zeros((algorithm.step_size.shape[0], 1)), keys.at(0))
     other_x, other_y = state.score_x, state.score_y
     n = samples.ids.size

@@ -48,13 +48,13 @@ from fedray.protocols.mirror_descent.calibration import (
     boosting_split,
     bound_schedule,
     check_privacy_range,
-    log_dimensions,
     draw_epsilon,
     draws_per_step,
     frank_wolfe_round_epsilon,
     frank_wolfe_rounds,
     gaussian_schedule,
     gaussian_sensitivity,
+    log_dimensions,
     private_step_size,
     sco_draws,
     sco_private_step,
@@ -355,8 +355,6 @@ class BiasReduced(ProtocolRecipe):
             raise ConfigError("algorithm.parameters", "paper", "manual with privacy=none (Thm 3.14's M, U, alpha "
                               "and tau are set by eps)")
         eps, delta = _budget(priv, CALIBRATIONS, _ALG3_LIMIT)
-        from fedray.protocols.mirror_descent.calibration import log_dimensions
-
         if game.second_order is None:
             raise ConfigError("data.spec.link", getattr(dataset, "link", None),
                               "a second-order smooth objective for Alg. 3 (Thm 3.14 needs L2)")

@@ -40,6 +40,10 @@ from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.gradient_descent import GradientState, ProjectedGradient
 from fedray.losses import clipped_weighted_gradients
+from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
+from fedray.privacy.ledger import Ledger, RoundsAccountant
+from fedray.privacy.statement import PrivacyPlan
+from fedray.protocols.user_level.planning import USER, CuratorRoundsPlan, _levels, check_curator_rounds, not_private
 from fedray.rng import Stream, generators
 
 FIELDS = ("_target_", "name", "step_size", "l2_clip", "radius", "batch_size")
@@ -55,8 +59,6 @@ def user_level_epsilon(noise_multiplier: float, batch: int, population: int, ite
     """m times the item-level epsilon (at ``item_delta``) after ``rounds`` releases. Its delta is
     m e^{(m-1) eps_item} item_delta, within the plan's delta while eps_item <= eps / m, which the
     calibration makes hold up to the planned rounds (the ledger's delta is the plan's)."""
-    from fedray.privacy.accounting import participation_epsilon
-
     return items * participation_epsilon(noise_multiplier, batch, population, 1, rounds, item_delta, Accountant.PLD)
 
 
@@ -75,12 +77,6 @@ class ItemSampledGaussian(ProtocolRecipe):
         return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext):
-        from fedray.privacy.accounting import calibrate_noise_multiplier
-        from fedray.privacy.ledger import Ledger, RoundsAccountant
-        from fedray.privacy.statement import PrivacyPlan
-        from fedray.protocols.user_level.planning import (USER, CuratorRoundsPlan, _levels, check_curator_rounds,
-                                                           not_private)
-
         alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
         name = alg.get("name")
         m = check_curator_rounds(self, config, context, FIELDS, AllUnits,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.optimize import minimize_scalar
@@ -38,7 +38,16 @@ from fedray.privacy.ledger import ComposedAccountant, Ledger
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.deletion import CALIBRATIONS as DELETION_CALIBRATIONS
 from fedray.protocols.user_level.deletion import CertifiedPerturbation, enumeration_solves
-from fedray.protocols.user_level.planning import ABORT, check_fallback, not_dp_release, on_unstable_setting
+from fedray.protocols.user_level.planning import (
+    ABORT,
+    USER,
+    _check_program,
+    _levels,
+    check_fallback,
+    not_dp_release,
+    not_private,
+    on_unstable_setting,
+)
 
 FIELDS = ("_target_", "name", "variant", "regularization", "radius", "feature_bound", "beta", "noise_scale",
           "allow_few_users", "strong_convexity", "split_localization", "on_unstable", "max_fallback_solves")
@@ -129,8 +138,6 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
         return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PhasedPlan:
-        from fedray.protocols.user_level.planning import USER, _check_program, _levels, not_private
-
         alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
         _check_program(self, config, context, FIELDS)
         on_unstable, most_solves = on_unstable_setting(alg)
@@ -353,7 +360,5 @@ def _phase(users: np.ndarray, regularization: float, mechanisms: tuple, charge: 
 
 
 def _diagnostic(privacy: PrivacyPlan, scale: float) -> PrivacyPlan:
-    from dataclasses import replace
-
     return replace(privacy, details={"noise_scale": scale, "diagnostic": f"every phase's sigma scaled by {scale:g}: "
                                      "not DP (the localization analysis checked without the privacy noise)"})

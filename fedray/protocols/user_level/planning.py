@@ -346,10 +346,6 @@ class CuratorRoundsPlan(PlannedProtocol):
     routing: Routing = Routing.DIRECT
 
     def build(self, oracle):
-        from fedray.core.protocol import CuratorSampledRounds
-        from fedray.data.federation import SiloArrays
-        from fedray.evaluation import LinearModelEvaluation
-
         params0 = np.zeros((self.replicas.count, self.shape.dim, self.loss.num_outputs))
         return CuratorSampledRounds(self.algorithm, self.sampler, LinearModelEvaluation(self.loss), SiloArrays.of,
                                     params0, self.num_rounds, self.shape.num_silos, self.routing, dict(self.constants))
@@ -370,11 +366,6 @@ class UserSampledGaussian(ProtocolRecipe):
         return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
-        from fedray.core.sampling import UniformParticipation
-        from fedray.gradient_descent import ProjectedGradient
-        from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
-        from fedray.privacy.ledger import RoundsAccountant
-
         alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
         name = alg.get("name")
         items = check_curator_rounds(self, config, context, B1_FIELDS, UniformParticipation,
