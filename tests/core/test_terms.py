@@ -32,7 +32,7 @@ def test_as_terms_converts_words_and_leaves_anything_else_for_the_check_that_kno
     assert converted["accountant"] == ["rdp"]
     assert converted["epsilon"] == 3.0 and converted["delta"] is None
     assert privacy["trust_model"] == "isrl_dp" and type(privacy["trust_model"]) is str     # a copy
-    assert member(Accountant, float("nan")) != member(Accountant, float("nan"))          # unchanged, not a member
+    assert member(TrustModel, TrustModel.SDP) is TrustModel.SDP and member(Accountant, "RDP") == "RDP"   # exact words
 
 
 def _privacy_words(node, found):
