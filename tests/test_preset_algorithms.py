@@ -24,6 +24,25 @@ def _family(algorithm: str) -> str:
     return OmegaConf.to_container(compose(f"algorithm={algorithm}").algorithm)["_target_"].split(".")[2]
 
 
+def _parents(preset: str) -> list[str]:
+    """The other presets ``preset`` extends (entries of its defaults list naming an experiment)."""
+    defaults = OmegaConf.load(CONF / "experiment" / f"{preset}.yaml").get("defaults") or []
+    return [entry for entry in defaults if isinstance(entry, str) and entry in PRESETS]
+
+
+@pytest.mark.parametrize("preset", [p for p in PRESETS if _parents(p)])
+def test_a_preset_that_extends_another_keeps_its_values_for_every_algorithm(preset):
+    """Catches a derived preset (e2_insurance_all, E2's whole protocol) whose jobs silently lose the
+    parent's algorithm values: the tuning lookup is by the preset's own name, so without
+    tuning/<preset>/ its baselines ran with the algorithm's default batch size (182, refused at
+    N = 15) and its private runs with another K."""
+    for parent in _parents(preset):
+        for path in sorted((CONF / "tuning" / parent).glob("*.yaml")):
+            derived = compose(f"experiment={preset}", f"algorithm={path.stem}").algorithm
+            assert OmegaConf.to_container(derived) == OmegaConf.to_container(
+                compose(f"experiment={parent}", f"algorithm={path.stem}").algorithm), (preset, path.stem)
+
+
 def test_switching_the_algorithm_in_a_preset_keeps_that_algorithms_own_defaults():
     def step(*overrides):
         return compose(*overrides).algorithm.step_size
