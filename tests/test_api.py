@@ -10,6 +10,7 @@ from mlflow.tracking import MlflowClient
 import fedray
 import fedray.api
 from fedray.errors import BudgetError
+from tests.conftest import mlflow_store
 
 SMALL = ["data=synthetic", "participation.silos_per_round=5", "num_rounds=4", "progress=false"]
 
@@ -47,7 +48,7 @@ def test_an_overspending_plan_is_refused_before_any_run():
 
 def test_a_tracked_run_writes_the_mlflow_run_the_command_line_would(tmp_path):
     """Catches a tracked API run that is left RUNNING, or whose logged spend is not the run's."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_store(tmp_path)
     plan = fedray.make_plan(SMALL + [f"tracking.uri={uri}", f"tracking.artifact_location={tmp_path}/artifacts"])
     done = fedray.run(plan, inline=True, track=True)
     record = MlflowClient(tracking_uri=uri).get_run(done.run_id)
@@ -74,7 +75,7 @@ def test_a_tracked_run_keeps_a_constant_that_is_not_a_number_as_a_tag(tmp_path):
     experiment=phased_erm_synthetic` ended in a ValueError at the run's last write."""
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_store(tmp_path)
     plan = fedray.make_plan(["experiment=phased_erm_synthetic", "data.spec.num_silos=2000",
                              "data.spec.samples_per_silo=1", "data.spec.dim=3", "algorithm.allow_few_users=true",
                              "progress=false", f"tracking.uri={uri}", f"tracking.artifact_location={tmp_path}/artifacts"])

@@ -9,7 +9,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO
+from tests.conftest import REPO, mlflow_store
 
 SMALL = ["data=synthetic", "data.spec.num_silos=4", "data.spec.samples_per_silo=40", "data.spec.dim=3",
          "participation.silos_per_round=2", "num_rounds=2", "algorithm.batch_size=8", "progress=false",
@@ -40,7 +40,7 @@ def _runs(uri: str) -> list:
 
 @pytest.mark.slow
 def test_a_single_run_is_no_child_whatever_the_environment_says(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_store(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", *SMALL, f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/out"],
         capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, **LEFTOVER},
@@ -53,7 +53,7 @@ def test_a_single_run_is_no_child_whatever_the_environment_says(tmp_path):
 
 @pytest.mark.slow
 def test_a_sweeps_jobs_are_children_of_its_parent_whatever_the_environment_says(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_store(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "-m", *SMALL, "algorithm.step_size=0.1,0.3", f"tracking.uri={uri}",
          f"hydra.sweep.dir={tmp_path}/multirun"],

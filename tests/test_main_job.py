@@ -6,13 +6,13 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO
+from tests.conftest import REPO, mlflow_store
 
 
 def test_main_job_writes_an_mlflow_run_with_round_metrics(tmp_path):
     """The fast tier's end-to-end run: the README's first command (6 rounds) through the CLI, Ray
     and MLflow; catches a main job that fails, logs no round metrics or overspends its budget."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_store(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "experiment=isrl_dp_convex", "num_rounds=6", "progress=false",
          f"tracking.uri={uri}", f"tracking.artifact_location={tmp_path}/artifacts",
@@ -56,7 +56,7 @@ def test_an_unreachable_address_fails_fast_in_one_line_and_marks_the_run_failed(
     with socket.socket() as probe:                  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_store(tmp_path)
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "experiment=isrl_dp_convex", "progress=false", f"tracking.uri={uri}",
@@ -85,7 +85,7 @@ def test_without_an_address_a_run_starts_its_own_ray_even_beside_a_running_clust
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "fedray", "experiment=isrl_dp_convex", "num_rounds=1", "progress=false",
-             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.artifact_location={tmp_path}/artifacts",
+             f"tracking.uri={mlflow_store(tmp_path)}", f"tracking.artifact_location={tmp_path}/artifacts",
              "runtime.num_cpus=1"],
             capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, "RAY_ADDRESS": cluster.address},
         )
@@ -97,7 +97,7 @@ def test_without_an_address_a_run_starts_its_own_ray_even_beside_a_running_clust
 
 @pytest.mark.slow
 def test_a_sweep_is_a_parent_run_and_a_refused_job_is_a_failed_child_that_does_not_stop_it(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_store(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "-m", "experiment=isrl_dp_convex", "num_rounds=2", "progress=false",
          "privacy.epsilon=-1,3", f"tracking.uri={uri}", f"tracking.artifact_location={tmp_path}/artifacts",

@@ -14,7 +14,7 @@ from fedray.cli import column_label, final_status, halting_rounds, outcome_notes
 from fedray.plan import make_plan
 from fedray.runtime.driver import RunResult, run
 from fedray.tracking import tracker_from_config
-from tests.conftest import compose
+from tests.conftest import compose, mlflow_store
 
 SMALL = ["data=synthetic", "data.spec.num_silos=4", "data.spec.samples_per_silo=40", "data.spec.dim=3",
          "participation.silos_per_round=2", "num_rounds=3", "algorithm.batch_size=8", "progress=false",
@@ -28,7 +28,7 @@ def store(tmp_path_factory):
 
 
 def _tracked(tmp_path, *overrides):
-    plan = make_plan(compose(*overrides, f"tracking.uri=sqlite:///{tmp_path}/m.db",
+    plan = make_plan(compose(*overrides, f"tracking.uri={mlflow_store(tmp_path, 'm.db')}",
                              f"tracking.artifact_location={tmp_path}/a"))
     tracker = tracker_from_config(plan.tracking)
     tracker.log_plan(plan)
@@ -41,7 +41,7 @@ def test_the_released_model_is_loaded_back_and_gives_the_logged_final_loss(store
     tmp_path = store
     plan, result, tracker = _tracked(tmp_path, *SMALL)
 
-    outputs = fedray.load_output(tracker.run_id, tracking_uri=f"sqlite:///{tmp_path}/m.db")
+    outputs = fedray.load_output(tracker.run_id, tracking_uri=mlflow_store(tmp_path, 'm.db'))
 
     assert list(outputs) == list(result.outputs) and outputs["last"].shape == (2, 3, 1)
     # the training loss, recomputed from the formula: mean over silos of each silo's mean
@@ -59,11 +59,11 @@ def test_the_released_model_is_loaded_back_and_gives_the_logged_final_loss(store
 
 def test_a_run_without_its_output_is_named_in_the_error(store):
     tmp_path = store
-    plan = make_plan(compose(*SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db", f"tracking.artifact_location={tmp_path}/a"))
+    plan = make_plan(compose(*SMALL, f"tracking.uri={mlflow_store(tmp_path, 'm.db')}", f"tracking.artifact_location={tmp_path}/a"))
     tracker = tracker_from_config(plan.tracking)
     tracker.fail()
     with pytest.raises(FileNotFoundError, match=tracker.run_id):
-        fedray.load_output(tracker.run_id, tracking_uri=f"sqlite:///{tmp_path}/m.db")
+        fedray.load_output(tracker.run_id, tracking_uri=mlflow_store(tmp_path, 'm.db'))
 
 
 def test_a_closed_form_population_risk_logs_the_excess_risk_of_the_released_model(store):

@@ -11,6 +11,7 @@ from hydra.errors import HydraException
 from mlflow.tracking import MlflowClient
 
 import hydra_plugins.fedray_launcher.covering_sweeper as covering
+from tests.conftest import mlflow_store
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,7 +41,7 @@ def test_each_override_is_composed_once_before_any_job():
 def test_a_bad_value_anywhere_in_the_grid_stops_the_sweep_before_its_first_job(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "-m", "experiment=isrl_dp_convex", "trial=0,1,2",
-         "algorithm=isrl_dp_mb_sgd,no_such_algorithm", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+         "algorithm=isrl_dp_mb_sgd,no_such_algorithm", f"tracking.uri={mlflow_store(tmp_path)}",
          f"hydra.sweep.dir={tmp_path}/multirun"],
         capture_output=True, text=True, cwd=REPO, timeout=300,
     )
@@ -48,7 +49,7 @@ def test_a_bad_value_anywhere_in_the_grid_stops_the_sweep_before_its_first_job(t
     (line,) = [text for text in proc.stdout.splitlines() if text.strip()]       # one line, with the options
     assert line.startswith("error: algorithm must be one of the options of algorithm") and "no_such_algorithm" in line
     assert "Started a local Ray instance" not in proc.stderr
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    client = MlflowClient(tracking_uri=mlflow_store(tmp_path))
     runs = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])
     assert [(r.data.tags.get("sweep"), r.info.status) for r in runs] == [("parent", "FAILED")]     # no job ran
 
@@ -87,11 +88,11 @@ def test_the_default_launcher_runs_each_job_with_its_own_config_while_composing_
              "privacy.enforce_budget=false"]
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "-m", *small, "trial=0,1", "algorithm.step_size=0.1,0.3",
-         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.sweep.dir={tmp_path}/multirun"],
+         f"tracking.uri={mlflow_store(tmp_path)}", f"hydra.sweep.dir={tmp_path}/multirun"],
         capture_output=True, text=True, cwd=REPO, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    client = MlflowClient(tracking_uri=mlflow_store(tmp_path))
     runs = client.search_runs([client.get_experiment_by_name("fedray").experiment_id])
     children = sorted((r for r in runs if r.data.tags.get("sweep") != "parent"), key=lambda r: r.info.start_time)
     asked = [dict(item.split("=", 1) for item in r.data.tags["overrides"].split()) for r in children]

@@ -11,7 +11,7 @@ from fedray.plan import make_plan
 from fedray.runtime.driver import run
 from fedray import tracking
 from fedray.tracking import Finisher, _round_table, tracker_from_config
-from tests.conftest import compose
+from tests.conftest import compose, mlflow_store
 
 SMALL = ["data=synthetic", "data.spec.num_silos=4", "data.spec.samples_per_silo=40", "data.spec.dim=3",
          "participation.silos_per_round=2", "num_rounds=3", "algorithm.batch_size=8", "progress=false",
@@ -19,7 +19,7 @@ SMALL = ["data=synthetic", "data.spec.num_silos=4", "data.spec.samples_per_silo=
 
 
 def _tracked_run(tmp_path, replica_curves):
-    plan = make_plan(compose(*SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db",
+    plan = make_plan(compose(*SMALL, f"tracking.uri={mlflow_store(tmp_path, 'm.db')}",
                              f"tracking.artifact_location={tmp_path}/a", f"tracking.replica_curves={replica_curves}"))
     tracker = tracker_from_config(plan.tracking)
     tracker.log_plan(plan)
@@ -72,7 +72,7 @@ def test_under_the_cap_every_replica_has_its_curve(tmp_path):
 def test_runs_are_named_apart_and_log_the_values_used_for_defaults(tmp_path):
     from fedray.tracking import run_name
 
-    plan = make_plan(compose(*SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db", f"tracking.artifact_location={tmp_path}/a"))
+    plan = make_plan(compose(*SMALL, f"tracking.uri={mlflow_store(tmp_path, 'm.db')}", f"tracking.artifact_location={tmp_path}/a"))
     assert run_name(plan) == "isrl_dp_mb_sgd eps=1,4 M=2 synthetic t0"
     single = make_plan(compose(*SMALL, "privacy.epsilon_grid=null", "privacy.epsilon=3", "trial=2"))
     assert run_name(single) == "isrl_dp_mb_sgd eps=3 M=2 synthetic t2"
@@ -98,7 +98,7 @@ def test_round_table_keeps_blanks_nans_and_exact_values(tmp_path):
 
 
 def _deferred_run(tmp_path):
-    plan = make_plan(compose(*SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db", f"tracking.artifact_location={tmp_path}/a"))
+    plan = make_plan(compose(*SMALL, f"tracking.uri={mlflow_store(tmp_path, 'm.db')}", f"tracking.artifact_location={tmp_path}/a"))
     tracker = tracker_from_config(plan.tracking)
     tracker.log_plan(plan)
     result = run(plan, tracker=tracker, inline=True)

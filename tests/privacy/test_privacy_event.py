@@ -14,7 +14,7 @@ from fedray.plan import make_plan
 from fedray.privacy.events import EpsilonDeltaDpEvent, event_from_json, event_to_json
 from fedray.runtime.driver import run
 from fedray.tracking import PRIVACY_EVENT_ARTIFACT, tracker_from_config
-from tests.conftest import compose
+from tests.conftest import compose, mlflow_store
 from tests.runtime.test_checkpoint import BASE
 
 
@@ -68,7 +68,7 @@ def test_a_theorem_priced_plan_records_why_it_has_no_event():
 
 
 def test_a_tracked_run_logs_the_event_next_to_the_statement(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_store(tmp_path)
     plan = make_plan(compose(*[o for o in BASE if "checkpoint" not in o], f"tracking.uri={uri}",
                              f"tracking.artifact_location={tmp_path}/artifacts", "tracking.figure=false"))
     tracker = tracker_from_config(plan.tracking, run_name="event")

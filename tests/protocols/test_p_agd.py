@@ -156,14 +156,14 @@ def test_non_smooth_phases_run_smoothed_p_agd_with_each_phases_envelope():
 
     envelope = ["data.loss._target_=fedray.smoothing.MoreauEnvelope", "+data.loss.base._target_=fedray.smoothing.Hinge",
                 "+data.loss.smoothing=null", "~data.loss.margin_clip", "algorithm.parameters=exact",
-                "algorithm.strong_convexity=0.05", "algorithm.radius=2.0", "data.spec.num_silos=30000", "privacy=none",
+                "algorithm.strong_convexity=0.05", "algorithm.radius=2.0", "data.spec.num_silos=6000", "privacy=none",
                 "privacy.epsilon=4", "privacy.delta=1e-6", "privacy.l2_clip=1.0"]
     plan = make_plan(compose(*USERS, *envelope))
     phases = plan.protocol.resolved["phases"]
     zero_mse = lambda *args: 0.0                                     # noqa: E731  (privacy=none's sum error)
-    expected = agd_phase_schedule("exact", 30_000, 3, 4.0, 1e-6, 1.0, 4.0, None, 0.05, zero_mse)
+    expected = agd_phase_schedule("exact", 6_000, 3, 4.0, 1e-6, 1.0, 4.0, None, 0.05, zero_mse)
     assert phases["smoothings"] == list(expected.smoothings) and phases["batch_sizes"] == list(expected.batch_sizes)
-    assert expected.smoothings[0] == smoothing_parameter(30_000 // len(expected.steps), 3, 4.0, 1e-6, 1.0,
+    assert expected.smoothings[0] == smoothing_parameter(6_000 // len(expected.steps), 3, 4.0, 1e-6, 1.0,
                                                          expected.radii[0])
     assert len(set(expected.smoothings)) == len(expected.smoothings)   # a new envelope each phase
     result = run(plan, inline=True, groups=InlineGroups(plan, 2))

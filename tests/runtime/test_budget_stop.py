@@ -15,7 +15,7 @@ import pytest
 from fedray.errors import BudgetError, ConfigError
 from fedray.plan import make_plan
 from fedray.runtime.driver import InlineGroups, run
-from tests.conftest import compose
+from tests.conftest import compose, mlflow_store
 from tests.protocols.mirror_descent.test_smd import GAME
 
 # The paper's noise for 6 rounds; the RDP accountant prices silo 2's fifth participation
@@ -48,13 +48,13 @@ def test_the_statement_and_the_mlflow_run_record_why_the_run_stopped(tmp_path):
 
     from fedray.tracking import tracker_from_config
 
-    plan = make_plan(compose(*JOB, "privacy.enforce_budget=stop", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+    plan = make_plan(compose(*JOB, "privacy.enforce_budget=stop", f"tracking.uri={mlflow_store(tmp_path)}",
                              f"tracking.artifact_location={tmp_path}/artifacts"))
     tracker = tracker_from_config(plan.tracking, run_name="stopped")
     tracker.log_plan(plan)
     result = run(plan, tracker=tracker, inline=True)
     tracker.finish(plan, result)
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    client = MlflowClient(tracking_uri=mlflow_store(tmp_path))
     recorded = client.get_run(tracker.run_id)
     assert recorded.info.status == "FINISHED" and recorded.data.tags["stopped"] == result.stopped
     assert [m.step for m in client.get_metric_history(tracker.run_id, "epsilon_max")] == list(range(5))

@@ -12,7 +12,7 @@ from fedray.runtime.driver import InlineGroups, run
 from tests.conftest import compose
 
 ROUNDS = ["data=synthetic", "data.spec.num_silos=7", "data.spec.samples_per_silo=40", "data.spec.dim=4",
-          "num_rounds=12", "algorithm.batch_size=10", "privacy.epsilon=8.0", "privacy.calibration=accountant",
+          "num_rounds=12", "algorithm.batch_size=10", "privacy.epsilon=8.0", "privacy.enforce_budget=false",
           "evaluate_every=3", "progress=false", "participation=poisson", "participation.probability=0.5"]
 STEPS = ["experiment=smd_bilinear", "data.spec.num_samples=3000", "data.spec.dim=8", "repetitions=1",
          "evaluate_every=100", "algorithm.block_steps=37", "progress=false"]

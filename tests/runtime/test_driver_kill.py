@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from fedray.plan import make_plan
 from fedray.runtime.driver import run
-from tests.conftest import REPO, compose
+from tests.conftest import REPO, compose, mlflow_store
 from tests.runtime.test_checkpoint import BASE
 
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ JOB = [*[o for o in BASE if not o.startswith("runtime.checkpoint_every")], f"num
 
 def _command(tmp_path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "fedray", *JOB, f"runtime.checkpoint_path={tmp_path}/run.ckpt",
-            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.artifact_location={tmp_path}/artifacts",
+            f"tracking.uri={mlflow_store(tmp_path)}", f"tracking.artifact_location={tmp_path}/artifacts",
             "tracking.log_every=1", f"hydra.run.dir={tmp_path}/out", "runtime.num_cpus=2", *extra]
 
 
@@ -55,7 +55,7 @@ def test_a_killed_driver_resumes_into_the_same_run_bit_identical(tmp_path):
     killed_at = _next_round(tmp_path / "run.ckpt")
     assert KILL_AFTER <= killed_at < ROUNDS
 
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    client = MlflowClient(tracking_uri=mlflow_store(tmp_path))
     experiment = client.get_experiment_by_name("fedray").experiment_id
     (before,) = client.search_runs([experiment])
     assert before.info.status == "RUNNING"        # SIGKILL leaves it so; the resume takes it over

@@ -21,7 +21,7 @@ from fedray.plan import SECRET_WORDS, make_plan
 from fedray.rng import Stream
 from fedray.runtime.driver import run
 from fedray.tracking import tracker_from_config
-from tests.conftest import compose
+from tests.conftest import compose, mlflow_store
 
 FAMILIES = {
     # seed 003: user-level output perturbation (a driver-side program)
@@ -88,9 +88,9 @@ def _record(client: MlflowClient, run_id: str, tmp_path) -> tuple[dict, str]:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """One MLflow store for the module's tracked runs (creating its tables takes seconds)."""
+    """One MLflow store for the module's tracked runs."""
     folder = tmp_path_factory.mktemp("mlflow")
-    return [f"tracking.uri=sqlite:///{folder}/m.db", f"tracking.artifact_location={folder}/a", "tracking.figure=false"]
+    return [f"tracking.uri={mlflow_store(folder, 'm.db')}", f"tracking.artifact_location={folder}/a", "tracking.figure=false"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -13,7 +13,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO
+from tests.conftest import REPO, mlflow_store
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +72,7 @@ def test_a_sweep_runs_concurrently_across_a_cluster_and_equals_a_sequential_one(
 
 
 def test_an_unreachable_cluster_ends_the_sweep_in_one_line_with_its_parent_run_failed(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_store(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "-m", "hydra/launcher=ray_jobs", "runtime.address=127.0.0.1:1",
          "runtime.connect_timeout=2", "experiment=isrl_dp_convex", "privacy.epsilon=1,3", f"tracking.uri={uri}",

@@ -11,7 +11,7 @@ import pytest
 from fedray.plan import make_plan
 from fedray.runtime.driver import InlineGroups, run
 from fedray.tracking import tracker_from_config
-from tests.conftest import compose
+from tests.conftest import compose, mlflow_store
 
 pytestmark = pytest.mark.ray
 
@@ -21,7 +21,7 @@ GAME = ["experiment=smd_bilinear", "data.spec.num_samples=3001", "data.spec.dim=
 
 @pytest.mark.slow
 def test_ray_run_equals_the_inline_run_and_releases_only_draws(ray_local, tmp_path):
-    plan = make_plan(compose(*GAME, f"tracking.uri=sqlite:///{tmp_path}/m.db"))
+    plan = make_plan(compose(*GAME, f"tracking.uri={mlflow_store(tmp_path, 'm.db')}"))
     inline = run(plan, inline=True, groups=InlineGroups(plan, 3))
     tracker = tracker_from_config(plan.tracking, run_name="smd")
     result = run(plan, tracker=tracker)
