@@ -40,8 +40,12 @@ class SweepMember(Protocol):
     def wait_written(self) -> None: ...
 
     def launched(self) -> Any:
-        """The task function for a job a launcher starts in a process of its own (a Ray task): it
-        keeps no silo actors after the job, since idle actors would hold CPUs other jobs need."""
+        """A new task function for a launcher's long-lived job worker (a Ray actor) to run its jobs
+        with: it keeps what it keeps between jobs (silo actors, the writing thread) until ``close``."""
+        ...
+
+    def close(self) -> None:
+        """Wait for the runs' writing (its first failure is raised), then end what was kept."""
         ...
 
 
