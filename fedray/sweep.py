@@ -6,8 +6,8 @@ sweep's overrides and directory. At each job's start it hands the ``Sweep`` (the
 the swept keys) to the job's task function, if that is a ``SweepMember`` (the command line's
 ``fedray.cli.Jobs``), which files the job's run under the parent, so the MLflow UI shows the
 sweep as one expandable row. The hand-over is a value, not the environment: wherever Hydra runs a
-job (this process, or a Ray worker of the ray_jobs launcher, which receives the callbacks and the
-task function with the job), the job's callback holds the parent. On multirun end the parent is
+job (this process, or a job worker of the ray_jobs launcher, which receives the callbacks and a
+task function of its own when it starts), the job's callback holds the parent. On multirun end the parent is
 closed.
 """
 
