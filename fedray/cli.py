@@ -304,19 +304,17 @@ def _started_job(plan: Plan, pool: ActorPool | None, open_tracker, sweep: Sweep 
 
 class Jobs:
     """Hydra's task function for the jobs this process runs, and what they share; made and ended
-    (``close``) by ``fedray.__main__.cli``, nothing of it at import.
+    (``close``) by ``fedray.__main__.cli``, or by a launcher's job worker (``launched``), nothing of
+    it at import.
 
     - The silo actors kept from one job for the next (an ``ActorPool``, made at the first job):
-      consecutive jobs of a sweep on the same records reuse them. The jobs the ray_jobs launcher
-      starts as Ray tasks run ``launched()``, which keeps none: idle actors would hold CPUs other
-      jobs need.
+      consecutive jobs of a sweep on the same records reuse them.
     - The sweep the jobs belong to, handed in by ``fedray.sweep.ParentRun`` at each job's start
       (``join_sweep``), and the thread that writes a finished job's run while the next job runs
       (a ``Finisher``), waited for at the sweep's end (``wait_written``).
     """
 
-    def __init__(self, keep_actors: bool = True) -> None:
-        self.keep_actors = keep_actors
+    def __init__(self) -> None:
         self.pool: ActorPool | None = None
         self.sweep: Sweep | None = None
         self.finisher: Finisher | None = None
@@ -325,12 +323,11 @@ class Jobs:
         self.sweep = sweep
 
     def launched(self) -> Jobs:
-        return Jobs(keep_actors=False)
+        """A new one, sharing nothing with this one, for a launcher's job worker (the ray_jobs
+        launcher's): it keeps that worker's actors and writer until the worker ``close``s it."""
+        return Jobs()
 
     def __call__(self, cfg: DictConfig) -> None:
-        if not self.keep_actors:
-            run_job(cfg, None, self.sweep)
-            return
         if self.pool is None:
             self.pool = ActorPool()
         if self.sweep is not None and self.finisher is None:

@@ -6,8 +6,8 @@ sweep's overrides and directory. At each job's start it hands the ``Sweep`` (the
 the swept keys) to the job's task function, if that is a ``SweepMember`` (the command line's
 ``fedray.cli.Jobs``), which files the job's run under the parent, so the MLflow UI shows the
 sweep as one expandable row. The hand-over is a value, not the environment: wherever Hydra runs a
-job (this process, or a Ray worker of the ray_jobs launcher, which receives the callbacks and the
-task function with the job), the job's callback holds the parent. On multirun end the parent is
+job (this process, or a job worker of the ray_jobs launcher, which receives the callbacks and a
+task function of its own when it starts), the job's callback holds the parent. On multirun end the parent is
 closed.
 """
 
@@ -40,8 +40,12 @@ class SweepMember(Protocol):
     def wait_written(self) -> None: ...
 
     def launched(self) -> Any:
-        """The task function for a job a launcher starts in a process of its own (a Ray task): it
-        keeps no silo actors after the job, since idle actors would hold CPUs other jobs need."""
+        """A new task function for a launcher's long-lived job worker (a Ray actor) to run its jobs
+        with: it keeps what it keeps between jobs (silo actors, the writing thread) until ``close``."""
+        ...
+
+    def close(self) -> None:
+        """Wait for the runs' writing (its first failure is raised), then end what was kept."""
         ...
 
 

@@ -100,3 +100,37 @@ def test_e2s_protocol_is_one_multirun_over_the_settings_all_sh_ran_as_eight():
         assert algorithm in (("isrl_dp_mb_sgd", "isrl_dp_local_sgd") if private else ("mb_sgd", "local_sgd"))
     trials = [next(o for o in overrides if o.startswith("trial=")) for _, overrides in jobs[:4]]
     assert trials == ["trial=0", "trial=0", "trial=1", "trial=1"]        # trial slowest within a grid
+
+
+def test_sweep_scaling_tries_1_2_4_workers_and_so_on_up_to_the_cpus():
+    _load_run_module()
+    import sweep_scaling
+
+    assert [sweep_scaling.worker_counts(c, None) for c in (1, 2, 6, 8)] == [[1], [1, 2], [1, 2, 4, 6], [1, 2, 4, 8]]
+    assert sweep_scaling.worker_counts(64, [3, 1, 3]) == [1, 3]
+    with pytest.raises(SystemExit, match=r"\[0\]"):
+        sweep_scaling.worker_counts(2, [0, 2])
+
+
+def test_the_sweep_scaling_table_and_target_compare_each_mode_with_one_worker_sequential_and_numpy():
+    run = _load_run_module()
+    import sweep_scaling
+
+    def mode(workers, seconds, same=True):
+        return {"mode": str(workers), "workers": workers, "seconds": seconds, "peak_rss": 0.0, "background_cores": 0.0,
+                "same_as_sequential": same, "finished_runs": 8}
+
+    result = {"sweep": "E2 quick", "jobs": 8, "cpus": 2, "address": None, "numpy": {"seconds": 50.0, "peak_rss": 0.0,
+                                                                                      "background_cores": 0.0},
+              "modes": [mode(None, 100.0), mode(1, 120.0), mode(2, 60.0, same=False)]}
+    rows = sweep_scaling.table(result).splitlines()[4:]
+    # sequential 100 s: 100 / 50 = 2.00x numpy; 1 worker 120 s: 100 / 120 = 0.83x sequential, 2.40x numpy;
+    # 2 workers 60 s: 120 / 60 = 2.00x one worker, 100 / 60 = 1.67x sequential, 60 / 50 = 1.20x numpy
+    assert rows[0].startswith("| fedray (one after another) | - | 100.0 | - | 1.00x | 2.00x |")
+    assert rows[1].startswith("| ray_jobs | 1 | 120.0 | 1.00x | 0.83x | 2.40x |") and rows[1].endswith("| yes (8 runs) |")
+    assert rows[2].startswith("| ray_jobs | 2 | 60.0 | 2.00x | 1.67x | 1.20x |") and rows[2].endswith("| no (8 runs) |")
+    assert rows[3].startswith("| numpy limit (one process, one core) | - | 50.0 |")
+    target = run.targets_table([], [], result).splitlines()[-1]
+    assert target.startswith("| 5. sweep (E2 quick) on 2 warm job workers") and "0.60x" in target and target.endswith("| yes |")
+    result["modes"][2]["seconds"] = 100.0       # a tie does not beat the sequential sweep
+    assert run.targets_table([], [], result).splitlines()[-1].endswith("| no |")

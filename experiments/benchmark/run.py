@@ -7,6 +7,7 @@
     python experiments/benchmark/run.py --jobs --protocols e1 e2 --protocol-trials 2   # protocols only
     python experiments/benchmark/run.py --no-flower --protocol-trials e1=2 e2=20   # every target, one invocation
     python experiments/benchmark/run.py --tables-from out/bench.json               # an earlier run's tables again
+    python experiments/benchmark/run.py --jobs --sweep-scaling --scaling-trials 20 # sweep scaling alone (E2, 20 trials)
 
 Every (job, runner) pair runs as its own subprocess, one after another, and is measured from
 outside: a thread sums the resident memory (RSS) of the subprocess and all its descendants
@@ -57,11 +58,17 @@ experiment's script runs it, timed from launch to exit, against ``tuning_numpy.p
 the same Hydra jobs' replicas vectorised in one process on one core. By default both run with 20
 trials (hours); ``--protocol-trials`` runs that many trials of each (or per protocol: e1=2 e2=20).
 
+Sweep scaling (``--sweep-scaling``, ``sweep_scaling.py``): one sweep (E2's protocol of
+``--scaling-trials`` trials, or with ``--quick`` the 2 private jobs of its main setting per trial)
+one job after another and on 1, 2, 4, ... warm job workers (``hydra/launcher=ray_jobs``) up to
+the CPUs of this machine or of the cluster at ``--address``, against its numpy limit.
+
 Last, a table of the speed targets, each a ratio within this invocation, met or not: command to
 first round at most 1.3x Ray's floor (the jobs up to N = 1,000 and MNIST, which generate no data
 to speak of), a round at N = 10 and E1's N = 25 at most 2x the numpy loop, each protocol at most
-1.5x its numpy limit, and the round time per silo at 10^6 silos at most 1.25x its lowest at 10^4
-and 10^5 (linear in N).
+1.5x its numpy limit, the round time per silo at 10^6 silos at most 1.25x its lowest at 10^4
+and 10^5 (linear in N), and the scaling sweep on the most job workers faster than one job after
+another.
 """
 
 from __future__ import annotations
@@ -427,8 +434,8 @@ def _ratios(results: list[dict], names, measure: str, against: str) -> list[tupl
     return found
 
 
-def targets_table(results: list[dict], protocols: list[dict]) -> str:
-    """The four targets, each met or not, from this invocation's numbers."""
+def targets_table(results: list[dict], protocols: list[dict], scaling: dict | None = None) -> str:
+    """The targets, each met or not, from this invocation's numbers."""
     lines = ["| target | limit | measured | met |", "|---|---:|---|---|"]
 
     def row(target: str, limit: str, pairs: list[tuple[str, float]], bound: float) -> None:
@@ -459,6 +466,12 @@ def targets_table(results: list[dict], protocols: list[dict]) -> str:
                   for variant, times in per_silo.items() if len(times) > 1]
         row("4. round time linear in N up to 10^6 silos (n = 10) on this machine", f"{SCALE_GROWTH_LIMIT}x",
             growth, SCALE_GROWTH_LIMIT)
+    timed_modes = {m["workers"]: m["seconds"] for m in (scaling or {}).get("modes", ()) if "seconds" in m}
+    if None in timed_modes and len(timed_modes) > 1:
+        most = max(k for k in timed_modes if k is not None)
+        row(f"5. sweep ({scaling['sweep']}) on {most} warm job workers ÷ one job after another", "< 1x",
+            [(f"{timed_modes[most]:.1f} s / {timed_modes[None]:.1f} s", timed_modes[most] / timed_modes[None])],
+            1.0 - 1e-12)
     return "\n".join(lines)
 
 
@@ -479,12 +492,14 @@ def machine() -> str:
             f"numpy {np.__version__}, ray {ray.__version__}")
 
 
-def tables(results: list[dict], protocol_results: list[dict]) -> str:
+def tables(results: list[dict], protocol_results: list[dict], scaling: dict | None = None) -> str:
+    from sweep_scaling import table as scaling_table
     from tuning_protocol import table as protocol_table
 
     return "\n\n".join(filter(None, [table(results) if results else "",
                                     protocol_table(protocol_results) if protocol_results else "",
-                                    targets_table(results, protocol_results)]))
+                                    scaling_table(scaling) if scaling else "",
+                                    targets_table(results, protocol_results, scaling)]))
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -525,21 +540,26 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--tables-from", type=Path, metavar="JSON",
                         help="print the tables of an earlier invocation's --json file and run nothing")
     parser.add_argument("--protocol-timeout", type=float, default=4 * 3600.0, help="seconds per sweep")
+    parser.add_argument("--sweep-scaling", action="store_true",
+                        help="also run sweep_scaling.py's table: one sweep one job after another and on 1, 2, ... "
+                             "warm job workers (with --quick: its 8-job size)")
+    parser.add_argument("--scaling-trials", type=int, help="trials of the scaling sweep (default 2)")
+    parser.add_argument("--address", help="the Ray cluster the scaling sweeps join (runtime.address)")
     args = parser.parse_args(argv)
     protocols = args.protocols if args.protocols is not None else ([] if args.quick or args.jobs else ["e1", "e2"])
     trials = protocol_trials(parser, args.protocol_trials)
     if args.tables_from is not None:
         sys.path.insert(0, str(HERE))
         saved = json.loads(args.tables_from.read_text())
-        print(saved["header"] + "\n\n" + tables(saved["results"], saved["protocols"]))
+        print(saved["header"] + "\n\n" + tables(saved["results"], saved["protocols"], saved.get("scaling")))
         return saved["results"]
 
     sys.path.insert(0, str(HERE))
     if "FEDRAY_DATA_DIR" not in os.environ and SHARED_DATASETS.is_dir():
         os.environ["FEDRAY_DATA_DIR"] = str(SHARED_DATASETS)   # offline copies, as tests/conftest.py
     jobs = all_jobs(args.quick)
-    if args.jobs is not None and not args.jobs and args.protocols:
-        jobs = []                                      # --jobs with no names: the protocols alone
+    if args.jobs is not None and not args.jobs and (args.protocols or args.sweep_scaling):
+        jobs = []                                      # --jobs with no names: the protocols (or scaling) alone
     elif args.jobs:
         unknown = set(args.jobs) - {j["name"] for j in jobs}
         if unknown:
@@ -614,14 +634,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     protocol_results = [run_protocol(name, trials[name], work, child_env({}), args.protocol_timeout)
                         for name in protocols]
-    text = tables(results, protocol_results)
+    scaling = None
+    if args.sweep_scaling:
+        from sweep_scaling import run_scaling
+
+        scaling = run_scaling(args.quick, args.scaling_trials, work, child_env({}), args.protocol_timeout, args.address)
+    text = tables(results, protocol_results, scaling)
     print()
     print(header)
     print()
     print(text)
     (work / "table.md").write_text(header + "\n\n" + text + "\n")
     if args.json:
-        args.json.write_text(json.dumps({"header": header, "results": results, "protocols": protocol_results},
+        args.json.write_text(json.dumps({"header": header, "results": results, "protocols": protocol_results, "scaling": scaling},
                                         default=str, indent=1))
     return results
 

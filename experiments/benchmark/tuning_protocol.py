@@ -94,11 +94,16 @@ def command(sweep: dict, work: Path, name: str) -> list[str]:
 def numpy_jobs(protocol: str, trials: int) -> list[dict]:
     """What ``tuning_numpy.py`` needs for every job of the protocol, from fedray's plans; ``group``
     numbers the protocol's sweeps, or its grids where it is one multirun over grids."""
+    return numpy_jobs_of(sweeps(protocol, trials), trials)
+
+
+def numpy_jobs_of(planned: list[dict], trials: int) -> list[dict]:
+    """``numpy_jobs`` for the multiruns ``planned`` (each as ``sweeps`` gives them), of ``trials`` trials."""
     from fedray.plan import make_plan
     from fedray_job import compose
 
     jobs, specs, groups = [], {}, 0
-    for sweep in sweeps(protocol, trials):
+    for sweep in planned:
         order = launched(sweep)
         for group, overrides in order:
             key = setting(overrides)

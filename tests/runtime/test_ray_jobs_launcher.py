@@ -71,6 +71,69 @@ def test_a_sweep_runs_concurrently_across_a_cluster_and_equals_a_sequential_one(
     assert max(int(r.data.tags["ray.actor_nodes"]) for r in launched.values()) > 1
 
 
+def _actors(address: str, class_name: str) -> list:
+    from ray.util.state import list_actors
+
+    return list_actors(address=address, filters=[("class_name", "=", class_name)], detail=True, limit=1000)
+
+
+def test_job_workers_keep_their_silo_actors_from_job_to_job_and_are_ended_at_the_sweeps_end(tmp_path):
+    """Three jobs on the same records, two workers: the job a worker runs second reuses that
+    worker's silo actor (2 silo actors in all, not 3), and both workers were ended by the launcher
+    (``ray.kill``), not by the driver's exit; no actor of the sweep is left alive."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    try:
+        children = _sweep(tmp_path, "warm", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
+                                             "hydra.launcher.max_concurrent=2", "runtime.num_actors=1"], {**os.environ})
+        workers, silos = _actors(cluster.address, "JobWorker"), _actors(cluster.address, "SiloGroup")
+    finally:
+        cluster.shutdown()
+
+    assert len(children) == 3 and all(r.info.status == "FINISHED" for r in children.values())
+    assert len(workers) == 2 and len({w.pid for w in workers}) == 2
+    assert all(w.state == "DEAD" and w.death_cause["actor_died_error_context"]["reason"] == "RAY_KILL"
+               for w in workers), [(w.state, w.death_cause) for w in workers]
+    assert len(silos) == 2, [(s.actor_id, s.state) for s in silos]          # one per worker, kept for its next job
+    assert all(s.state == "DEAD" for s in silos)
+
+
+def test_a_ctrl_c_during_a_sweep_ends_its_job_workers_before_the_command_exits(tmp_path):
+    """SIGINT once a job's silo actor is up: the command ends with status 130, and its job workers
+    were killed by the launcher (``RAY_KILL``), not left to die with the driver."""
+    import signal
+    import time
+
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fedray", "-m", *SWEEP, "num_rounds=200", f"tracking.uri=sqlite:///{tmp_path}/c.db",
+             f"tracking.artifact_location={tmp_path}/artifacts", f"hydra.sweep.dir={tmp_path}/multirun",
+             "hydra/launcher=ray_jobs", f"runtime.address={cluster.address}", "runtime.num_actors=1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+        try:
+            deadline = time.monotonic() + 300
+            while not any(a.state == "ALIVE" for a in _actors(cluster.address, "SiloGroup")):
+                assert proc.poll() is None and time.monotonic() < deadline, "no job started"
+                time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=120) == 130
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        workers = _actors(cluster.address, "JobWorker")
+    finally:
+        cluster.shutdown()
+
+    assert len(workers) == 2
+    assert all(w.state == "DEAD" and w.death_cause["actor_died_error_context"]["reason"] == "RAY_KILL"
+               for w in workers), [(w.state, w.death_cause) for w in workers]
+
+
 def test_an_unreachable_cluster_ends_the_sweep_in_one_line_with_its_parent_run_failed(tmp_path):
     uri = mlflow_store(tmp_path)
     proc = subprocess.run(
