@@ -19,10 +19,13 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     """The fast tier by default: tests marked ``slow`` are deselected (``--all`` or any ``-m``
     expression keeps them). Integration tests on the shared local Ray (the ``ray_local`` fixture)
-    count as slow: the fast tier's one run on Ray is the main job, end to end."""
+    count as slow: the fast tier's one run on Ray is the main job, end to end. Tests marked ``long``
+    come first."""
     for item in items:
         if "ray_local" in item.fixturenames and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+    # xdist hands tests out in this order: the longest start first, not as the last ones left
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
     if config.getoption("--all") or config.option.markexpr:
         return
     slow = [item for item in items if item.get_closest_marker("slow")]

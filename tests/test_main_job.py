@@ -9,6 +9,7 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import REPO, mlflow_store
 
 
+@pytest.mark.long
 def test_main_job_writes_an_mlflow_run_with_round_metrics(tmp_path):
     """The fast tier's end-to-end run: the README's first command (6 rounds) through the CLI, Ray
     and MLflow; catches a main job that fails, logs no round metrics or overspends its budget."""

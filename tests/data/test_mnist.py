@@ -14,6 +14,7 @@ import pytest
 
 from fedray.data import IdxFormatError, MnistPairs, read_idx, write_idx
 from fedray.data import mnist
+from fedray.data.cache import cache_key
 from fedray.errors import ConfigError
 
 # ---------------------------------------------------------------- IDX format
@@ -149,10 +150,14 @@ def test_download_only_when_no_pair_is_present(tmp_path, monkeypatch):
     assert len(list(only_t10k.iterdir())) == 2
 
 
-def test_a_built_federation_is_cached_on_disk_and_read_back_bit_for_bit(tmp_path):
+def test_a_built_federation_is_cached_on_disk_and_read_back_bit_for_bit(tmp_path, monkeypatch):
+    """Catches a cache that serves a stale or foreign federation (another trial, field or data
+    content), one that misses on an unchanged copy of the data (new file times), and an unreadable
+    entry trusted."""
+    monkeypatch.setenv("FEDRAY_CACHE_DIR", str(tmp_path / "cache"))      # this test's entries only
     _write_pair(tmp_path, "t10k", PER_DIGIT, seed=1)
     spec = MnistPairs(directory=str(tmp_path), images_per_digit=5, pca_dim=4)
-    entries = Path(os.environ["FEDRAY_CACHE_DIR"]) / "federations"
+    entries = tmp_path / "cache" / "federations"
 
     built = spec.load(seed=0, trial=1)
     (entry,) = entries.iterdir()
@@ -164,11 +169,22 @@ def test_a_built_federation_is_cached_on_disk_and_read_back_bit_for_bit(tmp_path
         np.testing.assert_array_equal(getattr(uncached, name), getattr(built, name))
     assert (read.task, read.num_outputs, read.summarised_items) == ("binary", 1, None)
     assert read.shape == spec.describe()
-    # a different trial, a different field or touched data files are other entries
-    spec.load(seed=0, trial=2)
-    dataclasses.replace(spec, heterogeneity=0.5).load(seed=0, trial=1)
+    # the same files elsewhere, with new modification times, are the same entry
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in tmp_path.glob("t10k-*"):
+        (copy / path.name).write_bytes(path.read_bytes())
+    assert cache_key(dataclasses.replace(spec, directory=str(copy)), 0, 1, copy) == cache_key(spec, 0, 1, tmp_path)
     label_file = tmp_path / "t10k-labels-idx1-ubyte"
     os.utime(label_file, ns=(label_file.stat().st_atime_ns, label_file.stat().st_mtime_ns + 10**9))
+    spec.load(seed=0, trial=1)
+    assert len(list(entries.iterdir())) == 1
+    # a different trial, a different field or a changed byte of the data are other entries
+    spec.load(seed=0, trial=2)
+    dataclasses.replace(spec, heterogeneity=0.5).load(seed=0, trial=1)
+    labels = bytearray(label_file.read_bytes())
+    labels[-1] = (labels[-1] + 1) % 10               # one record's label changed
+    label_file.write_bytes(bytes(labels))
     spec.load(seed=0, trial=1)
     assert len(list(entries.iterdir())) == 4
     # an unreadable entry is rebuilt, not trusted
