@@ -2,7 +2,8 @@
 time (their MLflow run intervals overlap), the jobs' actors land on more than one node, the data
 directory reaches the workers only through the launcher's runtime_env (the cluster's processes are
 started without it), and every job's final metrics equal a sequential sweep on a private local Ray
-bit for bit."""
+bit for bit. The tests on a cluster share one per xdist worker (a start costs about 10 s a
+node here); each counts only the actors its own sweep made."""
 
 from __future__ import annotations
 
@@ -41,24 +42,28 @@ def _sweep(tmp_path, name: str, extra: list[str], env: dict) -> dict:
     return children
 
 
-def test_a_sweep_runs_concurrently_across_a_cluster_and_equals_a_sequential_one(tmp_path, data_dir):
+@pytest.fixture(scope="module")
+def cluster(data_dir):
+    """A 3-node cluster of 1 CPU a node whose processes start without FEDRAY_DATA_DIR (a job finds
+    the data only through the launcher's runtime_env); no test here ends a node."""
     from ray.cluster_utils import Cluster
 
-    data = os.environ.pop("FEDRAY_DATA_DIR")            # the cluster's processes start without it
+    data = os.environ.pop("FEDRAY_DATA_DIR")
     try:
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+        started = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
         for _ in range(2):
-            cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
-        try:
-            env = {**os.environ, "FEDRAY_DATA_DIR": data,   # the driver's shell has it
-                   "FEDRAY_PARENT_RUN_ID": "not-a-run"}   # read by the old hand-over
-            launched = _sweep(tmp_path, "launched", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
-                                                     "hydra.launcher.max_concurrent=2"], env)
-        finally:
-            cluster.shutdown()
+            started.add_node(num_cpus=1)
+        started.wait_for_nodes()
     finally:
         os.environ["FEDRAY_DATA_DIR"] = data
+    yield started
+    started.shutdown()
+
+
+def test_a_sweep_runs_concurrently_across_a_cluster_and_equals_a_sequential_one(tmp_path, cluster):
+    env = {**os.environ, "FEDRAY_PARENT_RUN_ID": "not-a-run"}     # read by the old hand-over
+    launched = _sweep(tmp_path, "launched", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
+                                             "hydra.launcher.max_concurrent=2"], env)
     sequential = _sweep(tmp_path, "sequential", ["runtime.num_cpus=2"], {**os.environ})
 
     assert sorted(launched) == sorted(sequential) and len(launched) == 3
@@ -71,25 +76,28 @@ def test_a_sweep_runs_concurrently_across_a_cluster_and_equals_a_sequential_one(
     assert max(int(r.data.tags["ray.actor_nodes"]) for r in launched.values()) > 1
 
 
-def _actors(address: str, class_name: str) -> list:
+def _actors(address: str, class_name: str, before: frozenset = frozenset()) -> list:
+    """The cluster's actors of ``class_name``, live or dead, but for the ids in ``before``."""
     from ray.util.state import list_actors
 
-    return list_actors(address=address, filters=[("class_name", "=", class_name)], detail=True, limit=1000)
+    found = list_actors(address=address, filters=[("class_name", "=", class_name)], detail=True, limit=1000)
+    return [a for a in found if a.actor_id not in before]
 
 
-def test_job_workers_keep_their_silo_actors_from_job_to_job_and_are_ended_at_the_sweeps_end(tmp_path):
+def _actor_ids(address: str) -> frozenset:
+    from ray.util.state import list_actors
+
+    return frozenset(a.actor_id for a in list_actors(address=address, detail=True, limit=10000))
+
+
+def test_job_workers_keep_their_silo_actors_from_job_to_job_and_are_ended_at_the_sweeps_end(tmp_path, cluster):
     """Three jobs on the same records, two workers: the job a worker runs second reuses that
     worker's silo actor (2 silo actors in all, not 3), and both workers were ended by the launcher
     (``ray.kill``), not by the driver's exit; no actor of the sweep is left alive."""
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    try:
-        children = _sweep(tmp_path, "warm", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
-                                             "hydra.launcher.max_concurrent=2", "runtime.num_actors=1"], {**os.environ})
-        workers, silos = _actors(cluster.address, "JobWorker"), _actors(cluster.address, "SiloGroup")
-    finally:
-        cluster.shutdown()
+    before = _actor_ids(cluster.address)
+    children = _sweep(tmp_path, "warm", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
+                                         "hydra.launcher.max_concurrent=2", "runtime.num_actors=1"], {**os.environ})
+    workers, silos = _actors(cluster.address, "JobWorker", before), _actors(cluster.address, "SiloGroup", before)
 
     assert len(children) == 3 and all(r.info.status == "FINISHED" for r in children.values())
     assert len(workers) == 2 and len({w.pid for w in workers}) == 2
@@ -99,35 +107,30 @@ def test_job_workers_keep_their_silo_actors_from_job_to_job_and_are_ended_at_the
     assert all(s.state == "DEAD" for s in silos)
 
 
-def test_a_ctrl_c_during_a_sweep_ends_its_job_workers_before_the_command_exits(tmp_path):
+def test_a_ctrl_c_during_a_sweep_ends_its_job_workers_before_the_command_exits(tmp_path, cluster):
     """SIGINT once a job's silo actor is up: the command ends with status 130, and its job workers
     were killed by the launcher (``RAY_KILL``), not left to die with the driver."""
     import signal
     import time
 
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    before = _actor_ids(cluster.address)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedray", "-m", *SWEEP, "num_rounds=200", f"tracking.uri=sqlite:///{tmp_path}/c.db",
+         f"tracking.artifact_location={tmp_path}/artifacts", f"hydra.sweep.dir={tmp_path}/multirun",
+         "hydra/launcher=ray_jobs", f"runtime.address={cluster.address}", "runtime.num_actors=1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fedray", "-m", *SWEEP, "num_rounds=200", f"tracking.uri=sqlite:///{tmp_path}/c.db",
-             f"tracking.artifact_location={tmp_path}/artifacts", f"hydra.sweep.dir={tmp_path}/multirun",
-             "hydra/launcher=ray_jobs", f"runtime.address={cluster.address}", "runtime.num_actors=1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
-        try:
-            deadline = time.monotonic() + 300
-            while not any(a.state == "ALIVE" for a in _actors(cluster.address, "SiloGroup")):
-                assert proc.poll() is None and time.monotonic() < deadline, "no job started"
-                time.sleep(0.5)
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=120) == 130
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        workers = _actors(cluster.address, "JobWorker")
+        deadline = time.monotonic() + 300
+        while not any(a.state == "ALIVE" for a in _actors(cluster.address, "SiloGroup", before)):
+            assert proc.poll() is None and time.monotonic() < deadline, "no job started"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130
     finally:
-        cluster.shutdown()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    workers = _actors(cluster.address, "JobWorker", before)
 
     assert len(workers) == 2
     assert all(w.state == "DEAD" and w.death_cause["actor_died_error_context"]["reason"] == "RAY_KILL"
