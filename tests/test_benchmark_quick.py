@@ -26,6 +26,7 @@ def _load_run_module():
     return module
 
 
+@pytest.mark.long
 def test_quick_benchmark_runs_fedray_and_numpy_and_their_losses_agree(tmp_path, capsys):
     bench = _load_run_module()
 

@@ -91,6 +91,7 @@ def test_recipe_has_no_bare_ray_stop():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_cluster_recipe_runs_as_written(tmp_path):
     from mlflow.tracking import MlflowClient
 

@@ -74,6 +74,7 @@ def _hold_once_runs_start(db, seconds: float, stop: threading.Event) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("store", ["sqlite", "server"])
 def test_eight_jobs_at_once_lose_nothing(tmp_path, store):
     """On SQLite the store is fresh (the jobs race to create it) and another writer locks it for

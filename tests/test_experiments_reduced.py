@@ -36,6 +36,7 @@ def _env(data_dir):
             "HYDRA_FULL_ERROR": "1"}
 
 
+@pytest.mark.long
 def test_reduced_sweeps_and_reports(tmp_path, data_dir):
     procs = {}
     for name, overrides in SWEEPS.items():

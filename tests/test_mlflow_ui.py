@@ -19,6 +19,7 @@ ui = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ui)
 
 
+@pytest.mark.long
 def test_the_ui_shows_the_sweep_by_name(tmp_path, data_dir):
     if ui.browser() is None:
         pytest.skip("chromium is not installed (Debian: apt-get install chromium); .ci/run installs it when it can")

@@ -41,6 +41,7 @@ def _next_round(path) -> int:
         return 0
 
 
+@pytest.mark.long
 def test_a_killed_driver_resumes_into_the_same_run_bit_identical(tmp_path):
     reference_path = tmp_path / "reference.ckpt"
     reference = run(make_plan(compose(*JOB, f"runtime.checkpoint_path={reference_path}")), inline=True)

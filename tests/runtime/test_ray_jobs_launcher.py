@@ -60,6 +60,7 @@ def cluster(data_dir):
     started.shutdown()
 
 
+@pytest.mark.long
 def test_a_sweep_runs_concurrently_across_a_cluster_and_equals_a_sequential_one(tmp_path, cluster):
     env = {**os.environ, "FEDRAY_PARENT_RUN_ID": "not-a-run"}     # read by the old hand-over
     launched = _sweep(tmp_path, "launched", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
@@ -90,6 +91,7 @@ def _actor_ids(address: str) -> frozenset:
     return frozenset(a.actor_id for a in list_actors(address=address, detail=True, limit=10000))
 
 
+@pytest.mark.long
 def test_job_workers_keep_their_silo_actors_from_job_to_job_and_are_ended_at_the_sweeps_end(tmp_path, cluster):
     """Three jobs on the same records, two workers: the job a worker runs second reuses that
     worker's silo actor (2 silo actors in all, not 3), and both workers were ended by the launcher
@@ -107,6 +109,7 @@ def test_job_workers_keep_their_silo_actors_from_job_to_job_and_are_ended_at_the
     assert all(s.state == "DEAD" for s in silos)
 
 
+@pytest.mark.long
 def test_a_ctrl_c_during_a_sweep_ends_its_job_workers_before_the_command_exits(tmp_path, cluster):
     """SIGINT once a job's silo actor is up: the command ends with status 130, and its job workers
     were killed by the launcher (``RAY_KILL``), not left to die with the driver."""
