@@ -16,7 +16,8 @@ the budget guard. Accountants:
 - ``CentralGaussianAccountant``: the same pricing of a trusted server's Gaussian step
   (``ServerGaussianNoise``) on the sum of K of the N units sampled without replacement, charged
   federation-wide (every unit, every round anybody took part); ``PoissonGaussianAccountant`` the
-  same step over Poisson-sampled units under add/remove one.
+  same step over Poisson-sampled units under add/remove one; ``GroupPrivacyAccountant`` a user-level
+  epsilon as m times a per-item accountant's (group privacy over a user's m items).
 - ``RoundsAccountant``: a guarantee of the whole federation known as a function of the number of
   rounds run (a solved shuffle chain, P_vec's parallel composition); a round charges every unit
   when anybody took part.
@@ -243,6 +244,37 @@ class CentralGaussianAccountant(SampledGaussianAccountant):
 
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
         return np.full_like(counts, num_rounds)
+
+
+@dataclass(frozen=True)
+class GroupPrivacyAccountant:
+    """A user-level guarantee from a per-item one by group privacy: a user holds ``group_size`` (m)
+    items, and replacing a user replaces m items, so m item-level (eps0, delta0) gives the user
+    (m eps0, m e^{(m-1) eps0} delta0) (by induction over the m replacements). ``per_item`` prices
+    the item-level releases (e.g. a ``CentralGaussianAccountant`` over the items, holding the step
+    the server applies, at delta0); this accountant reports m times its epsilon, at ``delta`` (the
+    plan's user-level delta, which the calibration keeps above m e^{(m-1) eps0} delta0). It names
+    no event: the user-level claim is a theorem's, not a dp-accounting event's."""
+
+    per_item: CentralGaussianAccountant
+    group_size: int
+    delta: float
+    name: str = "group privacy over the per-item accountant"
+
+    def charge(self, charge: np.ndarray) -> np.ndarray:
+        return self.per_item.charge(charge)
+
+    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
+        return self.per_item.planned(counts, num_rounds)
+
+    def epsilons(self, counts: np.ndarray) -> np.ndarray:
+        return self.group_size * self.per_item.epsilons(counts)
+
+    def deltas(self, counts: np.ndarray) -> np.ndarray:
+        return _fixed_delta(self.delta, counts)
+
+    def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
+        return ""
 
 
 @dataclass(frozen=True)

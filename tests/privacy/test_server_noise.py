@@ -1,5 +1,5 @@
 """The trusted server's Gaussian step (``ServerGaussianNoise``) is what the central protocols add and
-what their ledgers price: user-level DP-SGD (B1) and the DP-FedAvg example
+what their ledgers price: user-level DP-SGD (B1), item-level DP-SGD (B3) and the DP-FedAvg example
 apply the value their ledger holds, each round logs the std it added, and the ledger's epsilon is
 dp-accounting's for that value's event (an independent route), so a ledger handed half the noise
 prices more and a protocol adding other noise than the ledger prices fails ``fedray.testing``."""
@@ -156,3 +156,32 @@ def test_the_dp_fedavg_example_applies_the_step_its_ledger_prices(sampling):
     applied, priced = plan.protocol.algorithm.noise, plan.privacy.ledger.accountant.noise
     assert applied is priced and applied.placement is Placement.SERVER
     assert plan.privacy.ledger.accountant.event(0, 2, 30).count == 30
+
+
+# B3 on 300 users of 4 items, B = 100 of the 1,200 items a round (tests/protocols/user_level/test_item_dp_sgd.py).
+B3 = ("experiment=phased_erm_synthetic", "data.spec.num_silos=300", "data.spec.samples_per_silo=4", "data.spec.dim=3",
+      "data.spec.noise=1.0", "algorithm=item_dp_sgd", "algorithm.batch_size=100", "algorithm.l2_clip=0.5",
+      "num_rounds=20", "privacy.calibration=accountant", "progress=false", f"evaluate_every={10**9}")
+
+
+def test_b3_applies_the_step_its_ledger_prices_per_item_times_m():
+    from fedray.protocols.user_level.item_dp_sgd import item_level_budget
+
+    plan = make_plan(compose(*B3))
+    accountant = plan.privacy.ledger.accountant
+    applied = plan.protocol.algorithm.noise
+    assert applied is accountant.per_item.noise and applied.placement is Placement.SERVER
+    z = plan.protocol.resolved["noise_multiplier"]
+    np.testing.assert_allclose(applied.noise_std, z * 2 * 0.5 / 100, rtol=1e-15)
+    _, item_delta = item_level_budget(1.0, float(plan.privacy.delta[0]), 4)
+    counts = np.full(plan.privacy.ledger.shape, 20)
+    charged = plan.privacy.ledger.epsilons(counts)
+    # The scalar route the rounds ledger used: m x the item-level PLD epsilon, the same bits.
+    assert np.all(charged == 4 * participation_epsilon(z, 100, 1200, 1, 20, item_delta, "pld"))
+    assert accountant.per_item.event(0, 7, 20) == dp_accounting.SelfComposedDpEvent(
+        dp_accounting.SampledWithoutReplacementDpEvent(1200, 100, dp_accounting.GaussianDpEvent(z)), 20)
+    assert np.all(plan.privacy.ledger.deltas(counts) == plan.privacy.delta[0])
+    assert plan.privacy.planned_event()["event"] is None          # the user-level claim is group privacy's
+    half = replace(accountant, per_item=replace(accountant.per_item, noise=replace(
+        applied, noise_multiplier=applied.noise_multiplier / 2), _groups=None))
+    assert np.all(half.epsilons(counts) > 1.5 * charged)
