@@ -23,7 +23,9 @@ send):
 
 - ``noise_matches_ledger``: over many replicas (independent deployments), the released model's
   change in one round, divided by the shift the pair causes (the same noise on both: it cancels),
-  has the noise multiplier the plan's ledger prices, within a 99.99% chi-square interval;
+  has the noise multiplier of the Gaussian event the plan's ledger prices for a round of the pair's
+  unit (``ledger.accountant.event``; an accountant that names no event fails), within a 99.99%
+  chi-square interval;
 - ``audit``: an empirical audit (``fedray.privacy.audit``) of that release on the pair stays at or
   below the epsilon the ledger charges for the round, and (given ``ProtocolCase.weaken``, the
   same plan adding half the noise) catches the weakened variant: its lower bound exceeds the claim.
@@ -205,6 +207,28 @@ def _claim(plan) -> float:
     return float(ledger.epsilons().max())
 
 
+def _priced_noise_multiplier(plan) -> float:
+    """The noise multiplier of the Gaussian event the plan's ledger prices for one round of unit 0
+    (the pair's unit), the same for every replica; its sampling and composition wrappers are read
+    through."""
+    import dp_accounting
+
+    from fedray.privacy.ledger import EventAccountant
+
+    accountant = plan.privacy.ledger.accountant
+    assert isinstance(accountant, EventAccountant), (f"the {accountant.name} accountant names no event: nothing ties "
+                                                     "the noise the protocol adds to what its ledger prices")
+    priced = set()
+    for replica in range(plan.replicas.count):
+        event = accountant.event(replica, 0, 1)
+        while hasattr(event, "event"):          # SampledWithoutReplacement, PoissonSampled, SelfComposed
+            event = event.event
+        assert isinstance(event, dp_accounting.GaussianDpEvent), f"the ledger prices {event}, not a Gaussian event"
+        priced.add(float(event.noise_multiplier))
+    assert len(priced) == 1, f"the replicas' priced noise multipliers differ: {sorted(priced)}"
+    return priced.pop()
+
+
 def noise_matches_ledger(case: ProtocolCase) -> dict:
     from scipy.stats import chi2
 
@@ -218,7 +242,7 @@ def noise_matches_ledger(case: ProtocolCase) -> dict:
     dof = centred.size - centred.shape[1]
     variance = (centred ** 2).sum() / dof
     lo, hi = (np.sqrt(variance * dof / chi2.ppf(q, dof)) / shift for q in (1 - 5e-5, 5e-5))
-    z = float(plan.privacy.noise_multiplier.max())
+    z = _priced_noise_multiplier(plan)
     assert lo <= z <= hi, (f"the noise added is {np.sqrt(variance) / shift:.4f} times the pair's shift "
                            f"(99.99% interval [{lo:.4f}, {hi:.4f}]); the ledger prices a noise multiplier of {z:.4f}")
     return {"measured": float(np.sqrt(variance) / shift), "interval": (float(lo), float(hi)), "priced": z}

@@ -38,7 +38,8 @@ def neighbours(plan):
 def half_noise(plan):
     """The same plan and ledger, with a protocol that adds half the noise."""
     algorithm = plan.protocol.algorithm
-    return replace(plan, protocol=replace(plan.protocol, algorithm=replace(algorithm, noise_std=algorithm.noise_std / 2)))
+    half = replace(algorithm.noise, noise_multiplier=algorithm.noise.noise_multiplier / 2)
+    return replace(plan, protocol=replace(plan.protocol, algorithm=replace(algorithm, noise=half)))
 
 
 # One round, every client: the ledger's claim is the round's epsilon, 2 (RDP; the Gaussian's exact

@@ -7,14 +7,15 @@ client's data (REPLACE_ONE), so the sum of deltas clipped to C moves by at most 
 Round t: K of the N clients, uniformly without replacement (``participation=uniform``). Each runs
 ``local_steps`` full-batch gradient steps from the broadcast model w and sends its delta clipped
 to C. The server releases S = sum of deltas + N(0, sigma^2 I), sigma = z 2C, and sets
-w <- w + server_lr S / K.
+w <- w + server_lr S / K (the server's step is ``fedray.privacy.mechanisms.ServerGaussianNoise``).
 With ``participation=poisson`` (each client with probability q) the relation is add/remove one
 client (ADD_OR_REMOVE_ONE; the sum moves by C, so sigma = z C) and the step divides by the expected
 count q N, a public constant (McMahan et al.'s fixed-denominator estimator).
 Calibration: z from dp-accounting's RDP accountant for num_rounds K-of-N subsampled Gaussian
 releases (or Poisson-sampled ones) at (privacy.epsilon, privacy.delta) (``privacy.calibration=accountant``). The ledger
-charges every client every round (the sampling credit holds while each round's clients stay
-secret): each carries the federation's epsilon.
+prices the event of that same step (the value the server half applies) and charges every client
+every round (the sampling credit holds while each round's clients stay secret): each carries the
+federation's epsilon.
 Randomness: the server's noise comes from the SERVER stream of the round's keys (``RoundKeys``), which
 the runtime hands to ``server_step``.
 """
@@ -22,7 +23,7 @@ the runtime hands to ``server_step``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -36,8 +37,9 @@ from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
 from fedray.losses import loss_residual
-from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
-from fedray.privacy.ledger import Ledger, RoundsAccountant
+from fedray.privacy.accounting import calibrate_noise_multiplier
+from fedray.privacy.ledger import central_gaussian_ledger, poisson_gaussian_ledger
+from fedray.privacy.mechanisms import ServerGaussianNoise
 from fedray.privacy.statement import PrivacyPlan
 from fedray.rng import Stream
 
@@ -64,9 +66,11 @@ class FedAvgPlan(PlannedProtocol):
     def build(self, oracle):
         c = self.context
         params0 = np.zeros((c.replicas.count, c.shape.dim, c.loss.num_outputs))
+        noise = self.algorithm.noise
         return CuratorSampledRounds(self.algorithm, c.sampler, LinearModelEvaluation(c.loss), SiloArrays.of,
                                     params0, c.num_rounds, c.shape.num_silos, self.routing,
-                                    {"l2_clip": self.algorithm.l2_clip, "noise_std": float(self.algorithm.noise_std.max())})
+                                    {"l2_clip": self.algorithm.l2_clip, "noise_std": float(noise.noise_std.max())},
+                                    server_step_metrics=noise if self.privacy.private else None)
 
 
 @dataclass(frozen=True)
@@ -96,21 +100,21 @@ class FedAvgRecipe(ProtocolRecipe):
         resolved = {"l2_clip": clip, "clients_per_round": k}
         if priv["trust_model"] == TrustModel.NONE:
             privacy = PrivacyPlan(TrustModel.NONE, Calibration.NONE, Accountant.NONE, UNIT, relation, np.zeros(clients), np.zeros(cells), None, None)
-            return FedAvgPlan(make(noise_std=np.zeros(replicas.count)), context, privacy, resolved)
+            return FedAvgPlan(make(noise=ServerGaussianNoise(np.zeros(replicas.count), 0.0)), context, privacy, resolved)
         if priv.get("calibration") != Calibration.ACCOUNTANT or priv.get("epsilon_grid") is not None:
             raise ConfigError("privacy.calibration", priv.get("calibration"), "accountant, with epsilon_grid null, for dp_fedavg")
         delta, epsilon = float(priv["delta"]), float(priv["epsilon"])
         if q is None:
             z = calibrate_noise_multiplier(epsilon, delta, int(k), clients, 1, rounds, Accountant.RDP)
-            after = partial(participation_epsilon, z, int(k), clients, 1, delta=delta, accountant=Accountant.RDP)
         else:
             z = _poisson_calibration(epsilon, delta, q, rounds)
-            after = partial(_poisson_epsilon, z, q, delta)
-        accountant = RoundsAccountant(after, f"rdp ({'Poisson' if q else 'K of N'} clients, every round)", delta)
+        noise = ServerGaussianNoise(np.full(replicas.count, z), sensitivity)       # what the server adds and the ledger prices
+        ledger = (central_gaussian_ledger(noise, int(k), clients, delta, "client", Accountant.RDP) if q is None
+                  else poisson_gaussian_ledger(noise, q, clients, delta, "client"))
         resolved.update(noise_multiplier=z, noise_std=z * sensitivity)
         privacy = PrivacyPlan(TrustModel.CENTRAL, Calibration.ACCOUNTANT, Accountant.RDP, UNIT, relation, np.full(clients, delta),
-                              np.full(cells, z), np.full(cells, epsilon), Ledger(accountant, cells, "client"))
-        return FedAvgPlan(make(noise_std=np.full(replicas.count, z * sensitivity)), context, privacy, resolved)
+                              np.full(cells, z), np.full(cells, epsilon), ledger)
+        return FedAvgPlan(make(noise=noise), context, privacy, resolved)
 
 
 def _poisson_event(z: float, q: float, rounds: int):
@@ -125,16 +129,6 @@ def _add_remove_rdp():
     return dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
 
-@lru_cache(maxsize=None)
-def _poisson_epsilon(z: float, q: float, delta: float, rounds: int) -> float:
-    """epsilon at delta of ``rounds`` Poisson-sampled Gaussian releases (RDP, add/remove one)."""
-    if rounds == 0:
-        return 0.0
-    accountant = _add_remove_rdp()
-    accountant.compose(_poisson_event(z, q, rounds))
-    return float(accountant.get_epsilon(delta))
-
-
 def _poisson_calibration(epsilon: float, delta: float, q: float, rounds: int) -> float:
     from dp_accounting import mechanism_calibration
 
@@ -145,7 +139,7 @@ def _poisson_calibration(epsilon: float, delta: float, q: float, rounds: int) ->
 
 @dataclass(frozen=True)
 class DpFedAvg:
-    """The two halves (module docstring); ``noise_std`` (P,) = z times the sum's sensitivity (0: no privacy)."""
+    """The two halves (module docstring); ``noise`` the server's step, std (P,) z times the sum's sensitivity."""
 
     loss: Any
     step_size: np.ndarray        # (P,) client learning rate
@@ -153,7 +147,7 @@ class DpFedAvg:
     server_lr: float
     l2_clip: float
     expected_clients: float      # K, or q N under Poisson sampling: the step's public denominator
-    noise_std: np.ndarray
+    noise: ServerGaussianNoise   # zero multipliers: no privacy
     num_rounds: int
 
     recipe: ClassVar[FedAvgRecipe] = FedAvgRecipe()
@@ -182,9 +176,7 @@ class DpFedAvg:
 
     def server_step(self, state: FedAvgState, values: np.ndarray, mask: np.ndarray, keys: RoundKeys) -> FedAvgState:
         total = np.einsum("ps,ps...->p...", mask.astype(np.float64), values)
-        noise = np.stack([keys.generator(Stream.SERVER, r).standard_normal(total.shape[1:])
-                          for r in range(total.shape[0])])
-        noisy = total + self.noise_std[:, None, None] * noise
+        noisy, _ = self.noise.apply(total, [keys.generator(Stream.SERVER, r) for r in range(total.shape[0])])
         return FedAvgState(state.round + 1, state.params + self.server_lr * noisy / self.expected_clients, noisy)
 
     def metrics(self, state: FedAvgState) -> dict:

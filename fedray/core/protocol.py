@@ -626,6 +626,9 @@ class CuratorSampledRounds(SampledRounds):
     """
 
     algorithm: CuratorRoundsAlgorithm
+    # The server-placed privacy step the algorithm's server half applies (the same value): its
+    # report of the round is logged with the round's metrics.
+    server_step_metrics: ReportsMetrics | None = None
 
     public_charges: ClassVar[bool] = False     # a halted replica (a test outcome) is charged nothing more
     round_blocks: ClassVar[bool] = False       # who takes part depends on the state (halting): one round per call
@@ -647,6 +650,8 @@ class CuratorSampledRounds(SampledRounds):
         charge = self.charge(state, spec)
         state = self.algorithm.server_step(state, messages.values, messages.mask, keys)
         metrics = {"participants": spec.participation.sum(axis=1).astype(np.float64), **self.algorithm.metrics(state)}
+        if self.server_step_metrics is not None:        # the server-placed step's report of this round
+            metrics.update(self.server_step_metrics.round_metrics(spec.participation))
         return Aggregated(state, charge, metrics)
 
     def done(self, state: Any) -> np.ndarray:

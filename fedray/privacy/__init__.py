@@ -8,7 +8,9 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "fedray.privacy.audit": ("AuditResult", "audit_epsilon", "gaussian_mechanism_sampler"),
     "fedray.privacy.accounting": ("calibrate_noise_multiplier", "epsilon_of", "make_accountant",
                                   "participation_epsilon", "participation_event", "release_event"),
-    "fedray.privacy.ledger": ("Ledger", "RoundsAccountant", "SampledGaussianAccountant", "check_budget", "silo_ledger"),
+    "fedray.privacy.ledger": ("Ledger", "RoundsAccountant", "SampledGaussianAccountant", "CentralGaussianAccountant",
+                               "PoissonGaussianAccountant", "GroupPrivacyAccountant", "check_budget", "silo_ledger",
+                               "central_gaussian_ledger", "poisson_gaussian_ledger"),
     "fedray.privacy.vector_sum": ("VectorSumParameters", "vector_sum_parameters"),
-    "fedray.privacy.mechanisms": ("GaussianNoise", "NoNoise", "PerExampleClip"),
+    "fedray.privacy.mechanisms": ("GaussianNoise", "ServerGaussianNoise", "NoNoise", "PerExampleClip"),
 })

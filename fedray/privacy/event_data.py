@@ -39,6 +39,14 @@ def sampled_without_replacement(dataset_size: int, sample_size: int, event: dict
             "source_dataset_size": int(dataset_size), "sample_size": int(sample_size), "event": event}
 
 
+def poisson_sampled(sampling_probability: float, event: dict) -> dict:
+    """``PoissonSampledDpEvent(sampling_probability, event)``; ``event`` itself at probability 1."""
+    if sampling_probability >= 1:
+        return event
+    return {"module_name": _MODULE, "class_name": "PoissonSampledDpEvent",
+            "sampling_probability": float(sampling_probability), "event": event}
+
+
 def self_composed(event: dict, count: int) -> dict:
     """``SelfComposedDpEvent(event, count)``; ``event`` itself for a count of 1."""
     if count == 1:

@@ -13,6 +13,11 @@ the budget guard. Accountants:
   un-subsampled release however many charges (disjoint batches). It holds the Gaussian step the
   silos apply and prices that step's own ``event`` (``EventAccountant``: it names the event of a
   cell's charges, which ``privacy_event.json`` records).
+- ``CentralGaussianAccountant``: the same pricing of a trusted server's Gaussian step
+  (``ServerGaussianNoise``) on the sum of K of the N units sampled without replacement, charged
+  federation-wide (every unit, every round anybody took part); ``PoissonGaussianAccountant`` the
+  same step over Poisson-sampled units under add/remove one; ``GroupPrivacyAccountant`` a user-level
+  epsilon as m times a per-item accountant's (group privacy over a user's m items).
 - ``RoundsAccountant``: a guarantee of the whole federation known as a function of the number of
   rounds run (a solved shuffle chain, P_vec's parallel composition); a round charges every unit
   when anybody took part.
@@ -28,7 +33,9 @@ An accountant's ``advice(replica, unit, count, target)`` says what would fit whe
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Callable, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -36,7 +43,7 @@ import numpy as np
 from fedray.errors import BudgetError
 from fedray.privacy import event_data
 from fedray.privacy.accounting import calibrate_noise_multiplier
-from fedray.privacy.mechanisms import GaussianNoise
+from fedray.privacy.mechanisms import GaussianNoise, ServerGaussianNoise
 
 if TYPE_CHECKING:
     import dp_accounting
@@ -209,6 +216,130 @@ class SampledGaussianAccountant:
                                             self.releases, 1 if self.parallel_composition else count, self.kind)
         return (f"noise multiplier >= {needed:.4g} (planned {self.noise_multiplier[replica, unit]:.4g}) "
                 f"or at most {fits} participations would fit")
+
+
+@dataclass
+class CentralGaussianAccountant(SampledGaussianAccountant):
+    """Rounds of a trusted server that adds Gaussian noise to the sum of K units' clipped messages,
+    the K drawn uniformly without replacement from all N units (central DP, user or client level).
+
+    What it prices is the server's step itself (``fedray.privacy.mechanisms.ServerGaussianNoise``,
+    the value the protocol's server half applies): a round is ``noise.event(replica, unit)`` inside
+    ``SampledWithoutReplacementDpEvent(N, K, .)`` (the plain event when K = N), composed once per
+    round that ran (``releases`` = 1). Federation-wide: a round in which anybody took part charges
+    every unit of that replica once (the sampling credit holds while each round's units stay
+    secret), so every unit carries the federation's epsilon, and a plan of R rounds charges R.
+
+    Build it with ``central_gaussian_ledger``.
+    """
+
+    @property
+    def noise_multiplier(self) -> np.ndarray:
+        """(P, N) the step's multipliers: one per replica, the same for every unit."""
+        z = np.asarray(self.noise.noise_multiplier, dtype=np.float64).reshape(-1, 1)
+        return np.broadcast_to(z, (z.shape[0], self.dataset_size.shape[0]))
+
+    def charge(self, charge: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(charge.any(axis=1, keepdims=True), charge.shape)
+
+    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
+        return np.full_like(counts, num_rounds)
+
+
+@dataclass(frozen=True)
+class GroupPrivacyAccountant:
+    """A user-level guarantee from a per-item one by group privacy: a user holds ``group_size`` (m)
+    items, and replacing a user replaces m items, so m item-level (eps0, delta0) gives the user
+    (m eps0, m e^{(m-1) eps0} delta0) (by induction over the m replacements). ``per_item`` prices
+    the item-level releases (e.g. a ``CentralGaussianAccountant`` over the items, holding the step
+    the server applies, at delta0); this accountant reports m times its epsilon, at ``delta`` (the
+    plan's user-level delta, which the calibration keeps above m e^{(m-1) eps0} delta0). It names
+    no event: the user-level claim is a theorem's, not a dp-accounting event's."""
+
+    per_item: CentralGaussianAccountant
+    group_size: int
+    delta: float
+    name: str = "group privacy over the per-item accountant"
+
+    def charge(self, charge: np.ndarray) -> np.ndarray:
+        return self.per_item.charge(charge)
+
+    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
+        return self.per_item.planned(counts, num_rounds)
+
+    def epsilons(self, counts: np.ndarray) -> np.ndarray:
+        return self.group_size * self.per_item.epsilons(counts)
+
+    def deltas(self, counts: np.ndarray) -> np.ndarray:
+        return _fixed_delta(self.delta, counts)
+
+    def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
+        return ""
+
+
+@dataclass(frozen=True)
+class PoissonGaussianAccountant:
+    """Rounds of a trusted server that adds Gaussian noise to the sum of the units' clipped
+    messages, each unit taking part with probability ``sampling_probability`` independently
+    (Poisson sampling), under ADD_OR_REMOVE_ONE (a unit present or absent: the sum moves by L).
+
+    What it prices is the server's step itself (``ServerGaussianNoise``, the value the server half
+    applies): a round is ``PoissonSampledDpEvent(q, noise.event(replica, unit))``, R rounds its
+    R-fold self-composition, priced by dp-accounting's RDP accountant built with the add/remove
+    relation. Federation-wide charges, as ``CentralGaussianAccountant``'s (a round with anybody in
+    it charges every unit; a plan of R rounds charges R: a round with nobody still releases noise,
+    but its charge is 0 only when no unit at all took part, which the Poisson event covers anyway).
+    """
+
+    noise: ServerGaussianNoise
+    sampling_probability: float
+    num_units: int
+    delta: float
+    name: str = "rdp (Poisson units, add/remove, every round)"
+
+    def charge(self, charge: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(charge.any(axis=1, keepdims=True), charge.shape)
+
+    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
+        return np.full_like(counts, num_rounds)
+
+    def event_data(self, replica: int, unit: int, count: int) -> dict:
+        release = event_data.poisson_sampled(self.sampling_probability, self.noise.event_data(replica, unit))
+        return event_data.self_composed(release, int(count))
+
+    def event(self, replica: int, unit: int, count: int) -> dp_accounting.DpEvent:
+        from fedray.privacy.events import event_from_json     # imports dp-accounting (a second): only here
+
+        return event_from_json(self.event_data(replica, unit, count))
+
+    def epsilons(self, counts: np.ndarray) -> np.ndarray:
+        z = np.broadcast_to(np.asarray(self.noise.noise_multiplier, dtype=np.float64).reshape(-1, 1), counts.shape)
+        keys = np.stack([z, counts.astype(np.float64)], axis=-1).reshape(-1, 2)
+        unique, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        cells = zip(*np.unravel_index(first, counts.shape))
+        values = np.array([_add_remove_rdp_epsilon(json.dumps(self.event_data(int(r), int(u), int(c)), sort_keys=True),
+                                                     self.delta)
+                           if c > 0 else 0.0 for (r, u), c in zip(cells, unique[:, 1])])
+        return values[inverse.reshape(-1)].reshape(counts.shape)
+
+    def deltas(self, counts: np.ndarray) -> np.ndarray:
+        return _fixed_delta(self.delta, counts)
+
+    def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
+        fits = _largest_affordable_count(self, shape, replica, unit, target, count)
+        return f"at most {fits} rounds would fit"
+
+
+@lru_cache(maxsize=4096)
+def _add_remove_rdp_epsilon(event_json: str, delta: float) -> float:
+    """epsilon at ``delta`` of an event (its data as JSON) by dp-accounting's RDP under add/remove one."""
+    import dp_accounting     # a second of imports: only where a Poisson plan is priced
+
+    from fedray.privacy.events import event_from_json
+
+    accountant = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    accountant.compose(event_from_json(json.loads(event_json)))
+    return float(accountant.get_epsilon(delta))
 
 
 def _fixed_delta(delta, counts: np.ndarray) -> np.ndarray:
@@ -422,3 +553,21 @@ def silo_ledger(noise_multiplier, sample_size, dataset_size, releases, delta, ac
     priced = SampledGaussianAccountant(GaussianNoise(np.asarray(noise_multiplier, dtype=np.float64)), sample_size,
                                        dataset_size, releases, delta, accountant, parallel_composition)
     return Ledger(priced, priced.noise_multiplier.shape)
+
+
+def central_gaussian_ledger(noise: ServerGaussianNoise, sample_size: int, num_units: int, delta: float,
+                            unit: str, accountant: str = "rdp") -> Ledger:
+    """The ledger of a trusted server's Gaussian rounds (``CentralGaussianAccountant``): ``noise``
+    is the step its server half applies ((P,) multipliers), ``sample_size`` the K of the
+    ``num_units`` units each round draws without replacement, ``delta`` the federation's."""
+    priced = CentralGaussianAccountant(noise, int(sample_size), np.full(num_units, num_units, dtype=np.int64), 1,
+                                       np.full(num_units, float(delta)), accountant)
+    return Ledger(priced, priced.noise_multiplier.shape, unit)
+
+
+def poisson_gaussian_ledger(noise: ServerGaussianNoise, sampling_probability: float, num_units: int, delta: float,
+                            unit: str) -> Ledger:
+    """The ledger of a trusted server's Gaussian rounds over Poisson-sampled units, add/remove one
+    (``PoissonGaussianAccountant``): ``noise`` is the step its server half applies ((P,) multipliers)."""
+    priced = PoissonGaussianAccountant(noise, float(sampling_probability), int(num_units), float(delta))
+    return Ledger(priced, (np.asarray(noise.noise_multiplier).reshape(-1).shape[0], int(num_units)), unit)

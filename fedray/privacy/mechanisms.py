@@ -1,14 +1,17 @@
-"""Silo-side privacy steps as values: what they do to arrays and what they mean to an accountant.
+"""Privacy steps as values: what they do to arrays and what they mean to an accountant.
 
-Every step here runs inside a silo actor (ISRL-DP: the silo trusts nobody but itself).
-Neighbouring relation: replace one record of one silo (seed-004 Definition 2, REPLACE_ONE).
+Every step here but ``ServerGaussianNoise`` runs inside a silo actor (ISRL-DP: the silo trusts
+nobody but itself); neighbouring relation: replace one record of one silo (seed-004 Definition 2,
+REPLACE_ONE). ``ServerGaussianNoise`` is the same Gaussian step placed at a trusted server (central
+DP), on the sum of the units' clipped messages, its unit and relation the plan's.
 A step's ``event`` is what the ledger prices (``fedray.privacy.ledger.SampledGaussianAccountant``
 wraps it in the silo's sampling and composes it per charge); ``event_data`` is the same event as
 data, for pricing without importing dp-accounting (``fedray.privacy.event_data``).
 
 Each step follows the mechanism contract (``fedray.core.mechanism``). Steps take pre-drawn standard
 normals rather than a generator so that the runtime can draw them from per-(replica, silo, round)
-streams and the step stays a pure function.
+streams and the step stays a pure function; the server's step takes the round's per-replica
+generators (the server half draws from the round's keys, ``fedray.core.protocol.RoundKeys``).
 """
 
 from __future__ import annotations
@@ -84,6 +87,54 @@ class GaussianNoise:
         from fedray.privacy.events import event_from_json     # imports dp-accounting (a second): only here
 
         return event_from_json(self.event_data(replica, unit))
+
+
+@dataclass(frozen=True)
+class ServerGaussianNoise(GaussianNoise):
+    """Gaussian noise a trusted server adds to an aggregate of the units' messages (central DP).
+
+    Trust model: the server (curator) sees the clipped messages and adds the noise itself; what it
+    releases is private. Placement: ``SERVER``, applied in the protocol's server half.
+    Unit and relation: the plan's (a user or a client; replace one, or add/remove one);
+    ``sensitivity`` is the l2 sensitivity of the SUM of the clipped messages under that relation
+    (2 L replace-one, L add/remove, for messages clipped to L) and ``divisor`` what the sum is
+    divided by before the release (K for a mean of K, 1 for the sum), so the released value gets
+    noise std ``noise_multiplier x sensitivity / divisor`` and one application is the Gaussian
+    mechanism with ``noise_multiplier`` (``event``, as ``GaussianNoise``'s).
+    Calibration: the plan's (the multiplier is the accountant's or the paper's).
+    Randomness: ``apply`` takes one generator per replica (the server's stream of the round's keys,
+    ``RoundKeys.generator``) and draws that replica's standard normals in the aggregate's shape.
+
+    ``noise_multiplier`` is (P,), one per replica (a replica's noise is the same for every unit).
+    """
+
+    divisor: float = 1.0
+    placement: ClassVar[Placement] = Placement.SERVER
+    draws_normals: ClassVar[bool] = False     # draws from the generators it is given
+
+    @property
+    def noise_std(self) -> np.ndarray:
+        """(P,) the std added to each replica's released value."""
+        return np.asarray(self.noise_multiplier) * self.sensitivity / self.divisor
+
+    def apply(self, x: np.ndarray, generators) -> tuple[np.ndarray, dict]:   # type: ignore[override]
+        """``x`` (P, ...) plus each replica's noise, drawn from its generator; metrics: ``noise_std`` (P,)."""
+        std = np.asarray(self.noise_std, dtype=np.float64)
+        if std.shape != (x.shape[0],):
+            raise ValueError(f"ServerGaussianNoise needs one noise multiplier per replica, {x.shape[0]}; "
+                             f"got shape {std.shape}")
+        normals = np.stack([g.standard_normal(x.shape[1:]) for g in generators])
+        return x + std.reshape(std.shape + (1,) * (x.ndim - 1)) * normals, {"noise_std": std}
+
+    def round_metrics(self, participation: np.ndarray) -> dict[str, Metric]:
+        """The std the server added to each replica's release this round, (P,), as the silo step's
+        ``noise_std_added_min``/``_max`` (equal here: one std per replica), whoever took part (the
+        server adds its noise to an empty sum too). Released: the plan's multipliers and clip."""
+        std = np.broadcast_to(np.asarray(self.noise_std, dtype=np.float64), (np.shape(participation)[0],))
+        return {"noise_std_added_min": Metric(std.copy(), True), "noise_std_added_max": Metric(std.copy(), True)}
+
+    def select(self, silo_ids: np.ndarray) -> "ServerGaussianNoise":
+        return self          # one multiplier per replica: the same for every unit
 
 
 @dataclass(frozen=True)

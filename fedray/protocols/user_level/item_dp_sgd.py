@@ -5,8 +5,8 @@ items. Round t: the server draws B of the N m items uniformly without replacemen
 stream of round t's keys, drawn with the state that round starts from: at ``init`` or at the end of
 round t - 1's server step; the sample stays with it), every user sums the gradients of its
 sampled items, each clipped to ``l2_clip`` (C), and the server averages them (replace-one-item
-sensitivity 2 C / B), adds N(0, sigma^2 I), sigma = z 2 C / B, and steps w <- Pi_W(w - eta g);
-the output is the average iterate.
+sensitivity 2 C / B), adds N(0, sigma^2 I), sigma = z 2 C / B (``ServerGaussianNoise``: sum
+sensitivity 2 C, divisor B), and steps w <- Pi_W(w - eta g); the output is the average iterate.
 
 Calibration: z for T rounds of the B-of-N m subsampled Gaussian (sampled without replacement,
 replace-one; dp-accounting's Poisson event needs add/remove neighbours, which is why the batch has
@@ -18,14 +18,15 @@ would make B3 a strawman. Replacing a user replaces m items, a group of m: by gr
 approximate DP ((k eps0, k e^{(k-1) eps0} delta0) for k replacements, by induction over them) the
 run is user-level (eps, delta e^{-eps/m}), within (eps, delta). The item budget eps / m shrinks as
 m grows, so the error does not fall with m (the spec's "no sqrt(m) gain"). Every user is charged
-every round (the subsampling credit is ex ante: the samples stay secret).
+every round (the subsampling credit is ex ante: the samples stay secret). The ledger prices the
+event of the very step the server applies, per item (``CentralGaussianAccountant`` over the N m
+items), times m (``GroupPrivacyAccountant``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -41,7 +42,8 @@ from fedray.errors import ConfigError
 from fedray.gradient_descent import GradientState, ProjectedGradient
 from fedray.losses import clipped_weighted_gradients
 from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
-from fedray.privacy.ledger import Ledger, RoundsAccountant
+from fedray.privacy.ledger import CentralGaussianAccountant, GroupPrivacyAccountant, Ledger
+from fedray.privacy.mechanisms import ServerGaussianNoise
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.planning import USER, CuratorRoundsPlan, _levels, check_curator_rounds, not_private
 from fedray.rng import Stream, generators
@@ -66,8 +68,8 @@ def user_level_epsilon(noise_multiplier: float, batch: int, population: int, ite
 class ItemSampledGaussian(ProtocolRecipe):
     """B3's plan: every user every round (``participation=all``), B items a round (at most N m),
     the same m per user, z calibrated by the PLD accountant at the item-level budget
-    (``privacy.calibration=accountant``), a rounds ledger pricing user-level epsilon as m times
-    the item-level one."""
+    (``privacy.calibration=accountant``), a ledger pricing user-level epsilon as m times the
+    item-level epsilon of the server's step."""
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
@@ -92,11 +94,11 @@ class ItemSampledGaussian(ProtocolRecipe):
         solver = ProjectedGradient(replicas.step_sizes, 0.0, radius)
         resolved = {"batch_size": batch, "l2_clip": clip, "items_per_user": m}
 
-        def build(noise_std: np.ndarray):
-            return algorithm_class(context.loss, solver, clip, noise_std, rounds, m, users, batch)
+        def build(noise: ServerGaussianNoise):
+            return algorithm_class(context.loss, solver, clip, noise, rounds, m, users, batch)
 
         if priv["trust_model"] == TrustModel.NONE:
-            return CuratorRoundsPlan(build(np.zeros(replicas.count)), context.sampler, context.loss, shape, replicas,
+            return CuratorRoundsPlan(build(ServerGaussianNoise(np.zeros(replicas.count), 0.0)), context.sampler, context.loss, shape, replicas,
                                      rounds, not_private(cells), resolved)
         if priv.get("calibration") != Calibration.ACCOUNTANT:
             raise ConfigError("privacy.calibration", priv.get("calibration"), f"accountant for {name} (the PLD "
@@ -107,9 +109,13 @@ class ItemSampledGaussian(ProtocolRecipe):
         epsilon = float(_levels(priv, replicas)[0])
         item_epsilon, item_delta = item_level_budget(epsilon, delta, m)
         z = calibrate_noise_multiplier(item_epsilon, item_delta, batch, population, 1, rounds, Accountant.PLD)
-        noise_std = np.full(replicas.count, z * 2 * clip / batch)
-        accountant = RoundsAccountant(partial(user_level_epsilon, z, batch, population, m, item_delta),
-                                      f"pld per item (B of N m, replace-one) x m (group privacy over {m} items)", delta)
+        noise = ServerGaussianNoise(np.full(replicas.count, z), 2 * clip, divisor=batch)    # std z 2 C / B
+        # A user's column prices B of the N m items drawn without replacement, at the item-level delta.
+        per_item = CentralGaussianAccountant(noise, batch, np.full(users, population), 1, np.full(users, item_delta),
+                                             Accountant.PLD)
+        accountant = GroupPrivacyAccountant(per_item, m, delta, f"pld per item (B of N m, replace-one) x m "
+                                                                f"(group privacy over {m} items)")
+        noise_std = noise.noise_std
         resolved.update(noise_multiplier=z, noise_std=float(noise_std[0]), item_epsilon=item_epsilon,
                         item_delta=item_delta)
         privacy = PrivacyPlan(
@@ -119,8 +125,9 @@ class ItemSampledGaussian(ProtocolRecipe):
             details={"noise_multiplier": z, "item_epsilon": item_epsilon, "item_delta": item_delta},
             non_private_inputs=("the subsampling credit needs each round's items to stay secret (a simulation keys "
                                 "them by the run seed)",))
-        return CuratorRoundsPlan(build(noise_std), context.sampler, context.loss, shape, replicas, rounds, privacy,
-                                 resolved, {"l2_clip": clip, "noise_std_max": float(noise_std.max())})
+        return CuratorRoundsPlan(build(noise), context.sampler, context.loss, shape, replicas, rounds, privacy,
+                                 resolved, {"l2_clip": clip, "noise_std_max": float(noise_std.max())},
+                                 server_step_metrics=noise)
 
 
 
@@ -133,12 +140,12 @@ class ItemSgdState(NamedTuple):
 
 @dataclass(frozen=True)
 class ItemDpSgd:
-    """B3 (module docstring); ``noise_std`` (P,) = z 2 C / B per replica."""
+    """B3 (module docstring); ``noise`` the server's Gaussian step, std (P,) = z 2 C / B."""
 
     loss: Any
     solver: ProjectedGradient
     l2_clip: float
-    noise_std: np.ndarray
+    noise: ServerGaussianNoise
     num_rounds: int
     items: int                   # m (the same for every user)
     num_users: int
@@ -186,9 +193,8 @@ class ItemDpSgd:
         """The noisy mean step (SERVER stream of the round's ``keys``), then the next round's items."""
         p = values.shape[0]
         total = np.where(mask[..., None, None], values, 0.0).sum(axis=1)
-        noise = np.stack([rng.standard_normal(total.shape[1:])
-                          for rng in generators(keys.seed, Stream.SERVER, keys.streams, keys.round)])
-        gradient = total / self.batch_size + self.noise_std[:, None, None] * noise
+        gradient, _ = self.noise.apply(total / self.batch_size, generators(keys.seed, Stream.SERVER, keys.streams,
+                                                                             keys.round))
         moved = np.ones(p, dtype=np.int64)
         return ItemSgdState(state.round + 1, self.solver.step(state.solver, gradient, moved),
                             state.gradients + self.batch_size, self.sample(keys.at(state.round + 1)))

@@ -13,7 +13,6 @@ from typing import Any
 
 import math
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 
@@ -27,10 +26,11 @@ from fedray.errors import ConfigError
 from fedray.evaluation import LinearModelEvaluation
 from fedray.gradient_descent import ProjectedGradient
 from fedray.objectives import LinearModelObjective
-from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
+from fedray.privacy.accounting import calibrate_noise_multiplier
 from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.gaussian import analytic_sigma, classic_sigma
-from fedray.privacy.ledger import ComposedAccountant, Ledger, RoundsAccountant, UnboundedAccountant
+from fedray.privacy.ledger import ComposedAccountant, Ledger, UnboundedAccountant, central_gaussian_ledger
+from fedray.privacy.mechanisms import ServerGaussianNoise
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.deletion import (
     CALIBRATIONS as DELETION_CALIBRATIONS,
@@ -344,11 +344,13 @@ class CuratorRoundsPlan(PlannedProtocol):
     resolved: dict = field(default_factory=dict)
     constants: dict = field(default_factory=dict)
     routing: Routing = Routing.DIRECT
+    server_step_metrics: Any = None      # the server-placed step the algorithm applies, whose report is logged
 
     def build(self, oracle):
         params0 = np.zeros((self.replicas.count, self.shape.dim, self.loss.num_outputs))
         return CuratorSampledRounds(self.algorithm, self.sampler, LinearModelEvaluation(self.loss), SiloArrays.of,
-                                    params0, self.num_rounds, self.shape.num_silos, self.routing, dict(self.constants))
+                                    params0, self.num_rounds, self.shape.num_silos, self.routing, dict(self.constants),
+                                    server_step_metrics=self.server_step_metrics)
 
 
 @dataclass(frozen=True)
@@ -356,7 +358,8 @@ class UserSampledGaussian(ProtocolRecipe):
     """B1 (``user_dp_sgd``): K users per round (``participation=uniform``), each user's mean
     gradient clipped to L, the mean's Gaussian noise z 2 L / K with z calibrated by the RDP
     accountant for num_rounds K-of-N subsampled releases at (eps, delta) (``privacy.calibration=
-    accountant``), every user charged every round (``RoundsAccountant``)."""
+    accountant``), every user charged every round; the ledger (``central_gaussian_ledger``) prices
+    the event of the ``ServerGaussianNoise`` the server half applies (one value)."""
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
@@ -381,7 +384,8 @@ class UserSampledGaussian(ProtocolRecipe):
         solver = ProjectedGradient(replicas.step_sizes, ridge, radius)
         resolved = {"users_per_round": batch, "l2_clip": clip}
         if priv["trust_model"] == TrustModel.NONE:
-            algorithm = algorithm_class(context.loss, solver, math.inf, np.zeros(replicas.count), rounds, items)
+            algorithm = algorithm_class(context.loss, solver, math.inf, ServerGaussianNoise(np.zeros(replicas.count), 0.0),
+                                        rounds, items)
             return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, rounds,
                                      not_private(cells), resolved)
         if priv.get("calibration") != Calibration.ACCOUNTANT:
@@ -395,17 +399,18 @@ class UserSampledGaussian(ProtocolRecipe):
         multipliers = {float(eps): calibrate_noise_multiplier(float(eps), delta, batch, users, 1, rounds, Accountant.RDP)
                        for eps in np.unique(levels)}
         z = np.array([multipliers[float(eps)] for eps in levels])
-        algorithm = algorithm_class(context.loss, solver, clip, z * 2 * clip / batch, rounds, items)
+        noise = ServerGaussianNoise(z, 2 * clip, divisor=batch)      # std z 2 L / K on the mean of K
+        algorithm = algorithm_class(context.loss, solver, clip, noise, rounds, items)
         first = z[0]
-        accountant = RoundsAccountant(partial(participation_epsilon, float(first), batch, users, 1, delta=delta,
-                                              accountant=Accountant.RDP), "rdp (K of N users, every round)", delta)
+        ledger = central_gaussian_ledger(noise, batch, users, delta, "user", Accountant.RDP)
         resolved.update(noise_multiplier=float(first), noise_std=float(first * 2 * clip / batch))
         privacy = PrivacyPlan(
             trust_model=TrustModel.CENTRAL, calibration=Calibration.ACCOUNTANT, accountant=Accountant.RDP, unit=USER, relation=Relation.REPLACE_ONE,
             delta=np.full(users, delta), noise_multiplier=np.broadcast_to(z[:, None], cells).copy(),
-            target_epsilon=np.broadcast_to(levels[:, None], cells).copy(), ledger=Ledger(accountant, cells, "user"),
+            target_epsilon=np.broadcast_to(levels[:, None], cells).copy(), ledger=ledger,
             details={"noise_multiplier": float(first)},
             non_private_inputs=("the subsampling credit needs each round's users to stay secret (a simulation keys "
                                 "them by the run seed)",))
         return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, rounds, privacy, resolved,
-                                 {"l2_clip": clip, "noise_std_max": float(algorithm.noise_std.max())})
+                                 {"l2_clip": clip, "noise_std_max": float(noise.noise_std.max())},
+                                 server_step_metrics=noise)

@@ -4,9 +4,11 @@ Trust model: central user-level DP (a trusted server). Unit: a user (m items); r
 one user's items. Round t: K of the N users, uniformly without replacement
 (``participation=uniform``), each send q(Z), their mean gradient at the iterate; the server clips
 each to ``l2_clip`` (L), averages them (replace-one sensitivity 2 L / K) and releases the mean plus
-N(0, sigma^2 I), sigma = z 2 L / K, then steps w <- Pi_W(w - eta g). The output is the average
+N(0, sigma^2 I), sigma = z 2 L / K (``ServerGaussianNoise``: sum sensitivity 2 L, divisor K), then
+steps w <- Pi_W(w - eta g). The output is the average
 iterate. z comes from the accountant: the T-fold subsampled (K of N, without replacement)
-Gaussian at (eps, delta) by dp-accounting's RDP (``fedray.privacy.accounting``); every user is
+Gaussian at (eps, delta) by dp-accounting's RDP (``fedray.privacy.accounting``); the ledger
+(``CentralGaussianAccountant``) prices the event of the very step the server applies; every user is
 charged every round (the subsampling credit is ex ante: the sampled sets stay secret), so each
 carries the federation's epsilon. Its privacy term ~ sqrt(d ln(1/delta)) / (eps n) does not fall
 with m. Server draws from the SERVER stream of the round's keys (the replica's row, the round).
@@ -23,6 +25,7 @@ from fedray.core.evaluation import Metric
 from fedray.core.protocol import RoundKeys
 from fedray.data.federation import SiloArrays
 from fedray.gradient_descent import GradientState, ProjectedGradient
+from fedray.privacy.mechanisms import ServerGaussianNoise
 from fedray.protocols.user_level.accelerated_erm import user_mean_gradients
 from fedray.protocols.user_level.planning import UserSampledGaussian
 from fedray.rng import Stream
@@ -36,12 +39,12 @@ class UserSgdState(NamedTuple):
 
 @dataclass(frozen=True)
 class UserDpSgd:
-    """B1's halves (module docstring); ``noise_std`` (P,) = z 2 L / K per replica."""
+    """B1's halves (module docstring); ``noise`` the server's Gaussian step, std (P,) = z 2 L / K."""
 
     loss: Any
     solver: ProjectedGradient
     l2_clip: float
-    noise_std: np.ndarray
+    noise: ServerGaussianNoise
     num_rounds: int
     items: int                   # m (the same for every user)
 
@@ -70,8 +73,8 @@ class UserDpSgd:
         usable = mask & np.isfinite(norms)
         factor = np.where(usable, np.minimum(1.0, self.l2_clip / np.maximum(np.where(usable, norms, 1.0), 1e-300)), 0.0)
         mean = np.einsum("ps,psd->pd", factor, np.where(usable[..., None], flat, 0.0)) / np.maximum(k, 1)[:, None]
-        noise = np.stack([keys.generator(Stream.SERVER, r).standard_normal(flat.shape[2]) for r in range(p)])
-        gradient = (mean + self.noise_std[:, None] * noise).reshape(state.solver.params.shape)
+        noisy, _ = self.noise.apply(mean, [keys.generator(Stream.SERVER, r) for r in range(p)])
+        gradient = noisy.reshape(state.solver.params.shape)
         return UserSgdState(state.round + 1, self.solver.step(state.solver, gradient, k),
                             state.gradients + k * self.items)
 

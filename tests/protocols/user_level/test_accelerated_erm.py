@@ -386,10 +386,12 @@ def test_b1_counts_a_non_finite_user_gradient_as_zero_and_releases_no_nan(bad):
     its vector counts as the zero vector, inside the clip ball, so the sensitivity stays 2 L / K."""
     from fedray.gradient_descent import ProjectedGradient
     from fedray.core.protocol import RoundKeys
+    from fedray.privacy.mechanisms import ServerGaussianNoise
     from fedray.protocols.user_level.user_dp_sgd import UserDpSgd
     from fedray.losses import Squared
 
-    sgd = UserDpSgd(Squared(), ProjectedGradient(np.array([0.5]), 0.0, 1.0), 1.0, np.array([0.1]), 5, 16)
+    sgd = UserDpSgd(Squared(), ProjectedGradient(np.array([0.5]), 0.0, 1.0), 1.0,
+                    ServerGaussianNoise(np.array([0.1]), 1.0), 5, 16)
     keys = RoundKeys(3, np.zeros(1, dtype=np.int64), 0, np.array([[0]]))
     state = sgd.init(np.zeros((1, 3, 1)), keys)
     values = np.random.default_rng(0).uniform(-0.3, 0.3, size=(1, 4, 3, 1))

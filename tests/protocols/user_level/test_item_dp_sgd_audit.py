@@ -69,19 +69,19 @@ def users_sums(algorithm, plan) -> list[np.ndarray]:
     return sums
 
 
-def _replicas(algorithm, noise_std: np.ndarray):
-    """``algorithm`` carrying len(noise_std) replicas (their own stream keys come with the keys)."""
-    return replace(algorithm, noise_std=noise_std,
-                   solver=replace(algorithm.solver, step_size=np.full(len(noise_std), 1.0)))
+def _replicas(algorithm, noise_multiplier: np.ndarray):
+    """``algorithm`` carrying len(noise_multiplier) replicas (their own stream keys come with the keys)."""
+    return replace(algorithm, noise=replace(algorithm.noise, noise_multiplier=noise_multiplier),
+                   solver=replace(algorithm.solver, step_size=np.full(len(noise_multiplier), 1.0)))
 
 
 def release_sampler(algorithm, sums: list[np.ndarray], noise_scale: float = 1.0):
     """``sample(flag, draws, rng)``: the average iterate after round 0's server step, one replica
-    (its own stream key, the planned noise std times ``noise_scale``) per draw."""
+    (its own stream key, the planned noise multiplier times ``noise_scale``) per draw."""
 
     def sample(flag, num_draws, rng):
         streams = np.stack([np.full(num_draws, int(rng.integers(2**31))), np.arange(num_draws)], axis=1)
-        run = _replicas(algorithm, np.full(num_draws, algorithm.noise_std[0] * noise_scale))
+        run = _replicas(algorithm, np.full(num_draws, algorithm.noise.noise_multiplier[0] * noise_scale))
         keys = RoundKeys(int(rng.integers(2**31)), np.zeros(num_draws, dtype=np.int64), 0, streams)
         state = run.init(np.zeros((num_draws, 1, 1)), keys)
         messages = np.broadcast_to(sums[flag], (num_draws,) + sums[flag].shape)
