@@ -240,7 +240,7 @@ class CentralGaussianAccountant(SampledGaussianAccountant):
         return np.broadcast_to(z, (z.shape[0], self.dataset_size.shape[0]))
 
     def charge(self, charge: np.ndarray) -> np.ndarray:
-        return np.broadcast_to(charge.any(axis=1, keepdims=True), charge.shape)
+        return _charge_every_unit(charge)
 
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
         return np.full_like(counts, num_rounds)
@@ -298,7 +298,7 @@ class PoissonGaussianAccountant:
     name: str = "rdp (Poisson units, add/remove, every round)"
 
     def charge(self, charge: np.ndarray) -> np.ndarray:
-        return np.broadcast_to(charge.any(axis=1, keepdims=True), charge.shape)
+        return _charge_every_unit(charge)
 
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
         return np.full_like(counts, num_rounds)
@@ -342,6 +342,12 @@ def _add_remove_rdp_epsilon(event_json: str, delta: float) -> float:
     return float(accountant.get_epsilon(delta))
 
 
+def _charge_every_unit(charge: np.ndarray) -> np.ndarray:
+    """Federation-wide charges: a round in which anybody of a replica took part charges every unit
+    of that replica once."""
+    return np.broadcast_to(charge.any(axis=1, keepdims=True), charge.shape)
+
+
 def _fixed_delta(delta, counts: np.ndarray) -> np.ndarray:
     """The delta of a guarantee whose delta does not grow with the count: 0 where nothing was charged."""
     return np.where(counts > 0, np.broadcast_to(delta, counts.shape), 0.0)
@@ -380,7 +386,7 @@ class RoundsAccountant:
     def charge(self, charge: np.ndarray) -> np.ndarray:
         if self.per_unit:
             return charge
-        return np.broadcast_to(charge.any(axis=1, keepdims=True), charge.shape)
+        return _charge_every_unit(charge)
 
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
         if self.per_unit:
