@@ -21,7 +21,6 @@ from typing import Any, Protocol, runtime_checkable
 from omegaconf import DictConfig, OmegaConf
 
 
-
 @dataclass(frozen=True)
 class Sweep:
     """The sweep a job belongs to: its MLflow parent run and the keys it varies (for run names)."""

@@ -241,7 +241,7 @@ The third full run (after the fast tier stopped calibrating by the RDP accountan
 calibration was not the subject, on a busy machine) killed 37 of 37. Then the trusted server's
 Gaussian step became a mechanism value the ledger prices (central user-level DP-SGD, item-level
 DP-SGD, DP-FedAvg): server-half-noise was added and run alone (killed), and the federation-wide
-charge, which the new accountants had copied twice, became one function that
+charge, which the new accountants had copied twice, became one rule (a mixin) that
 ledger-rounds-all-not-any mutates (run alone: killed).
 """
 

@@ -218,8 +218,20 @@ class SampledGaussianAccountant:
                 f"or at most {fits} participations would fit")
 
 
+class _FederationWide:
+    """Charges of a guarantee of the whole federation: a round in which anybody of a replica took
+    part charges every unit of that replica once, so a plan of R rounds charges every unit R times
+    (a round with nobody in it costs nothing)."""
+
+    def charge(self, charge: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(charge.any(axis=1, keepdims=True), charge.shape)
+
+    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
+        return np.full_like(counts, num_rounds)
+
+
 @dataclass
-class CentralGaussianAccountant(SampledGaussianAccountant):
+class CentralGaussianAccountant(_FederationWide, SampledGaussianAccountant):
     """Rounds of a trusted server that adds Gaussian noise to the sum of K units' clipped messages,
     the K drawn uniformly without replacement from all N units (central DP, user or client level).
 
@@ -238,12 +250,6 @@ class CentralGaussianAccountant(SampledGaussianAccountant):
         """(P, N) the step's multipliers: one per replica, the same for every unit."""
         z = np.asarray(self.noise.noise_multiplier, dtype=np.float64).reshape(-1, 1)
         return np.broadcast_to(z, (z.shape[0], self.dataset_size.shape[0]))
-
-    def charge(self, charge: np.ndarray) -> np.ndarray:
-        return _charge_every_unit(charge)
-
-    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
-        return np.full_like(counts, num_rounds)
 
 
 @dataclass(frozen=True)
@@ -278,7 +284,7 @@ class GroupPrivacyAccountant:
 
 
 @dataclass(frozen=True)
-class PoissonGaussianAccountant:
+class PoissonGaussianAccountant(_FederationWide):
     """Rounds of a trusted server that adds Gaussian noise to the sum of the units' clipped
     messages, each unit taking part with probability ``sampling_probability`` independently
     (Poisson sampling), under ADD_OR_REMOVE_ONE (a unit present or absent: the sum moves by L).
@@ -296,12 +302,6 @@ class PoissonGaussianAccountant:
     num_units: int
     delta: float
     name: str = "rdp (Poisson units, add/remove, every round)"
-
-    def charge(self, charge: np.ndarray) -> np.ndarray:
-        return _charge_every_unit(charge)
-
-    def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
-        return np.full_like(counts, num_rounds)
 
     def event_data(self, replica: int, unit: int, count: int) -> dict:
         release = event_data.poisson_sampled(self.sampling_probability, self.noise.event_data(replica, unit))
@@ -342,12 +342,6 @@ def _add_remove_rdp_epsilon(event_json: str, delta: float) -> float:
     return float(accountant.get_epsilon(delta))
 
 
-def _charge_every_unit(charge: np.ndarray) -> np.ndarray:
-    """Federation-wide charges: a round in which anybody of a replica took part charges every unit
-    of that replica once."""
-    return np.broadcast_to(charge.any(axis=1, keepdims=True), charge.shape)
-
-
 def _fixed_delta(delta, counts: np.ndarray) -> np.ndarray:
     """The delta of a guarantee whose delta does not grow with the count: 0 where nothing was charged."""
     return np.where(counts > 0, np.broadcast_to(delta, counts.shape), 0.0)
@@ -384,15 +378,10 @@ class RoundsAccountant:
     per_unit: bool = False
 
     def charge(self, charge: np.ndarray) -> np.ndarray:
-        if self.per_unit:
-            return charge
-        return _charge_every_unit(charge)
+        return charge if self.per_unit else _FederationWide.charge(self, charge)
 
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
-        if self.per_unit:
-            return counts
-        # Every round may have a participant: charge all of them (a round with none costs nothing).
-        return np.full_like(counts, num_rounds)
+        return counts if self.per_unit else _FederationWide.planned(self, counts, num_rounds)
 
     def epsilons(self, counts: np.ndarray) -> np.ndarray:
         unique, inverse = np.unique(counts, return_inverse=True)
