@@ -24,7 +24,9 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from fedray.checks import MAX_CLIP, check_bool, known_keys, natural, positive
-from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
+from fedray.core.planning import (
+    PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe, Replicas,
+)
 from fedray.core.terms import TrustModel, as_terms
 from fedray.data.federation import FederationShape
 from fedray.errors import ConfigError
@@ -174,15 +176,39 @@ def _check_py_modules(names) -> None:
             raise ConfigError("runtime.py_modules", name, f"{allowed}; {name} is a single-file module, not a package")
 
 
-def _privacy_terms(config: dict, recipe: ProtocolRecipe) -> dict:
-    """The privacy section with its closed-vocabulary words as members (``fedray.core.terms``),
-    and ``privacy.trust_model`` one of the recipe's: the one check of it for every protocol."""
-    privacy = as_terms(config["privacy"])
-    trust = privacy.get("trust_model")
+def privacy_settings(config: dict, recipe: ProtocolRecipe) -> PrivacySettings:
+    """The ``privacy`` section as the typed value every recipe reads (``PrivacySettings``), checked
+    here once for every protocol: ``privacy.trust_model`` one of the recipe's, the keys (the
+    planner's and the recipe's ``privacy_keys``), the budgets' magnitude, the grids of budgets and
+    clips, ``privacy.enforce_budget``; the closed-vocabulary words become members
+    (``fedray.core.terms``). Run before the recipe's ``resolve`` (which reads it) and again after
+    it (a theory preset fills in its budget and calibration)."""
+    section = config["privacy"]
+    words = as_terms(section)
+    trust = words.get("trust_model")
     if trust not in recipe.trust_models:
         raise ConfigError("privacy.trust_model", trust, f"one of {tuple(recipe.trust_models)} for "
                           f"{config['algorithm'].get('name')}")
-    return privacy
+    known_keys("privacy", section, PRIVACY_KEYS + recipe.privacy_keys)
+    _check_epsilon_magnitude(section)
+    _check_clip_grid(config, recipe)
+    clip_grid(section)
+    private = trust != TrustModel.NONE
+    if private and section.get("epsilon_grid") is not None:        # budgets mean nothing without privacy
+        if not recipe.budget_grid:
+            raise ConfigError("privacy.epsilon_grid", section["epsilon_grid"], f"null for "
+                              f"{config['algorithm'].get('name')} (one budget per run: its schedule, calibration "
+                              "or ledger is built for one epsilon)")
+        epsilon_grid(section)
+    enforce = section.get("enforce_budget", True)
+    if enforce not in (True, False, "stop"):
+        raise ConfigError("privacy.enforce_budget", enforce, "true (refuse a schedule that passes the budget), false "
+                          "(run it, reporting the overspend) or stop (run until the next round would pass it)")
+    return PrivacySettings(
+        trust_model=trust, calibration=words.get("calibration"), accountant=words.get("accountant"),
+        epsilon=section.get("epsilon"), epsilon_grid=section.get("epsilon_grid") if private else None,
+        delta=section.get("delta"), l2_clip=section.get("l2_clip"), enforce_budget=enforce,
+        composition=words.get("composition"), silo_level=section.get("silo_level"))
 
 
 def _check_faults(runtime: dict) -> None:
@@ -192,7 +218,7 @@ def _check_faults(runtime: dict) -> None:
         raise ConfigError("runtime.max_restarts", restarts, f"an integer from 0 to {MAX_RESTARTS}")
 
 
-def _replicas(config: dict) -> Replicas:
+def _replicas(config: dict, privacy: PrivacySettings) -> Replicas:
     """Replica order: budget level (slowest), clip, repetition, step size (fastest)."""
     repetitions = positive("repetitions", config.get("repetitions"), int)
     if repetitions > MAX_REPLICAS:
@@ -201,9 +227,8 @@ def _replicas(config: dict) -> Replicas:
     # A protocol without a step size (a driver-side solver) has one setting per repetition and budget.
     alg = config["algorithm"]
     base_steps = _step_sizes(alg["step_size"]) if "step_size" in alg else np.zeros(1)
-    private = config["privacy"].get("trust_model") != TrustModel.NONE
-    grid = epsilon_grid(config["privacy"]) if private else None   # budgets mean nothing without privacy
-    clips = clip_grid(config["privacy"])
+    grid = None if privacy.epsilon_grid is None else np.asarray(privacy.epsilon_grid, dtype=np.float64)
+    clips = np.asarray(privacy.l2_clip, dtype=np.float64) if isinstance(privacy.l2_clip, (list, tuple)) else None
     blocks = (1 if grid is None else len(grid)) * (1 if clips is None else len(clips))
     block = repetitions * len(base_steps)
     step_sizes = np.tile(base_steps, repetitions * blocks)
@@ -217,7 +242,7 @@ def _replicas(config: dict) -> Replicas:
     if common:
         streams = reps[:, None]
     else:
-        budgets = levels if levels is not None else [_budget_key(config["privacy"].get("epsilon"))] * len(reps)
+        budgets = levels if levels is not None else [_budget_key(privacy.epsilon)] * len(reps)
         clip_words = [()] * len(reps) if l2_clips is None else [setting_words(c) for c in l2_clips]
         streams = np.array([[rep, *setting_words(step), *setting_words(budget), *clip]
                             for rep, step, budget, clip in zip(reps, step_sizes, budgets, clip_words)], dtype=np.int64)
@@ -340,8 +365,6 @@ def _resolved(config: dict) -> Plan:
     """``make_plan`` of the config as plain data, inside its accountant-store scope."""
     natural("seed", config.get("seed"))
     natural("trial", config.get("trial"))
-    _check_epsilon_magnitude(config["privacy"])
-    config["privacy"] = as_terms(config["privacy"])
     dataset = _list_fields_as_arrays(_instantiate("data.spec", config["data"]["spec"]))
     dataset.validate()
     shape = dataset.describe()
@@ -352,7 +375,7 @@ def _resolved(config: dict) -> Plan:
     if not recipe.sets_participation:   # else resolve writes it (then checked)
         sampler.validate(shape.num_silos)
     known_keys("", config, TOP_LEVEL_KEYS + recipe.config_keys)
-    _check_clip_grid(config, recipe)
+    given = privacy_settings(config, recipe)
     if loss is None and recipe.needs_loss:
         raise ConfigError("data.loss", None, f"a loss for {config['algorithm'].get('name')} (data={config['data'].get('name')} "
                           "defines none)")
@@ -360,8 +383,10 @@ def _resolved(config: dict) -> Plan:
         raise ConfigError("data.loss", type(loss).__name__, f"a loss linear in the record (Linear) for data="
                           f"{config['data'].get('name')}: each record is the mean of {shape.summarised_items} items, "
                           "which gives the items' average loss only for such a loss")
-    config = recipe.resolve(algorithm_class, config, dataset, shape, loss, sampler)
-    config["privacy"] = _privacy_terms(config, recipe)      # resolve may have set some (a preset's calibration)
+    config = recipe.resolve(algorithm_class, config, dataset, shape, loss, sampler, given)
+    # resolve may have filled some (a theory preset's budget and calibration): the settings as resolved
+    config["privacy"] = as_terms(config["privacy"])
+    settings = privacy_settings(config, recipe)
     # resolve may have set the sampler's size or the loss's smoothing
     sampler = _instantiate("participation", config["participation"])
     loss = _loss(config["data"])
@@ -376,12 +401,11 @@ def _resolved(config: dict) -> Plan:
     max_rounds = sampler.max_rounds(shape.num_silos)
     if max_rounds is not None and num_rounds > max_rounds:
         raise ConfigError("num_rounds", num_rounds, f"at most {max_rounds} with {type(sampler).__name__}")
-    replicas = _replicas(config)
+    replicas = _replicas(config, settings)
     if replicas.count * shape.num_silos > 2**31:
         raise ConfigError("repetitions", config["repetitions"], f"fewer replicas: {replicas.count:,} replicas x "
                           f"{shape.num_silos:,} units exceed 2^31 ledger cells")
     runtime, tracking = config["runtime"], config["tracking"]
-    known_keys("privacy", config["privacy"], PRIVACY_KEYS + recipe.privacy_keys)
     known_keys("runtime", runtime, RUNTIME_KEYS)
     known_keys("tracking", tracking, TRACKING_KEYS)
     for key in ("num_actors", "num_cpus", "checkpoint_every", "rounds_per_call"):
@@ -397,12 +421,9 @@ def _resolved(config: dict) -> Plan:
     positive("tracking.log_every", tracking.get("log_every"), int)
     positive("tracking.replica_curves", tracking.get("replica_curves", 30), int)
 
-    context = PlanContext(int(config["seed"]), num_rounds, dataset, shape, loss, sampler, replicas)
+    context = PlanContext(int(config["seed"]), num_rounds, dataset, shape, loss, sampler, replicas, settings)
     planned = recipe.plan(algorithm_class, config, context)
-    enforce = config["privacy"].get("enforce_budget", True)
-    if enforce not in (True, False, "stop"):
-        raise ConfigError("privacy.enforce_budget", enforce, "true (refuse a schedule that passes the budget), false "
-                          "(run it, reporting the overspend) or stop (run until the next round would pass it)")
+    enforce = settings.enforce_budget
     privacy = _guard(planned.privacy, sampler, replicas, context.seed, num_rounds, shape.num_silos, enforce is True)
     if enforce == "stop" and privacy.private:
         if not planned.public_charges:

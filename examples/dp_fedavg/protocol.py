@@ -28,8 +28,8 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from fedray.checks import known_keys, positive
-from fedray.core.planning import PlanContext, PlannedProtocol, ProtocolRecipe
+from fedray.checks import known_keys, number_in, positive
+from fedray.core.planning import PlanContext, PlannedProtocol, PrivacySettings, ProtocolRecipe
 from fedray.core.protocol import CuratorSampledRounds, RoundKeys, Routing
 from fedray.core.sampling import PoissonParticipation, UniformParticipation
 from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
@@ -79,11 +79,11 @@ class FedAvgRecipe(ProtocolRecipe):
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class, config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class, config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         return config
 
     def plan(self, algorithm_class, config: dict, context: PlanContext) -> FedAvgPlan:
-        alg, priv, replicas = config["algorithm"], config["privacy"], context.replicas
+        alg, priv, replicas = config["algorithm"], context.privacy, context.replicas
         known_keys("algorithm", alg, FIELDS)
         poisson = isinstance(context.sampler, PoissonParticipation)
         if not (poisson or isinstance(context.sampler, UniformParticipation)):
@@ -98,12 +98,13 @@ class FedAvgRecipe(ProtocolRecipe):
         make = partial(algorithm_class, context.loss, replicas.step_sizes, steps, server_lr, clip, k,
                        num_rounds=rounds)
         resolved = {"l2_clip": clip, "clients_per_round": k}
-        if priv["trust_model"] == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             privacy = PrivacyPlan(TrustModel.NONE, Calibration.NONE, Accountant.NONE, UNIT, relation, np.zeros(clients), np.zeros(cells), None, None)
             return FedAvgPlan(make(noise=ServerGaussianNoise(np.zeros(replicas.count), 0.0)), context, privacy, resolved)
-        if priv.get("calibration") != Calibration.ACCOUNTANT or priv.get("epsilon_grid") is not None:
-            raise ConfigError("privacy.calibration", priv.get("calibration"), "accountant, with epsilon_grid null, for dp_fedavg")
-        delta, epsilon = float(priv["delta"]), float(priv["epsilon"])
+        if priv.calibration != Calibration.ACCOUNTANT:
+            raise ConfigError("privacy.calibration", priv.calibration, "accountant for dp_fedavg")
+        delta = number_in("privacy.delta", priv.delta, 0.0, 1.0, "a number in (0, 1)")
+        epsilon = positive("privacy.epsilon", priv.epsilon)
         if q is None:
             z = calibrate_noise_multiplier(epsilon, delta, int(k), clients, 1, rounds, Accountant.RDP)
         else:

@@ -5,19 +5,75 @@ participation, runtime, tracking), then asks the algorithm class's ``recipe`` (a
 ``ProtocolRecipe``) to resolve derived config values and to plan the protocol: its fields, its
 privacy plan with a ledger, and how to build the protocol once the actors are up. It then checks
 the ledger against the sampler's counts (the budget guard). Everything here is plain data:
-configs arrive as dicts, never as Hydra objects.
+configs arrive as dicts, never as Hydra objects, and the privacy section as one typed, checked
+value (``PrivacySettings``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from enum import StrEnum
+from typing import Any, ClassVar, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 import numpy as np
 
 from fedray.core.oracle import Oracle
 from fedray.core.program import CentralProgram
 from fedray.core.protocol import RoundProtocol, Routing
+from fedray.core.terms import Accountant, Calibration, Composition, TrustModel
+
+# ``privacy.epsilon`` or ``privacy.delta`` as written: one number, one per unit, or (epsilon only)
+# a {values, fractions} spec of per-silo budgets; null where a protocol has a default.
+Budget = float | Sequence[float] | Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class PrivacySettings:
+    """A run's ``privacy`` config section as one typed value, built and checked once by the
+    planner (``fedray.plan.privacy_settings``) and handed to the recipe (``resolve``'s ``privacy``
+    and ``PlanContext.privacy``); recipes read its attributes, never the section's dict.
+
+    The planner has checked: every key is the planner's or one of the recipe's ``privacy_keys``;
+    ``trust_model`` is one of the recipe's ``trust_models``; ``epsilon``'s numbers are at most
+    ``fedray.plan.MAX_EPSILON``; ``epsilon_grid`` (kept only when private) is set only for a
+    recipe with ``budget_grid``, and then distinct positive numbers; ``l2_clip`` is a list only
+    for a recipe with ``clip_grid``, and then distinct positive numbers; ``enforce_budget`` is
+    true, false or stop. Grids and budgets stay as written (a list, a per-silo spec), so a
+    refusal shows the value the user wrote. Each closed-vocabulary word (``fedray.core.terms``)
+    is its member; a word outside the vocabulary stays as written, so the recipe's refusal names
+    the subset it takes (``checked_term`` types it after that check). The ranges a protocol's
+    formulas need (epsilon in (0, 15], delta below 1/2, a clip at most some bound, which
+    calibrations) the recipe checks itself, in one line naming its reason. The YAML words stay in
+    the config, which is what MLflow and the privacy statement log.
+    """
+
+    trust_model: TrustModel
+    calibration: Calibration | None = None      # null: the recipe's default, or a theory preset's
+    accountant: Accountant | None = None
+    epsilon: Budget = None
+    epsilon_grid: np.ndarray | None = None       # (E,) budgets carried as replicas; None when not private
+    delta: Budget = None
+    l2_clip: float | np.ndarray | None = None    # one clip as written, or (C,) a clip grid
+    enforce_budget: bool | str = True            # True, False or "stop"
+    # the protocols' own keys (a recipe's ``privacy_keys``)
+    composition: Composition | None = None       # P_GD's rounds: advanced (the paper's) or pld
+    silo_level: Any = None                       # the ISRL-DP hybrid recipe's {epsilon, delta} target, as written
+
+    @property
+    def private(self) -> bool:
+        return self.trust_model != TrustModel.NONE
+
+
+Term = TypeVar("Term", bound=StrEnum)
+
+
+def checked_term(kind: type[Term], value: object) -> Term:
+    """``value``, a setting a recipe has already refused unless it is a member of ``kind`` (say
+    ``privacy.calibration`` after its allowed subset), as that member; anything else is a bug of
+    the recipe (a missing check), raised as ``TypeError``."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{value!r} is not a {kind.__name__}: the recipe uses a setting it did not check")
+    return value
 
 
 @dataclass(frozen=True)
@@ -58,6 +114,7 @@ class PlanContext:
     loss: Any
     sampler: Any
     replicas: Replicas
+    privacy: PrivacySettings
 
 
 @runtime_checkable
@@ -84,15 +141,16 @@ class ProtocolRecipe(Protocol):
     """How a protocol package plans its algorithm class (the class's ``recipe``). Implementations
     subclass this class, so the declared defaults below hold where they say nothing."""
 
-    trust_models: tuple[str, ...]
+    trust_models: tuple[TrustModel, ...]
     privacy_keys: tuple[str, ...]      # privacy config keys of its own, beyond the planner's
     config_keys: tuple[str, ...]       # top-level config keys of its own (a theorem preset's inputs)
     clip_grid: bool = False            # privacy.l2_clip may be a list (one clip per block of replicas)
+    budget_grid: bool = False          # privacy.epsilon_grid may be a list (one budget per block of replicas)
     sets_participation: bool = False   # ``resolve`` writes the participation group (checked after it)
     needs_loss: bool = True            # the data must name a loss (a game defines its own objective)
 
     def resolve(self, algorithm_class: type[PlannedAlgorithm], config: dict, dataset: Any, shape: Any, loss: Any,
-                sampler: Any) -> dict: ...
+                sampler: Any, privacy: PrivacySettings) -> dict: ...
 
     def plan(self, algorithm_class: type[PlannedAlgorithm], config: dict, context: PlanContext) -> PlannedProtocol: ...
 

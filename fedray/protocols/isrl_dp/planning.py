@@ -27,7 +27,9 @@ from typing import Any, Callable, ClassVar, Mapping
 import numpy as np
 
 from fedray.checks import MAX_CLIP, known_keys, positive
-from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
+from fedray.core.planning import (
+    PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe, Replicas, checked_term,
+)
 from fedray.core.protocol import Routing, SampledRounds
 from fedray.core.terms import Accountant, Calibration, Composition, Relation, TrustModel
 from fedray.data.federation import SiloArrays
@@ -117,17 +119,17 @@ class IsrlDpPlan(PlannedProtocol):
                              algorithm.noise if self.routing is Routing.DIRECT else None)
 
 
-def replica_epsilons(priv: dict, num_silos: int, levels: np.ndarray | None) -> np.ndarray:
+def replica_epsilons(priv: PrivacySettings, num_silos: int, levels: np.ndarray | None) -> np.ndarray:
     """(P, N) per-replica, per-silo targets: the grid level of each replica, else privacy.epsilon."""
     if levels is not None:
         return np.broadcast_to(levels[:, None], (len(levels), num_silos)).copy()
-    epsilon = per_silo("privacy.epsilon", priv.get("epsilon"), num_silos, 0.0, math.inf,
+    epsilon = per_silo("privacy.epsilon", priv.epsilon, num_silos, 0.0, math.inf,
                        "a positive number, a list of one per silo, or {values, fractions}")
     return epsilon[None, :]
 
 
-def _not_private(priv: dict, shape, num_replicas: int) -> PrivacyPlan:
-    return PrivacyPlan(trust_model=TrustModel.NONE, calibration=Calibration.NONE, accountant=priv["accountant"], unit=RECORD,
+def _not_private(priv: PrivacySettings, shape, num_replicas: int) -> PrivacyPlan:
+    return PrivacyPlan(trust_model=TrustModel.NONE, calibration=Calibration.NONE, accountant=checked_term(Accountant, priv.accountant), unit=RECORD,
                        relation=Relation.REPLACE_ONE, delta=cal.default_delta(np.asarray(shape.n_train)),
                        noise_multiplier=np.zeros((num_replicas, shape.num_silos)), target_epsilon=None, ledger=None)
 
@@ -149,6 +151,7 @@ class SiloGaussian(ProtocolRecipe):
     trust_models: tuple[TrustModel, ...] = (TrustModel.ISRL_DP, TrustModel.NONE)
     routing: Routing = Routing.DIRECT
     clip_grid: bool = True          # privacy.l2_clip may be a list: one clip per block of replicas
+    budget_grid: bool = True        # privacy.epsilon_grid: one calibration per budget
     privacy_keys: tuple[str, ...] = ("silo_level",)     # the hybrid recipe's target (§3.10)
     config_keys: tuple[str, ...] = ("theory",)          # the theorem presets' inputs (theory.py)
     theorem: Callable[[theory.Problem], theory.TheoryValues] | None = None    # the theory preset it takes
@@ -157,34 +160,34 @@ class SiloGaussian(ProtocolRecipe):
         """(records per noisy release, noisy releases per participation)."""
         return (1, batch_size) if self.local_steps else (batch_size, 1)
 
-    def check_fields(self, fields: dict, config: dict) -> None:
+    def check_fields(self, fields: dict, config: dict, privacy: PrivacySettings) -> None:
         """Algorithm fields the privacy plan depends on (none here)."""
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
-        return theory.resolve(config, algorithm_class, dataset, shape, loss, sampler)
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
+        return theory.resolve(config, algorithm_class, dataset, shape, loss, sampler, privacy)
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> IsrlDpPlan:
         return plan(algorithm_class, config, context)
 
-    def privacy(self, priv: dict, name: str, context: PlanContext, batch_size: int) -> PrivacyPlan:
+    def privacy(self, priv: PrivacySettings, name: str, context: PlanContext, batch_size: int) -> PrivacyPlan:
         shape, replicas = context.shape, context.replicas
         n = np.asarray(shape.n_train, dtype=np.int64)
         num_silos, num_replicas = shape.num_silos, replicas.count
-        if priv.get("delta") is None:
+        if priv.delta is None:
             delta = cal.default_delta(n)
         else:
-            delta = per_silo("privacy.delta", priv["delta"], num_silos, 0.0, 1.0,
+            delta = per_silo("privacy.delta", priv.delta, num_silos, 0.0, 1.0,
                              "in (0, 1) or null (= 1/n^2 per silo), or one such value per silo")
         epsilon = replica_epsilons(priv, num_silos, replicas.epsilon_levels)          # (P, N)
         modes = tuple(self.calibrations) + (Calibration.ACCOUNTANT,)
-        if priv["calibration"] not in modes:
-            raise ConfigError("privacy.calibration", priv["calibration"], f"one of {modes} for {name}")
+        if priv.calibration not in modes:
+            raise ConfigError("privacy.calibration", priv.calibration, f"one of {modes} for {name}")
         sample_size, releases = self.releases(batch_size)
         rounds_charged = 1 if self.one_pass else context.num_rounds
         # One calibration per distinct budget row: a grid of E levels costs E solves, not P.
         rows, inverse = np.unique(epsilon, axis=0, return_inverse=True)
-        multipliers = np.stack([calibrate(priv["calibration"], dict(self.calibrations), row, delta, n, rounds_charged,
-                                          batch_size, sample_size, releases, priv["accountant"], self.one_pass)
+        multipliers = np.stack([calibrate(priv.calibration, dict(self.calibrations), row, delta, n, rounds_charged,
+                                          batch_size, sample_size, releases, checked_term(Accountant, priv.accountant), self.one_pass)
                                 for row in rows])
         noise_multiplier = np.broadcast_to(multipliers[inverse.reshape(-1)], (num_replicas, num_silos)).copy()
         nominal = None
@@ -194,25 +197,19 @@ class SiloGaussian(ProtocolRecipe):
             unit = np.array([formula(n_i, 1.0, d_i, rounds_charged, batch_size) for n_i, d_i in zip(n, delta)])
             nominal = unit[None, :] / noise_multiplier
         priced = SampledGaussianAccountant(GaussianNoise(noise_multiplier), sample_size, n, releases, delta,
-                                           priv["accountant"], self.one_pass)
+                                           checked_term(Accountant, priv.accountant), self.one_pass)
         # The hybrid recipe (privacy.silo_level, seed-004 §3.10): the silo-level guarantee follows from
         # each silo's record-level one by group privacy over its n_i records.
-        group = None if priv.get("silo_level") is None else GroupGuarantee(
+        group = None if priv.silo_level is None else GroupGuarantee(
             "silo (all of its records)", "replace one silo's whole dataset", n)
-        return PrivacyPlan(trust_model=priv["trust_model"], calibration=priv["calibration"],
-                           accountant=priv["accountant"], unit=RECORD, relation=Relation.REPLACE_ONE, delta=delta,
+        return PrivacyPlan(trust_model=priv.trust_model, calibration=priv.calibration,
+                           accountant=checked_term(Accountant, priv.accountant), unit=RECORD, relation=Relation.REPLACE_ONE, delta=delta,
                            noise_multiplier=noise_multiplier,
                            target_epsilon=np.broadcast_to(epsilon, (num_replicas, num_silos)).copy(),
                            ledger=Ledger(priced, noise_multiplier.shape), nominal_epsilon=nominal, group=group)
 
 
 SHUFFLE_COMPOSITIONS = {Calibration.PAPER: Composition.ADVANCED, Calibration.ACCOUNTANT: Composition.PLD}
-
-
-def _single_budget(priv: dict, context: PlanContext) -> None:
-    if context.replicas.epsilon_levels is not None:
-        raise ConfigError("privacy.epsilon_grid", priv.get("epsilon_grid"),
-                          "null for shuffled algorithms (one federation-wide budget per run)")
 
 
 @dataclass(frozen=True)
@@ -224,43 +221,43 @@ class ShuffledGaussian(SiloGaussian):
     trust_models: tuple[TrustModel, ...] = (TrustModel.SDP, TrustModel.NONE)
     routing: Routing = Routing.SHUFFLE
     clip_grid: bool = False         # the shuffler's calibration takes one L
+    budget_grid: bool = False       # and one federation-wide budget
 
     def releases(self, batch_size: int) -> tuple[int, int]:
         if isinstance(batch_size, bool) or batch_size != 1:
             raise ConfigError("algorithm.batch_size", batch_size, "1 for shuffled MB-SGD (K = 1, seed-004 §3.7)")
         return 1, 1
 
-    def privacy(self, priv: dict, name: str, context: PlanContext, batch_size: int) -> PrivacyPlan:
+    def privacy(self, priv: PrivacySettings, name: str, context: PlanContext, batch_size: int) -> PrivacyPlan:
         self.releases(batch_size)
-        _single_budget(priv, context)
-        if priv["calibration"] not in SHUFFLE_COMPOSITIONS:
-            raise ConfigError("privacy.calibration", priv["calibration"],
+        if priv.calibration not in SHUFFLE_COMPOSITIONS:
+            raise ConfigError("privacy.calibration", priv.calibration,
                               f"one of {tuple(SHUFFLE_COMPOSITIONS)} for shuffled algorithms (advanced or PLD "
                               "composition)")
-        eps = priv.get("epsilon")
+        eps = priv.epsilon
         if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps <= 0:
             raise ConfigError("privacy.epsilon", eps, "one positive number under shuffle DP (a federation-wide budget)")
         shape, num_replicas = context.shape, context.replicas.count
         n_min, num_silos = shape.min_train_size, shape.num_silos
-        delta = 1.0 / (num_silos * n_min) ** 2 if priv.get("delta") is None else priv["delta"]
+        delta = 1.0 / (num_silos * n_min) ** 2 if priv.delta is None else priv.delta
         if not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
-            raise ConfigError("privacy.delta", priv.get("delta"), "in (0, 1), or null (= 1/(N n)^2)")
+            raise ConfigError("privacy.delta", priv.delta, "in (0, 1), or null (= 1/(N n)^2)")
         try:
             solved = calibrate_shuffled_sgd(float(eps), float(delta), num_silos=num_silos, records_per_silo=n_min,
                                             num_rounds=context.num_rounds,
                                             silos_per_round=context.sampler.per_round(num_silos),
-                                            composition=SHUFFLE_COMPOSITIONS[priv["calibration"]])
+                                            composition=SHUFFLE_COMPOSITIONS[priv.calibration])
         except ValueError as err:
             raise ConfigError("privacy.epsilon", eps, f"a budget the shuffle chain can meet here ({err})") from err
         cells = (num_replicas, num_silos)
-        return PrivacyPlan(trust_model=priv["trust_model"], calibration=priv["calibration"],
-                           accountant=SHUFFLE_COMPOSITIONS[priv["calibration"]], unit=FEDERATION_RECORD,
+        return PrivacyPlan(trust_model=priv.trust_model, calibration=priv.calibration,
+                           accountant=SHUFFLE_COMPOSITIONS[priv.calibration], unit=FEDERATION_RECORD,
                            # calibrated for a silo in every round; the ledger charges each silo's rounds
                            relation=Relation.REPLACE_ONE, delta=np.full(num_silos, float(delta)),
                            noise_multiplier=np.full(cells, solved.noise_multiplier),
                            target_epsilon=np.full(cells, float(eps)),
                            # A record is exposed in the rounds its silo joined, which the server sees.
-                           ledger=Ledger(RoundsAccountant(solved.epsilon_after, priv["accountant"], float(delta),
+                           ledger=Ledger(RoundsAccountant(solved.epsilon_after, checked_term(Accountant, priv.accountant), float(delta),
                                                           per_unit=True), cells, "silo"),
                            details={"randomizer_epsilon": solved.round.randomizer_epsilon,
                                     "randomizer_delta": solved.round.randomizer_delta})
@@ -278,12 +275,12 @@ class ShuffledVectorSum(SiloGaussian):
     trust_models: tuple[TrustModel, ...] = (TrustModel.SDP, TrustModel.NONE)
     routing: Routing = Routing.SHUFFLE_SUM
     clip_grid: bool = False         # P_vec's silos calibrate for one L
+    budget_grid: bool = False       # and one federation-wide budget
 
-    def privacy(self, priv: dict, name: str, context: PlanContext, batch_size: int) -> PrivacyPlan:
-        _single_budget(priv, context)
-        if priv["calibration"] != Calibration.PAPER:
-            raise ConfigError("privacy.calibration", priv["calibration"], "paper for P_vec (seed-000 §2.2 parameters)")
-        eps, delta = priv.get("epsilon"), priv.get("delta")
+    def privacy(self, priv: PrivacySettings, name: str, context: PlanContext, batch_size: int) -> PrivacyPlan:
+        if priv.calibration != Calibration.PAPER:
+            raise ConfigError("privacy.calibration", priv.calibration, "paper for P_vec (seed-000 §2.2 parameters)")
+        eps, delta = priv.epsilon, priv.delta
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps <= 15:
             raise ConfigError("privacy.epsilon", eps, "one number in (0, 15] for P_vec (seed-000 Theorem 3.2)")
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 0.5:
@@ -294,16 +291,16 @@ class ShuffledVectorSum(SiloGaussian):
             raise ConfigError("participation", type(context.sampler).__name__, "a fixed number M >= 1 of silos "
                               "every round (participation=uniform): P_vec is calibrated for M K users")
         eps, delta, cells = float(eps), float(delta), (context.replicas.count, num_silos)
-        return PrivacyPlan(trust_model=priv["trust_model"], calibration=Calibration.PAPER, accountant=Accountant.PARALLEL,
+        return PrivacyPlan(trust_model=priv.trust_model, calibration=Calibration.PAPER, accountant=Accountant.PARALLEL,
                            unit=FEDERATION_RECORD, relation=Relation.REPLACE_ONE, delta=np.full(num_silos, delta),
                            noise_multiplier=np.zeros(cells), target_epsilon=np.full(cells, eps),
                            ledger=Ledger(one_pass_ledger(eps, delta), cells, "federation"),
                            details={"users_per_invocation": per_round * batch_size})
 
-    def check_fields(self, fields: dict, config: dict) -> None:
+    def check_fields(self, fields: dict, config: dict, privacy: PrivacySettings) -> None:
         """The silos calibrate P_vec themselves: refuse inputs other than what the ledger accounts."""
-        accounted = {"target_epsilon": ("privacy.epsilon", config["privacy"].get("epsilon")),
-                     "target_delta": ("privacy.delta", config["privacy"].get("delta")),
+        accounted = {"target_epsilon": ("privacy.epsilon", privacy.epsilon),
+                     "target_delta": ("privacy.delta", privacy.delta),
                      "silos_per_round": ("participation.silos_per_round",
                                          config["participation"].get("silos_per_round"))}
         for key, (source, value) in accounted.items():
@@ -327,14 +324,14 @@ def _fields(algorithm_class: type[Any], alg: dict, step_sizes: np.ndarray, batch
 
 def plan(algorithm_class: type[Any], config: dict, context: PlanContext) -> IsrlDpPlan:
     """Resolve a seed-004 algorithm config (module docstring); ``ConfigError`` on a bad value."""
-    recipe, alg, priv = algorithm_class.recipe, config["algorithm"], config["privacy"]
+    recipe, alg, priv = algorithm_class.recipe, config["algorithm"], context.privacy
     name = str(alg.get("name"))
-    if priv["accountant"] not in ACCOUNTANTS:
-        raise ConfigError("privacy.accountant", priv["accountant"], f"one of {ACCOUNTANTS}")
+    if priv.accountant not in ACCOUNTANTS:       # so ``checked_term(Accountant, priv.accountant)`` below is the member itself
+        raise ConfigError("privacy.accountant", priv.accountant, f"one of {ACCOUNTANTS}")
     pinned = alg.get("trust_model")
-    if pinned is not None and pinned != priv["trust_model"]:
-        raise ConfigError("privacy.trust_model", priv["trust_model"], f"{pinned!r} for algorithm={name} (privacy={pinned})")
-    private = priv["trust_model"] != TrustModel.NONE
+    if pinned is not None and pinned != priv.trust_model:
+        raise ConfigError("privacy.trust_model", priv.trust_model, f"{pinned!r} for algorithm={name} (privacy={pinned})")
+    private = priv.private
     n_min = context.shape.min_train_size
     if alg.get("batch_size") is None:
         if not private:
@@ -353,10 +350,10 @@ def plan(algorithm_class: type[Any], config: dict, context: PlanContext) -> Isrl
     # 1e32 is the authors' "no clipping" (seed-004 §6 item 14d); a list is a clip grid (the replicas').
     l2_clip: float | np.ndarray | None = context.replicas.l2_clips
     if l2_clip is None:
-        l2_clip = positive("privacy.l2_clip", priv.get("l2_clip"), allow_none=True, largest=MAX_CLIP)
+        l2_clip = positive("privacy.l2_clip", priv.l2_clip, allow_none=True, largest=MAX_CLIP)
     if private:
         privacy = recipe.privacy(priv, name, context, batch_size)
-        recipe.check_fields(fields, config)
+        recipe.check_fields(fields, config, priv)
         if l2_clip is None:   # the paper's L = max ||x||, read off the silos' records (seed-004 §5)
             privacy = dataclasses.replace(privacy, non_private_inputs=(
                 "privacy.l2_clip = null: the clip is the largest feature norm of the silos' records, sent to "

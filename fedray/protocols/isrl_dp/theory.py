@@ -29,11 +29,12 @@ from __future__ import annotations
 from typing import Any
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 from fedray.checks import number_in
-from fedray.core.planning import PlannedAlgorithm
+from fedray.core.planning import PlannedAlgorithm, PrivacySettings
 from fedray.core.protocol import Routing
 from fedray.core.sampling import AllUnits, UniformParticipation
 from fedray.core.terms import Calibration, Composition, TrustModel
@@ -327,15 +328,15 @@ def _fill(cfg: dict, key: str, value, owner: str) -> None:
     node[last] = value
 
 
-def _problem(cfg: dict, node: dict, shape, spec, loss, silos_per_round, shuffled: bool) -> Problem:
-    priv = cfg["privacy"]
-    if priv["trust_model"] == TrustModel.NONE:
+def _problem(cfg: dict, priv: PrivacySettings, node: dict, shape, spec, loss, silos_per_round,
+             shuffled: bool) -> Problem:
+    if not priv.private:
         raise ConfigError("privacy.trust_model", TrustModel.NONE, "private under a theory preset (the theorems need eps)")
-    if priv.get("epsilon_grid") is not None:
-        raise ConfigError("privacy.epsilon_grid", priv["epsilon_grid"],
+    if priv.epsilon_grid is not None:
+        raise ConfigError("privacy.epsilon_grid", priv.epsilon_grid,
                           "null under a theory preset (R, K, eta depend on eps)")
-    if isinstance(priv.get("l2_clip"), (list, tuple)):
-        raise ConfigError("privacy.l2_clip", priv["l2_clip"], "one number under a theory preset (R, K, eta depend on L)")
+    if isinstance(priv.l2_clip, (list, tuple)):
+        raise ConfigError("privacy.l2_clip", priv.l2_clip, "one number under a theory preset (R, K, eta depend on L)")
     if len(set(shape.n_train)) != 1:
         raise ConfigError("data", f"silo sizes {min(shape.n_train)}..{max(shape.n_train)}",
                           "balanced silos under a theory preset (the theorems' n)")
@@ -352,10 +353,10 @@ def _problem(cfg: dict, node: dict, shape, spec, loss, silos_per_round, shuffled
         dim=shape.dim * shape.num_outputs,
         num_silos=big_n,
         silos_per_round=int(silos_per_round),
-        epsilon=_number("privacy.epsilon", priv.get("epsilon"), "one positive number under a theory preset"),
-        delta=default_delta if priv.get("delta") is None else _number("privacy.delta", priv["delta"],
+        epsilon=_number("privacy.epsilon", priv.epsilon, "one positive number under a theory preset"),
+        delta=default_delta if priv.delta is None else _number("privacy.delta", priv.delta,
                                                                       "null or one number in (0, 1)"),
-        lipschitz=_number("privacy.l2_clip", priv.get("l2_clip"),
+        lipschitz=_number("privacy.l2_clip", priv.l2_clip,
                           "a positive number under a theory preset "
                           "(the theorems' L; null would estimate it from the data)"),
         smoothness=_number("theory.smoothness", smoothness, "a positive number (beta) or null"),
@@ -366,12 +367,16 @@ def _problem(cfg: dict, node: dict, shape, spec, loss, silos_per_round, shuffled
     )
 
 
-def resolve(cfg: dict, algorithm_class: type[Any], spec, shape, loss, sampler) -> dict:
+def resolve(cfg: dict, algorithm_class: type[Any], spec, shape, loss, sampler,
+            privacy: PrivacySettings | None = None) -> dict:
     """``cfg`` with the hybrid budget (``privacy.silo_level``) and the theorem's values (``theory``)
-    filled in; the same object, untouched, when neither node is present."""
-    silo_level, node = cfg["privacy"].get("silo_level"), cfg.get("theory")
+    filled in; the same object, untouched, when neither node is present. ``privacy``: the run's
+    settings (``fedray.plan.privacy_settings``); None stands for settings without a silo level."""
+    silo_level, node = (privacy.silo_level if privacy is not None else None), cfg.get("theory")
     if silo_level is None and node is None:
         return cfg
+    if privacy is None:
+        raise ValueError("theory.resolve needs the run's privacy settings for a theory preset")
     cfg = copy.deepcopy(cfg)
     # The theorems and the hybrid recipe assume M of N silos drawn uniformly (Assumption 1.4).
     uniform = isinstance(sampler, (UniformParticipation, AllUnits))
@@ -381,12 +386,14 @@ def resolve(cfg: dict, algorithm_class: type[Any], spec, shape, loss, sampler) -
                                          max(shape.n_train), shape.num_silos, silos_per_round)
         _fill(cfg, "privacy.epsilon", eps0, "privacy.silo_level")
         _fill(cfg, "privacy.delta", delta0, "privacy.silo_level")
+        privacy = dataclasses.replace(privacy, epsilon=eps0, delta=delta0)
     if node is not None:
-        _apply_theorem(cfg, node, algorithm_class, shape, spec, loss, silos_per_round)
+        _apply_theorem(cfg, privacy, node, algorithm_class, shape, spec, loss, silos_per_round)
     return cfg
 
 
-def _apply_theorem(cfg: dict, node: dict, algorithm_class: type[Any], shape, spec, loss, silos_per_round) -> None:
+def _apply_theorem(cfg: dict, privacy: PrivacySettings, node: dict, algorithm_class: type[Any], shape, spec, loss,
+                   silos_per_round) -> None:
     theorem = THEOREMS.get(str(node.get("_target_")))
     if theorem is None:
         raise ConfigError("theory._target_", node.get("_target_"), f"one of {list(THEOREMS)}")
@@ -394,7 +401,7 @@ def _apply_theorem(cfg: dict, node: dict, algorithm_class: type[Any], shape, spe
         raise ConfigError("algorithm", cfg["algorithm"].get("name"),
                           f"an algorithm whose recipe names theory {node['_target_']}")
     shuffled = algorithm_class.recipe.routing is not Routing.DIRECT
-    problem = _problem(cfg, node, shape, spec, loss, silos_per_round, shuffled)
+    problem = _problem(cfg, privacy, node, shape, spec, loss, silos_per_round, shuffled)
     values = theorem(problem)
     owner = f"theory ({values.theorem})"
     _fill(cfg, "num_rounds", values.num_rounds, owner)
@@ -402,7 +409,7 @@ def _apply_theorem(cfg: dict, node: dict, algorithm_class: type[Any], shape, spe
     _fill(cfg, "algorithm.step_size", values.step_size, owner)
     for key, value in values.algorithm.items():
         _fill(cfg, f"algorithm.{key}", value, owner)
-    if cfg["privacy"].get("calibration") is None:
+    if privacy.calibration is None:
         cfg["privacy"]["calibration"] = values.calibration
     # The run record carries the constants used and the theorem's sigma (seed-004 §3.5: log them).
     cfg["theory"]["resolved"] = {"theorem": values.theorem, "noise_std": values.noise_std,

@@ -21,7 +21,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedray.checks import known_keys, number_in, positive
-from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
+from fedray.core.planning import (
+    PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe, Replicas, checked_term,
+)
 from fedray.core.protocol import CuratorRounds, CuratorSteps, Routing
 from fedray.core.sampling import AllUnits, LeveledBatches, SequentialBatches
 from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
@@ -100,12 +102,12 @@ def _regime(alg: dict, game) -> str:
     return regime
 
 
-def _budget(priv: dict, calibration: Calibration | tuple = Calibration.PAPER, what: str = "tau_priv of Prop. 3.3") -> tuple[float, float]:
+def _budget(priv: PrivacySettings, calibration: Calibration | tuple = Calibration.PAPER, what: str = "tau_priv of Prop. 3.3") -> tuple[float, float]:
     allowed = (calibration,) if isinstance(calibration, str) else calibration
-    if priv.get("calibration") not in allowed:
-        raise ConfigError("privacy.calibration", priv.get("calibration"), f"{' or '.join(allowed)} ({what})")
-    epsilon: Any = priv.get("epsilon")      # checked here: numbers in range, or a ConfigError
-    delta: Any = priv.get("delta")
+    if priv.calibration not in allowed:
+        raise ConfigError("privacy.calibration", priv.calibration, f"{' or '.join(allowed)} ({what})")
+    epsilon: Any = priv.epsilon      # checked here: numbers in range, or a ConfigError
+    delta: Any = priv.delta
     check_privacy_range(epsilon, delta)
     return float(epsilon), float(delta)
 
@@ -123,15 +125,13 @@ def _mode(alg: dict, modes: tuple = MODES) -> str:
 def _checked(recipe, config: dict, context: PlanContext, keys: tuple,
              sampler: type = SequentialBatches, participation: str = "sequential") -> tuple[str, Any]:
     """The checks the recipes share; (the algorithm's name, the game)."""
-    alg, priv = config["algorithm"], config["privacy"]
+    alg, priv = config["algorithm"], context.privacy
     name = str(alg.get("name"))
     game = _game(config, context.dataset, name)
     known_keys("algorithm", alg, keys)
     if not isinstance(context.sampler, sampler):
         raise ConfigError("participation", type(context.sampler).__name__,
                           f"{sampler.__name__} (participation={participation}) for {name}")
-    if context.replicas.epsilon_levels is not None:
-        raise ConfigError("privacy.epsilon_grid", priv.get("epsilon_grid"), f"null for {name} (T and B depend on eps)")
     return name, game
 
 
@@ -212,16 +212,16 @@ class VertexSampling(ProtocolRecipe):
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
-        alg, priv = config["algorithm"], config["privacy"]
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
+        alg, priv = config["algorithm"], privacy
         game = _game(config, dataset, str(alg.get("name")))
         regime = _regime(alg, game)
         mode = _mode(alg, SMD_MODES)
         if mode == "manual":
             return config
-        private = priv.get("trust_model") != TrustModel.NONE
+        private = priv.trust_model != TrustModel.NONE
         budget = _budget(priv, CALIBRATIONS, _TAU_PRIV) if private else None
-        calibration = priv.get("calibration") if private else Calibration.PAPER
+        calibration = checked_term(Calibration, priv.calibration) if private else Calibration.PAPER
         if mode == "bound" and budget is not None:
             schedule = bound_schedule(regime, shape.num_silos, *budget, game.rows, game.columns, game.lipschitz,
                                       game.smoothness, game.second_order or 0.0, calibration)
@@ -234,7 +234,7 @@ class VertexSampling(ProtocolRecipe):
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
-        alg, priv = config["algorithm"], config["privacy"]
+        alg, priv = config["algorithm"], context.privacy
         _, game = _checked(self, config, context, ALGORITHM_KEYS)
         draws = positive("algorithm.draws", alg.get("draws", 1), int)
         block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
@@ -244,11 +244,11 @@ class VertexSampling(ProtocolRecipe):
         algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, rows=game.rows,
                                     columns=game.columns, vertices=vertices)
         constants = {"batch_size": float(batch), "draws": float(draws), "lipschitz": lipschitz}
-        if priv["trust_model"] == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             privacy = _not_private(replicas)
         else:
             eps, delta = _budget(priv, CALIBRATIONS, _TAU_PRIV)
-            calibration = priv["calibration"]
+            calibration = checked_term(Calibration, priv.calibration)      # a member: _budget checked it
             limit = private_step_size(batch, steps, draws, eps, delta, lipschitz, calibration)
             route = "Prop. 3.3" if calibration == Calibration.PAPER else "bounded-range draws composed in zCDP"
             _refuse_above(limit, replicas, f"{route} at B = {batch}, T = {steps}, K = {draws}, eps = {eps:g}, "
@@ -280,18 +280,18 @@ class GaussianNoise(ProtocolRecipe):
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def _budget(self, priv: dict) -> tuple[float, float]:
-        if priv.get("l2_clip") is not None:
-            raise ConfigError("privacy.l2_clip", priv.get("l2_clip"), "null (the game's L0 bounds every gradient "
+    def _budget(self, priv: PrivacySettings) -> tuple[float, float]:
+        if priv.l2_clip is not None:
+            raise ConfigError("privacy.l2_clip", priv.l2_clip, "null (the game's L0 bounds every gradient "
                               "coordinate; the sensitivity is 2 L0 sqrt(dx + dy) / B, no clipping)")
         return _budget(priv, Calibration.ANALYTIC, "the analytic Gaussian at the batch mean's l2 sensitivity")
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
-        alg, priv = config["algorithm"], config["privacy"]
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
+        alg, priv = config["algorithm"], privacy
         game = _game(config, dataset, str(alg.get("name")))
         if _mode(alg) == "manual":
             return config
-        budget = self._budget(priv) if priv.get("trust_model") != TrustModel.NONE else None
+        budget = self._budget(priv) if priv.trust_model != TrustModel.NONE else None
         eps, delta = budget if budget is not None else (None, None)
 
         def noise_std(sensitivity: float) -> float:
@@ -303,11 +303,11 @@ class GaussianNoise(ProtocolRecipe):
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
-        alg, priv = config["algorithm"], config["privacy"]
+        alg, priv = config["algorithm"], context.privacy
         _, game = _checked(self, config, context, GAUSSIAN_KEYS)
         block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
         batch, steps, replicas = int(context.sampler.batch_size), context.num_rounds, context.replicas
-        if priv["trust_model"] == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             sigma, privacy = 0.0, _not_private(replicas)
         else:
             eps, delta = self._budget(priv)
@@ -343,15 +343,15 @@ class BiasReduced(ProtocolRecipe):
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
-        alg, priv = config["algorithm"], config["privacy"]
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
+        alg, priv = config["algorithm"], privacy
         game = _game(config, dataset, str(alg.get("name")))
         constant = _vertex_constant(alg)
         if _mode(alg) == "manual":
             # The stopping rule decides; num_rounds is its most steps (each adds 2^N >= 1 to a sum <= U).
             stop = config["participation"].get("stop")
             return {**config, "num_rounds": int(stop)} if isinstance(stop, (int, float)) and stop >= 1 else config
-        if priv.get("trust_model") == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             raise ConfigError("algorithm.parameters", "paper", "manual with privacy=none (Thm 3.14's M, U, alpha "
                               "and tau are set by eps)")
         eps, delta = _budget(priv, CALIBRATIONS, _ALG3_LIMIT)
@@ -360,14 +360,14 @@ class BiasReduced(ProtocolRecipe):
                               "a second-order smooth objective for Alg. 3 (Thm 3.14 needs L2)")
         params = bias_reduced_parameters(shape.num_silos, eps, delta, log_dimensions(game.rows, game.columns),
                                          game.lipschitz, game.smoothness, game.second_order, constant,
-                                         priv["calibration"])
+                                         checked_term(Calibration, priv.calibration))
         participation = {"_target_": "fedray.core.sampling.LeveledBatches", "levels": params.levels,
                          "batch_factor": params.batch_factor, "stop": params.stop}
         return {**config, "num_rounds": int(params.stop), "participation": participation,
                 "algorithm": {**alg, "step_size": params.step_size}}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
-        alg, priv = config["algorithm"], config["privacy"]
+        alg, priv = config["algorithm"], context.privacy
         _, game = _checked(self, config, context, BIAS_REDUCED_KEYS, LeveledBatches, "leveled")
         sampler, replicas = context.sampler, context.replicas
         algorithm = algorithm_class(step_size=replicas.step_sizes, levels=sampler.levels, rows=game.rows,
@@ -376,11 +376,11 @@ class BiasReduced(ProtocolRecipe):
                      "lipschitz": game.lipschitz}
         resolved = {"levels": sampler.levels, "stop": sampler.stop, "batch_factor": sampler.batch_factor,
                     "parameters": alg.get("parameters", "paper")}
-        if priv["trust_model"] == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             return GamePlan(algorithm, sampler, replicas, context.num_rounds, context.shape.num_silos,
                             _not_private(replicas), resolved=resolved, constants=constants)
         eps, delta = _budget(priv, CALIBRATIONS, _ALG3_LIMIT)
-        calibration = priv["calibration"]
+        calibration = checked_term(Calibration, priv.calibration)      # a member: _budget checked it
         constant = _vertex_constant(alg)
         per_draw = bias_reduced_draw_epsilon(constant, replicas.step_sizes, sampler.batch_factor, game.lipschitz)
         limit = bias_reduced_stop_limit(eps, delta, per_draw, calibration)
@@ -425,8 +425,8 @@ class OnlineToBatch(ProtocolRecipe):
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
-        alg, priv = config["algorithm"], config["privacy"]
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
+        alg, priv = config["algorithm"], privacy
         game = _one_loss(config, dataset, str(alg.get("name")))
         regime = alg.get("regime", "second_order")
         if regime not in ("first_order", "second_order") or (regime == "second_order" and game.second_order is None):
@@ -434,7 +434,7 @@ class OnlineToBatch(ProtocolRecipe):
                               "loss (Thm 4.2 (a), (b))")
         if _mode(alg) == "manual":
             return config
-        if priv.get("trust_model") == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             raise ConfigError("algorithm.parameters", "paper", "manual with privacy=none (Thm 4.2's T, q, K are set by eps)")
         eps, delta = _budget(priv)
         schedule = sco_schedule(regime, shape.num_silos, eps, delta, game.rows, game.lipschitz, game.smoothness,
@@ -444,7 +444,7 @@ class OnlineToBatch(ProtocolRecipe):
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
-        alg, priv = config["algorithm"], config["privacy"]
+        alg, priv = config["algorithm"], context.privacy
         name, _ = _checked(self, config, context, SCO_KEYS)
         game = _one_loss(config, context.dataset, name)
         draws = positive("algorithm.draws", alg.get("draws", 1), int)
@@ -456,7 +456,7 @@ class OnlineToBatch(ProtocolRecipe):
                                     draws=draws, rows=game.rows)
         constants = {"batch_size": float(batch), "draws": float(draws), "refresh": float(refresh),
                      "lipschitz": game.lipschitz}
-        if priv["trust_model"] == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             privacy = _not_private(replicas)
         else:
             eps, delta = _budget(priv)
@@ -494,21 +494,21 @@ class FrankWolfeRecipe(ProtocolRecipe):
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
-        alg, priv = config["algorithm"], config["privacy"]
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
+        alg, priv = config["algorithm"], privacy
         _one_loss(config, dataset, str(alg.get("name")))
-        if _mode(alg) == "manual" or priv.get("trust_model") == TrustModel.NONE:
+        if _mode(alg) == "manual" or priv.trust_model == TrustModel.NONE:
             return config
         eps, _ = _budget(priv)
         return {**config, "num_rounds": frank_wolfe_rounds(shape.num_silos, eps)}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
-        alg, priv = config["algorithm"], config["privacy"]
+        alg, priv = config["algorithm"], context.privacy
         name, _ = _checked(self, config, context, FRANK_WOLFE_KEYS, AllUnits, "all")
         game = _one_loss(config, context.dataset, name)
         replicas, steps, n = context.replicas, context.num_rounds, context.shape.num_silos
         constants = {"lipschitz": game.lipschitz}
-        if priv["trust_model"] == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             round_epsilon, privacy = float("inf"), _not_private(replicas)
         else:
             eps, delta = _budget(priv)
@@ -552,11 +552,11 @@ class Boosted(ProtocolRecipe):
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> ProgramPlan:
-        alg, priv = config["algorithm"], config["privacy"]
+        alg, priv = config["algorithm"], context.privacy
         name, game = _checked(self, config, context, BOOSTED_KEYS, AllUnits, "all")
         if context.num_rounds != 1:
             raise ConfigError("num_rounds", context.num_rounds, f"1 for {name} (one program, one release)")
@@ -572,7 +572,7 @@ class Boosted(ProtocolRecipe):
         try:
             params = bias_reduced_parameters(ssp_part, eps, delta, log_dimensions(game.rows, game.columns),
                                              game.lipschitz, game.smoothness, game.second_order, constant,
-                                         priv["calibration"])
+                                         checked_term(Calibration, priv.calibration))
         except ConfigError:
             params = None
         if sco_part < 1 or params is None:

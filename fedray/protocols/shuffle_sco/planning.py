@@ -41,7 +41,9 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from fedray.checks import known_keys, number_in, positive
-from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe, Replicas
+from fedray.core.planning import (
+    PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe, Replicas, checked_term,
+)
 from fedray.core.protocol import Routing, SampledRounds, SequentialSteps
 from fedray.core.sampling import AllUnits, PhasedBatches, PhasedGroups, SequentialBatches
 from fedray.core.terms import Accountant, Calibration, Composition, Relation, TrustModel
@@ -107,14 +109,14 @@ class PvecSteps(ProtocolRecipe):
 
     schedule: Callable = sgd_schedule
     needs_smoothness: bool = False
-    trust_models: tuple[str, ...] = SEQUENTIAL_TRUST_MODELS
+    trust_models: tuple[TrustModel, ...] = SEQUENTIAL_TRUST_MODELS
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         """``algorithm.parameters`` paper or exact: B, T and eta from the paper's formulas
         (``hyperparameters``), replacing participation.batch_size, num_rounds and step_size."""
-        alg, priv = config["algorithm"], config["privacy"]
+        alg, priv = config["algorithm"], privacy
         mode = _mode(alg)
         if mode == "manual":
             _refuse_manual_phases(alg)
@@ -146,7 +148,7 @@ class PvecSteps(ProtocolRecipe):
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PvecStepsPlan:
-        alg, priv, shape, sampler = config["algorithm"], config["privacy"], context.shape, context.sampler
+        alg, priv, shape, sampler = config["algorithm"], context.privacy, context.shape, context.sampler
         own = _check_users(self, algorithm_class, config, context, (SequentialBatches, PhasedBatches),
                            "sequential disjoint batches of users (participation=sequential)")
         block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
@@ -156,7 +158,7 @@ class PvecSteps(ProtocolRecipe):
                               "with algorithm.strong_convexity (with the matching phased participation)")
         batches = list(sampler.batch_sizes) if phased else [sampler.batch_size]
         batch = batches[0]
-        if priv["trust_model"] == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             vector_sums, privacy = [ExactSum()] * len(batches), _not_private(priv, context)
         else:
             eps, delta = _budget(priv)
@@ -165,7 +167,7 @@ class PvecSteps(ProtocolRecipe):
             vector_sums = [step for step, _ in steps]
             cells = (context.replicas.count, shape.num_silos)
             privacy = PrivacyPlan(
-                trust_model=priv["trust_model"], calibration=priv["calibration"], accountant=Accountant.PARALLEL, unit=USER,
+                trust_model=priv.trust_model, calibration=checked_term(Calibration, priv.calibration), accountant=Accountant.PARALLEL, unit=USER,
                 relation=Relation.REPLACE_ONE, delta=np.full(shape.num_silos, delta), noise_multiplier=np.zeros(cells),
                 target_epsilon=np.full(cells, eps),
                 ledger=Ledger(one_pass_ledger(eps, delta), cells, "population"),
@@ -179,7 +181,7 @@ class PvecSteps(ProtocolRecipe):
         if phased:
             resolved["phases"] = {k: v for k, v in own["phases"].items() if k != "vector_sums"}
         return PvecStepsPlan(algorithm, sampler, context.loss, shape, context.replicas, context.num_rounds,
-                             block_steps, privacy, ROUTING[priv["trust_model"]], resolved=resolved)
+                             block_steps, privacy, ROUTING[priv.trust_model], resolved=resolved)
 
 
 @dataclass(frozen=True)
@@ -219,15 +221,15 @@ class PvecRounds(ProtocolRecipe):
     """The recipe of a fully interactive P_vec protocol (module docstring); ``paper`` / ``exact``
     set T and eta (``hyperparameters.gd_schedule``)."""
 
-    trust_models: tuple[str, ...] = TRUST_MODELS
+    trust_models: tuple[TrustModel, ...] = TRUST_MODELS
     privacy_keys: tuple[str, ...] = ("composition",)      # advanced (default, the paper's) | pld
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         """``algorithm.parameters`` paper or exact: T and eta from spec §3.5, replacing num_rounds
         and step_size; with a Moreau-envelope loss of null smoothing, smoothed P_GD (Thm 4.9 part 1):
         beta from ``gd_smoothing_parameter`` and L_eff = 2 L in eta (A7, as smoothed P_AGD)."""
-        alg, priv = config["algorithm"], config["privacy"]
+        alg, priv = config["algorithm"], privacy
         mode = _mode(alg)
         if mode == "manual":
             _refuse_manual_phases(alg)
@@ -251,7 +253,7 @@ class PvecRounds(ProtocolRecipe):
                 "algorithm": {**alg, "step_size": schedule.step_size}}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PvecRoundsPlan:
-        alg, priv, shape = config["algorithm"], config["privacy"], context.shape
+        alg, priv, shape = config["algorithm"], context.privacy, context.shape
         own = _check_users(self, algorithm_class, config, context, (AllUnits, PhasedGroups),
                            "every user (participation=all)")
         phased = isinstance(context.sampler, PhasedGroups)
@@ -261,7 +263,7 @@ class PvecRounds(ProtocolRecipe):
         # Phased (Thm 4.9b): a user takes part in the T rounds of its own phase, with its group.
         users, rounds = shape.num_silos, context.num_rounds
         per_invocation, per_user = (context.sampler.group_size, context.sampler.rounds) if phased else (users, rounds)
-        if priv["trust_model"] == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             vector_sum, privacy = ExactSum(), _not_private(priv, context)
         else:
             eps, delta = _budget(priv)
@@ -272,7 +274,7 @@ class PvecRounds(ProtocolRecipe):
                 vector_sum, details = _tight_rounds_sum(priv, eps, delta, dim, per_invocation, per_user)
                 composition, rule = BinomialRoundsComposition.NAME, BinomialRoundsComposition(vector_sum.params)
             else:
-                composition = priv.get("composition", Composition.ADVANCED)
+                composition = Composition.ADVANCED if priv.composition is None else priv.composition
                 eps0, delta0, slack, shrunk = _round_budget(priv)(eps, delta, per_user)
                 rule = (ApproxDpPldComposition(eps0, delta0, delta) if composition == Composition.PLD   # the rounds' PLD at delta
                         else ApproxDpComposition(eps0, delta0, slack, route="advanced"))
@@ -281,7 +283,7 @@ class PvecRounds(ProtocolRecipe):
                 details = {"eps0": eps0, "delta0": delta0, "delta_slack": slack, "eps0_shrunk": shrunk, **details}
             cells = (context.replicas.count, users)
             privacy = PrivacyPlan(
-                trust_model=priv["trust_model"], calibration=priv["calibration"], accountant=composition, unit=USER,
+                trust_model=priv.trust_model, calibration=checked_term(Calibration, priv.calibration), accountant=composition, unit=USER,
                 relation=Relation.REPLACE_ONE, delta=np.full(users, delta), noise_multiplier=np.zeros(cells),
                 target_epsilon=np.full(cells, eps), ledger=Ledger(ComposedAccountant(rule, composition), cells, "user"),
                 details=details)
@@ -291,7 +293,7 @@ class PvecRounds(ProtocolRecipe):
         if phased:
             resolved["phases"] = own["phases"]
         return PvecRoundsPlan(algorithm, context.sampler, context.loss, shape, context.replicas, rounds, privacy,
-                              ROUTING[priv["trust_model"]], resolved=resolved)
+                              ROUTING[priv.trust_model], resolved=resolved)
 
 
 def _phased(config: dict, mode: str, n: int, dim: int, eps: float, delta: float, lipschitz: float,
@@ -329,12 +331,12 @@ def _gd_phased(config: dict, mode: str, n: int, dim: int, eps: float, delta: flo
     return {**config, "num_rounds": phases.rounds * k, "algorithm": alg, "participation": participation}
 
 
-def _round_budget(priv: dict):
+def _round_budget(priv: PrivacySettings):
     """P_GD's per-round (eps_0, delta_0, delta', shrunk) for ``privacy.composition``; NaN under the
     tight calibration, which has no per-round budget (``_rounds_sum_mse`` ignores it)."""
     if _rounds_tight(priv):
         return lambda eps, delta, rounds: (math.nan, math.nan, math.nan, False)
-    composition = priv.get("composition", Composition.ADVANCED)
+    composition = Composition.ADVANCED if priv.composition is None else priv.composition
     if composition == Composition.ADVANCED:
         return per_round_budget
     if composition == Composition.PLD:
@@ -343,19 +345,19 @@ def _round_budget(priv: dict):
     raise ConfigError("privacy.composition", composition, "advanced (the paper's) or pld")
 
 
-def _rounds_tight(priv: dict) -> bool:
+def _rounds_tight(priv: PrivacySettings) -> bool:
     """True for P_GD's rounds calibrated together (trust_model=sdp, calibration=tight); refuses
     ``privacy.composition`` with it, in one line."""
-    if priv.get("trust_model") != TrustModel.SDP or priv.get("calibration") != Calibration.TIGHT:
+    if priv.trust_model != TrustModel.SDP or priv.calibration != Calibration.TIGHT:
         return False
-    if priv.get("composition") is not None:
-        raise ConfigError("privacy.composition", priv["composition"], "unset with privacy.calibration=tight for p_gd "
+    if priv.composition is not None:
+        raise ConfigError("privacy.composition", priv.composition, "unset with privacy.calibration=tight for p_gd "
                           "(the tight route composes the rounds' binomial moments itself; advanced and pld compose "
                           "the paper calibration's per-round (eps_0, delta_0))")
     return True
 
 
-def _tight_rounds_sum(priv: dict, eps: float, delta: float, dim: int, users: int, rounds: int) -> tuple[Any, dict]:
+def _tight_rounds_sum(priv: PrivacySettings, eps: float, delta: float, dim: int, users: int, rounds: int) -> tuple[Any, dict]:
     """P_vec for ``rounds`` invocations over ``users`` users, calibrated together, and the values to log."""
     try:
         params = tight_rounds_parameters(eps, delta, dim, users, _clip(priv), rounds)
@@ -366,7 +368,7 @@ def _tight_rounds_sum(priv: dict, eps: float, delta: float, dim: int, users: int
                                     "rounds_delta_bound": params.certified_delta}
 
 
-def _rounds_sum_mse(priv: dict, mode: str, eps: float, delta: float):
+def _rounds_sum_mse(priv: PrivacySettings, mode: str, eps: float, delta: float):
     """P_GD's step-sum error for ``exact``: under the tight calibration, P_vec's for the rounds
     calibrated together at the run's (eps, delta), T from the users per invocation
     (``gd_num_rounds``, as ``gd_schedule`` sets it); otherwise ``_sum_mse``'s at (eps_0, delta_0)."""
@@ -393,13 +395,13 @@ def _mode(alg: dict) -> str:
     return mode
 
 
-def _formula_inputs(alg: dict, priv: dict, mode: str) -> tuple[float, float, float, float]:
+def _formula_inputs(alg: dict, priv: PrivacySettings, mode: str) -> tuple[float, float, float, float]:
     """(eps, delta, L, D) the paper's formulas read, each refused with the key that is missing."""
     needs = f"for algorithm.parameters={mode} (the formulas' input)"
-    eps = number_in("privacy.epsilon", priv.get("epsilon"), 0.0, 15.0, f"a number in (0, 15] {needs}",
+    eps = number_in("privacy.epsilon", priv.epsilon, 0.0, 15.0, f"a number in (0, 15] {needs}",
                     closed_high=True)
-    delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, f"a number in (0, 1/2) {needs}")
-    lipschitz = positive("privacy.l2_clip", priv.get("l2_clip"))
+    delta = number_in("privacy.delta", priv.delta, 0.0, 0.5, f"a number in (0, 1/2) {needs}")
+    lipschitz = positive("privacy.l2_clip", priv.l2_clip)
     radius = alg.get("radius")
     if radius is None:
         raise ConfigError("algorithm.radius", radius, f"a positive number (Theta's radius, D = 2 radius) {needs}")
@@ -410,15 +412,13 @@ def _check_users(recipe, algorithm_class: type[Any], config: dict, context: Plan
                  sampler_class: tuple[type, ...],
                  participation: str) -> dict:
     """The checks every seed-000 protocol shares; returns the algorithm's own fields (radius, ...)."""
-    alg, priv, shape = config["algorithm"], config["privacy"], context.shape
+    alg, priv, shape = config["algorithm"], context.privacy, context.shape
     name = str(alg.get("name"))
     if not isinstance(context.sampler, sampler_class):
         raise ConfigError("participation", type(context.sampler).__name__, f"{participation} for {name}")
     if set(shape.n_train) != {1}:
         raise ConfigError("data", f"{min(shape.n_train)}..{max(shape.n_train)} records per unit",
                           f"one record per user for {name} (e.g. data.spec.samples_per_silo=1)")
-    if context.replicas.epsilon_levels is not None:
-        raise ConfigError("privacy.epsilon_grid", priv.get("epsilon_grid"), f"null for {name} (one budget per run)")
     allowed = {f.name for f in dataclasses.fields(algorithm_class)} - {"loss", "batch_size", "l2_clip", "vector_sum"}
     known_keys("algorithm", {k: v for k, v in alg.items() if k not in RESOLVED_KEYS}, allowed | set(RESOLVED_KEYS))
     own = {k: alg[k] for k in allowed - {"step_size", "name"} if k in alg}          # radius, smoothness, ...
@@ -427,19 +427,19 @@ def _check_users(recipe, algorithm_class: type[Any], config: dict, context: Plan
     return own
 
 
-def _clip(priv: dict) -> float:
-    return positive("privacy.l2_clip", priv.get("l2_clip"), allow_none=priv["trust_model"] == TrustModel.NONE) or float("inf")
+def _clip(priv: PrivacySettings) -> float:
+    return positive("privacy.l2_clip", priv.l2_clip, allow_none=priv.trust_model == TrustModel.NONE) or float("inf")
 
 
-def _budget(priv: dict) -> tuple[float, float]:
-    trust, calibrations = priv["trust_model"], CALIBRATION[priv["trust_model"]]
-    if priv["calibration"] not in calibrations:
-        raise ConfigError("privacy.calibration", priv["calibration"], f"{' or '.join(calibrations)} for "
+def _budget(priv: PrivacySettings) -> tuple[float, float]:
+    trust, calibrations = priv.trust_model, CALIBRATION[priv.trust_model]
+    if priv.calibration not in calibrations:
+        raise ConfigError("privacy.calibration", priv.calibration, f"{' or '.join(calibrations)} for "
                           f"trust_model={trust} (P_vec: seed-000 §2.2, or tight: its exact privacy loss; "
                           "the Gaussian baselines: the analytic Gaussian)")
-    eps = number_in("privacy.epsilon", priv.get("epsilon"), 0.0, 15.0, "a number in (0, 15] (seed 000's range)",
+    eps = number_in("privacy.epsilon", priv.epsilon, 0.0, 15.0, "a number in (0, 15] (seed 000's range)",
                     closed_high=True)
-    delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "an explicit number in (0, 1/2)")
+    delta = number_in("privacy.delta", priv.delta, 0.0, 0.5, "an explicit number in (0, 1/2)")
     return eps, delta
 
 
@@ -461,13 +461,13 @@ PLACEMENT = {TrustModel.LOCAL: "each user", TrustModel.CENTRAL: "trusted server,
              TrustModel.PAN_PRIVATE: "curator: one draw before the batch's data, one after"}
 
 
-def _private_sum(priv: dict, context: PlanContext, eps: float, delta: float, dim: int, users: int, key: str,
+def _private_sum(priv: PrivacySettings, context: PlanContext, eps: float, delta: float, dim: int, users: int, key: str,
                  value) -> tuple[Any, dict]:
     """``_sum_step`` for the run, and the values to log; a ConfigError on ``key`` (what the user
     would change) if P_vec cannot serve it."""
-    trust = priv["trust_model"]
+    trust = priv.trust_model
     try:
-        step = _sum_step(trust, eps, delta, dim, users, _clip(priv), priv["calibration"])
+        step = _sum_step(trust, eps, delta, dim, users, _clip(priv), checked_term(Calibration, priv.calibration))   # checked by _budget
     except ConfigError as err:
         if trust != TrustModel.SDP:
             raise
@@ -476,7 +476,7 @@ def _private_sum(priv: dict, context: PlanContext, eps: float, delta: float, dim
         params = step.params
         details = {"messages_per_user": params.messages_per_user, "noise_bits": params.noise_bits,
                    "bit_probability": params.bit_probability}
-        if priv["calibration"] == Calibration.TIGHT:        # the bound computed at these b, p: <= the invocation's delta
+        if priv.calibration == Calibration.TIGHT:        # the bound computed at these b, p: <= the invocation's delta
             details |= {"invocation_delta_bound": params.certified_delta, "tight_route": params.route}
         return step, details
     return step, {"noise_std": step.sigma, "noise_placement": PLACEMENT[trust]}
@@ -488,24 +488,25 @@ def _below_one(eps: float) -> float:
     return eps
 
 
-def _sum_mse(priv: dict, mode: str):
+def _sum_mse(priv: PrivacySettings, mode: str):
     """The step-sum error ``exact`` calibrates the step size for (``hyperparameters``): the trust
     model's sum's own ``sum_mse``."""
-    trust = priv["trust_model"]
+    trust = priv.trust_model
     if trust in (TrustModel.LOCAL, TrustModel.CENTRAL, TrustModel.PAN_PRIVATE) and mode == "paper":
         raise ConfigError("algorithm.parameters", mode, f"exact or manual for trust_model={trust} (the paper's "
                           "formulas are P_vec's)")
     calibration: Any = Calibration.PAPER
     if trust == TrustModel.SDP:
-        calibration = priv.get("calibration")       # checked next: one of CALIBRATION[TrustModel.SDP]
+        calibration = priv.calibration       # checked next: one of CALIBRATION[TrustModel.SDP]
         if calibration not in CALIBRATION[TrustModel.SDP]:
             raise ConfigError("privacy.calibration", calibration, "paper or tight for trust_model=sdp (P_vec)")
     return lambda eps, delta, dim, batch, l2: _sum_step(trust, eps, delta, dim, batch, l2,
                                                         calibration=calibration).sum_mse(batch, dim)
 
 
-def _not_private(priv: dict, context: PlanContext) -> PrivacyPlan:
+def _not_private(priv: PrivacySettings, context: PlanContext) -> PrivacyPlan:
     cells = (context.replicas.count, context.shape.num_silos)
-    return PrivacyPlan(trust_model=TrustModel.NONE, calibration=Calibration.NONE, accountant=priv["accountant"], unit=USER,
+    accountant = Accountant.NONE if priv.accountant is None else priv.accountant      # the words, unused without privacy
+    return PrivacyPlan(trust_model=TrustModel.NONE, calibration=Calibration.NONE, accountant=accountant, unit=USER,
                        relation=Relation.REPLACE_ONE, delta=np.zeros(context.shape.num_silos),
                        noise_multiplier=np.zeros(cells), target_epsilon=None, ledger=None)

@@ -33,7 +33,7 @@ import numpy as np
 
 from fedray.checks import number_in, positive
 from fedray.core.evaluation import Metric
-from fedray.core.planning import PlanContext, PlannedAlgorithm, ProtocolRecipe
+from fedray.core.planning import PlanContext, PlannedAlgorithm, PrivacySettings, ProtocolRecipe
 from fedray.core.protocol import RoundKeys
 from fedray.core.sampling import AllUnits
 from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
@@ -75,11 +75,11 @@ class ItemSampledGaussian(ProtocolRecipe):
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext):
-        alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
+        alg, priv, shape, replicas = config["algorithm"], context.privacy, context.shape, context.replicas
         name = alg.get("name")
         m = check_curator_rounds(self, config, context, FIELDS, AllUnits,
                                  "every user (participation=all): the server samples items, not users")
@@ -97,15 +97,13 @@ class ItemSampledGaussian(ProtocolRecipe):
         def build(noise: ServerGaussianNoise):
             return algorithm_class(context.loss, solver, clip, noise, rounds, m, users, batch)
 
-        if priv["trust_model"] == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             return CuratorRoundsPlan(build(ServerGaussianNoise(np.zeros(replicas.count), 0.0)), context.sampler, context.loss, shape, replicas,
                                      rounds, not_private(cells), resolved)
-        if priv.get("calibration") != Calibration.ACCOUNTANT:
-            raise ConfigError("privacy.calibration", priv.get("calibration"), f"accountant for {name} (the PLD "
+        if priv.calibration != Calibration.ACCOUNTANT:
+            raise ConfigError("privacy.calibration", priv.calibration, f"accountant for {name} (the PLD "
                               "accountant's noise for the subsampled Gaussian)")
-        if priv.get("epsilon_grid") is not None:
-            raise ConfigError("privacy.epsilon_grid", priv["epsilon_grid"], f"null for {name} (one budget per run)")
-        delta = number_in("privacy.delta", priv.get("delta"), 0.0, 1.0, "a number in (0, 1)")
+        delta = number_in("privacy.delta", priv.delta, 0.0, 1.0, "a number in (0, 1)")
         epsilon = float(_levels(priv, replicas)[0])
         item_epsilon, item_delta = item_level_budget(epsilon, delta, m)
         z = calibrate_noise_multiplier(item_epsilon, item_delta, batch, population, 1, rounds, Accountant.PLD)

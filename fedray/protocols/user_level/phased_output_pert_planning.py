@@ -28,7 +28,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from fedray.checks import check_bool, number_in, positive
-from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe
+from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe
 from fedray.core.protocol import Routing
 from fedray.core.terms import Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
@@ -132,13 +132,14 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
+    budget_grid: bool = True           # privacy.epsilon_grid: one noise per budget, as replicas
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PhasedPlan:
-        alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
+        alg, priv, shape, replicas = config["algorithm"], context.privacy, context.shape, context.replicas
         _check_program(self, config, context, FIELDS)
         on_unstable, most_solves = on_unstable_setting(alg)
         variant = alg.get("variant")
@@ -169,8 +170,8 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
             beta = 1.0 / (2 * n * n * m) if mu else 1.0 / (n * m)        # Alg. 5 / 6's, or Thm 4.1's
         else:
             beta = number_in("algorithm.beta", beta, 0.0, 1.0, "a probability in (0, 1)")
-        private = priv["trust_model"] != TrustModel.NONE
-        calibration = priv["calibration"] if private else Calibration.PAPER
+        private = priv.trust_model != TrustModel.NONE
+        calibration = priv.calibration if private else Calibration.PAPER
         smooth = objective.smoothness           # the item loss's Hessians (tight: the smooth certificate)
         if calibration not in DELETION_CALIBRATIONS:
             raise ConfigError("privacy.calibration", calibration, f"one of {DELETION_CALIBRATIONS} for Phased-ERM / SCO "
@@ -179,7 +180,7 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
             raise ConfigError("algorithm.noise_scale", scale, "1 with privacy=none (the diagnostic scales the noise of "
                               "a privacy budget: keep privacy=central_user)")
         # delta, levels and eps_levels are None exactly when the run is not private
-        delta: Any = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "a number in (0, 1/2]", closed_high=True) \
+        delta: Any = number_in("privacy.delta", priv.delta, 0.0, 0.5, "a number in (0, 1/2]", closed_high=True) \
             if private else None
         levels: Any = _levels(priv, replicas) if private else None
         if private and np.any(levels > 1):

@@ -38,7 +38,7 @@ import numpy as np
 
 from fedray.acsa import AcSa, Phases
 from fedray.checks import check_bool, known_keys, number_in, positive
-from fedray.core.planning import PlanContext, PlannedAlgorithm, ProtocolRecipe
+from fedray.core.planning import PlanContext, PlannedAlgorithm, PrivacySettings, ProtocolRecipe
 from fedray.core.sampling import AllUnits, UniformParticipation
 from fedray.core.terms import Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
@@ -64,9 +64,10 @@ STAGES = ("multi", "single")
 PHASED = "fedray.core.sampling.PhasedSubsets"
 
 
-def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = SOLVERS) -> tuple[Problem, dict]:
+def _inputs(config: dict, priv: PrivacySettings, shape, loss, fields: tuple = FIELDS,
+            solvers: tuple = SOLVERS) -> tuple[Problem, dict]:
     """The public problem and the profile's constants, every value checked."""
-    alg, priv = config["algorithm"], config["privacy"]
+    alg = config["algorithm"]
     name = alg.get("name")
     known_keys("algorithm", alg, fields)
     profile = alg.get("profile", "paper")
@@ -76,17 +77,14 @@ def _inputs(config: dict, shape, loss, fields: tuple = FIELDS, solvers: tuple = 
     if profile != "exploratory" and kappa != 1.0:
         raise ConfigError("algorithm.kappa", kappa, f"1 with algorithm.profile={profile} (exploratory scales the "
                           "constants)")
-    if priv["trust_model"] != TrustModel.NONE and priv.get("epsilon_grid") is not None:
-        raise ConfigError("privacy.epsilon_grid", priv["epsilon_grid"], f"null for {name}: every phase's lambda_i, "
-                          "T_i and K_i depend on eps (one privacy.epsilon per run)")
     items = set(shape.items)
     if len(items) != 1:
         raise ConfigError("data", f"{min(items)}..{max(items)} items per user", f"the same m for every user ({name})")
-    if priv["trust_model"] == TrustModel.NONE:
+    if priv.trust_model == TrustModel.NONE:
         eps, delta = math.inf, 0.5      # the eps -> inf limit: lambda = (L / R) / sqrt(n m), K_i = n_i (delta unused)
     else:
-        eps = positive("privacy.epsilon", priv.get("epsilon"))
-        delta = number_in("privacy.delta", priv.get("delta"), 0.0, 1.0, "a number in (0, 1)")
+        eps = positive("privacy.epsilon", priv.epsilon)
+        delta = number_in("privacy.delta", priv.delta, 0.0, 1.0, "a number in (0, 1)")
     problem = Problem(shape.num_silos, items.pop(), shape.dim * loss.num_outputs, eps, delta,
                       positive("algorithm.lipschitz", alg.get("lipschitz")),
                       2.0 * positive("algorithm.radius", alg.get("radius")),
@@ -166,17 +164,17 @@ def require_phased(config: dict) -> None:
                           f"participation=phased for {config['algorithm'].get('name')} (it sets the phases)")
 
 
-def curator_privacy(recipe, config: dict, calibration_why: str = "") -> bool:
+def curator_privacy(recipe, config: dict, priv: PrivacySettings, calibration_why: str = "") -> bool:
     """Whether the run is private: the trust model one of the recipe's, and a private run's
     calibration ``paper`` (the printed noise) under the profiles paper and exploratory, ``accountant``
     (the smallest noise for the derived sensitivity) under profile derived."""
-    priv, alg = config["privacy"], config["algorithm"]
+    alg = config["algorithm"]
     name, profile = alg.get("name"), alg.get("profile", "paper")
-    private = priv["trust_model"] != TrustModel.NONE
+    private = priv.trust_model != TrustModel.NONE
     expected = Calibration.ACCOUNTANT if profile == "derived" else Calibration.PAPER
-    if private and priv.get("calibration") != expected:
+    if private and priv.calibration != expected:
         why = " (the noise calibrated to the derived sensitivity)" if profile == "derived" else calibration_why
-        raise ConfigError("privacy.calibration", priv.get("calibration"),
+        raise ConfigError("privacy.calibration", priv.calibration,
                           f"{expected} for {name} with algorithm.profile={profile}{why}")
     return private
 
@@ -199,10 +197,10 @@ class AcceleratedErm(ProtocolRecipe):
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         """The phases as ``participation`` and sum T_i as ``num_rounds``."""
         require_phased(config)
-        problem, constants = _inputs(config, shape, loss)
+        problem, constants = _inputs(config, privacy, shape, loss)
         layout = _joined([layout for _, _, layout in _runs(problem, constants)[0]])
         participation = {"_target_": PHASED, "phase_units": list(layout.users), "steps": list(layout.steps),
                          "batch_sizes": list(layout.batch)}
@@ -210,8 +208,9 @@ class AcceleratedErm(ProtocolRecipe):
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
         alg, shape, replicas = config["algorithm"], context.shape, context.replicas
-        private = curator_privacy(self, config, " (Alg. 2's printed sigma_i; algorithm.profile chooses the constants)")
-        problem, constants = _inputs(config, shape, context.loss)
+        private = curator_privacy(self, config, context.privacy, " (Alg. 2's printed sigma_i; algorithm.profile "
+                                  "chooses the constants)")
+        problem, constants = _inputs(config, context.privacy, shape, context.loss)
         runs, fixed_point = _runs(problem, constants)
         stages = alg.get("stages", "multi")
         if stages not in STAGES:
@@ -359,17 +358,18 @@ class FullBatchFiltered(ProtocolRecipe):
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
         alg, shape, replicas = config["algorithm"], context.shape, context.replicas
         name = alg.get("name")
-        private = curator_privacy(self, config)
+        private = curator_privacy(self, config, context.privacy)
         if not isinstance(context.sampler, (AllUnits, UniformParticipation)):
             raise ConfigError("participation", type(context.sampler).__name__, f"all (every user every step) or "
                               f"uniform (K of them) for {name}")
-        problem, constants = _inputs(config, shape, context.loss, FULL_BATCH_FIELDS, SINGLE_PHASE_SOLVERS)
+        problem, constants = _inputs(config, context.privacy, shape, context.loss, FULL_BATCH_FIELDS,
+                                     SINGLE_PHASE_SOLVERS)
         output = alg.get("output", "average")
         if output not in OUTPUTS:
             raise ConfigError("algorithm.output", output, f"one of {OUTPUTS} (the average iterate, or the last)")

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedray.checks import number_in, positive
-from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe
+from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe
 from fedray.core.protocol import Routing
 from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
@@ -50,15 +50,15 @@ FIELDS = ("_target_", "name", "profile", "kappa", "threshold_constant", "lipschi
           "step_size")
 
 
-def _problem(config: dict, shape, loss) -> tuple[Problem, dict]:
-    problem, constants = _inputs(config, shape, loss, FIELDS, ("sgd",))
-    if config["privacy"]["trust_model"] == TrustModel.NONE:
-        priv, name = config["privacy"], config["algorithm"].get("name")
+def _problem(config: dict, priv: PrivacySettings, shape, loss) -> tuple[Problem, dict]:
+    problem, constants = _inputs(config, priv, shape, loss, FIELDS, ("sgd",))
+    if not priv.private:
+        name = config["algorithm"].get("name")
         why = f"with privacy=none too for {name}: the schedule (C, eta_i, T_i) is the private run's"
-        if priv.get("epsilon") is None:
+        if priv.epsilon is None:
             raise ConfigError("privacy.epsilon", None, f"a positive number {why}")
-        eps = positive("privacy.epsilon", priv["epsilon"])
-        delta = number_in("privacy.delta", priv.get("delta"), 0.0, 1.0, f"a number in (0, 1) {why}")
+        eps = positive("privacy.epsilon", priv.epsilon)
+        delta = number_in("privacy.delta", priv.delta, 0.0, 1.0, f"a number in (0, 1) {why}")
         problem = dataclasses.replace(problem, epsilon=eps, delta=delta)
     return problem, {"profile": constants["profile"], "kappa": constants["kappa"], "c_tau": constants["c_tau"]}
 
@@ -94,18 +94,19 @@ class PhasedSgdRecipe(ProtocolRecipe):
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         """The phases as ``participation`` (C N_i users, one round each) and l as ``num_rounds``."""
         require_phased(config)
-        problem, constants = _problem(config, shape, loss)
+        problem, constants = _problem(config, privacy, shape, loss)
         users = list(_layout(problem, constants).phase_users)
         participation = {"_target_": PHASED, "phase_units": users, "steps": [1] * len(users), "batch_sizes": users}
         return {**config, "participation": participation, "num_rounds": len(users)}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PhasedSgdPlan:
         shape, replicas = context.shape, context.replicas
-        private = curator_privacy(self, config, " (Alg. 1's printed sigma_i; algorithm.profile chooses the constants)")
-        problem, constants = _problem(config, shape, context.loss)
+        private = curator_privacy(self, config, context.privacy, " (Alg. 1's printed sigma_i; algorithm.profile "
+                                  "chooses the constants)")
+        problem, constants = _problem(config, context.privacy, shape, context.loss)
         layout = _layout(problem, constants)
         multiplier = replicas.step_sizes[:, None]
         unit_phase = context.sampler.members(context.seed, shape.num_silos)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedray.checks import check_bool, known_keys, number_in, positive
-from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, ProtocolRecipe
+from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe
 from fedray.core.protocol import CuratorSampledRounds, Routing
 from fedray.core.sampling import AllUnits, UniformParticipation
 from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
@@ -75,13 +75,14 @@ def sensitivity(lipschitz: float, regularization: float, num_users: int, toleran
 class OutputPerturbationRecipe(ProtocolRecipe):
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
+    budget_grid: bool = True           # privacy.epsilon_grid: one noise per budget, as replicas
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> OutputPerturbationPlan:
-        alg, priv, shape = config["algorithm"], config["privacy"], context.shape
+        alg, priv, shape = config["algorithm"], context.privacy, context.shape
         _check_program(self, config, context, FIELDS)
         regularization = positive("algorithm.regularization", alg.get("regularization"))
         tolerance = positive("algorithm.gradient_tolerance", alg.get("gradient_tolerance"))
@@ -89,13 +90,13 @@ class OutputPerturbationRecipe(ProtocolRecipe):
         delta_sens = sensitivity(objective.lipschitz, regularization, shape.num_silos, tolerance)
         replicas, cells = context.replicas, (context.replicas.count, shape.num_silos)
         resolved = {"lipschitz": objective.lipschitz, "smoothness": objective.smoothness, "sensitivity": delta_sens}
-        if priv["trust_model"] == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             privacy, noise_std = not_private(cells), np.zeros(replicas.count)
         else:
-            calibration = priv["calibration"]
+            calibration = priv.calibration
             if calibration not in CALIBRATIONS:
                 raise ConfigError("privacy.calibration", calibration, f"one of {CALIBRATIONS} for {alg.get('name')}")
-            delta = number_in("privacy.delta", priv.get("delta"), 0.0, 1.0, "a number in (0, 1)")
+            delta = number_in("privacy.delta", priv.delta, 0.0, 1.0, "a number in (0, 1)")
             levels = _levels(priv, replicas)
             if calibration == Calibration.PAPER and np.any(levels >= 1):
                 raise ConfigError("privacy.epsilon", float(levels.max()), "below 1 with privacy.calibration=paper "
@@ -143,13 +144,14 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
+    budget_grid: bool = True           # privacy.epsilon_grid: one noise per budget, as replicas
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CertifiedPlan:
-        alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
+        alg, priv, shape, replicas = config["algorithm"], context.privacy, context.shape, context.replicas
         _check_program(self, config, context, CERTIFIED_FIELDS)
         mu = positive("algorithm.strong_convexity", alg.get("strong_convexity"))
         objective = LinearModelObjective(context.loss, positive("algorithm.feature_bound", alg.get("feature_bound")))
@@ -172,14 +174,14 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
         cells, n, m = (replicas.count, shape.num_silos), shape.num_silos, items.pop()
         on_unstable, most_solves = on_unstable_setting(alg)
         resolved = {"lipschitz": lipschitz, "items_per_user": m, "mode": mode, "on_unstable": on_unstable}
-        if priv["trust_model"] == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             return CertifiedPlan(algorithm_class, objective, mu, (None,) * replicas.count, 1e-9 * lipschitz, shape,
                                  not_private(cells), resolved)
-        calibration = priv["calibration"]
+        calibration = priv.calibration
         if calibration not in DELETION_CALIBRATIONS:
             raise ConfigError("privacy.calibration", calibration, f"one of {DELETION_CALIBRATIONS} for SCOutputPert "
                               "(paper: Thm 3.3's noise; tight: the same guarantee by its coupling, computed exactly)")
-        delta = number_in("privacy.delta", priv.get("delta"), 0.0, 0.5, "a number in (0, 1/2]", closed_high=True)
+        delta = number_in("privacy.delta", priv.delta, 0.0, 0.5, "a number in (0, 1/2]", closed_high=True)
         levels = _levels(priv, replicas)
         if np.any(levels > 1):
             raise ConfigError("privacy.epsilon", float(levels.max()), "at most 1 (the paper's range, eps in (0, 1])")
@@ -271,7 +273,7 @@ def not_dp_release(levels: np.ndarray, delta: float, cells: tuple, multiplier: n
 def _check_program(recipe, config: dict, context: PlanContext, fields: tuple) -> None:
     """What every driver-side user-level program needs: its fields, trust model, one release over
     every user, a smooth loss with a bounded derivative."""
-    alg, priv = config["algorithm"], config["privacy"]
+    alg, priv = config["algorithm"], context.privacy
     name = str(alg.get("name"))
     known_keys("algorithm", alg, fields)
     if not isinstance(context.sampler, AllUnits):
@@ -289,10 +291,10 @@ def _check_program(recipe, config: dict, context: PlanContext, fields: tuple) ->
                           f"a smooth loss with a bounded derivative (Logistic, Softmax) for {name}")
 
 
-def _levels(priv: dict, replicas) -> np.ndarray:
+def _levels(priv: PrivacySettings, replicas) -> np.ndarray:
     if replicas.epsilon_levels is not None:
         return replicas.epsilon_levels
-    return np.full(replicas.count, positive("privacy.epsilon", priv.get("epsilon")))
+    return np.full(replicas.count, positive("privacy.epsilon", priv.epsilon))
 
 
 def _one_release(calibration: Calibration, levels: np.ndarray, delta: float, cells: tuple, multiplier: np.ndarray,
@@ -318,7 +320,7 @@ B1_FIELDS = ("_target_", "name", "step_size", "l2_clip", "radius", "regularizati
 def check_curator_rounds(recipe, config: dict, context: PlanContext, fields: tuple, sampler: type, needs: str) -> int:
     """What a user-level round protocol at a trusted server checks first: its fields, trust model
     and participation (a ``sampler``, described by ``needs``), the same m for every user; m."""
-    alg, priv = config["algorithm"], config["privacy"]
+    alg, priv = config["algorithm"], context.privacy
     name = alg.get("name")
     known_keys("algorithm", alg, fields)
     if not isinstance(context.sampler, sampler):
@@ -365,11 +367,11 @@ class UserSampledGaussian(ProtocolRecipe):
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
-        alg, priv, shape, replicas = config["algorithm"], config["privacy"], context.shape, context.replicas
+        alg, priv, shape, replicas = config["algorithm"], context.privacy, context.shape, context.replicas
         name = alg.get("name")
         items = check_curator_rounds(self, config, context, B1_FIELDS, UniformParticipation,
                                      "uniform (K of the N users each round, without replacement)")
@@ -383,18 +385,15 @@ class UserSampledGaussian(ProtocolRecipe):
                               "lambda / 2 ||w||^2, data independent)")
         solver = ProjectedGradient(replicas.step_sizes, ridge, radius)
         resolved = {"users_per_round": batch, "l2_clip": clip}
-        if priv["trust_model"] == TrustModel.NONE:
+        if priv.trust_model == TrustModel.NONE:
             algorithm = algorithm_class(context.loss, solver, math.inf, ServerGaussianNoise(np.zeros(replicas.count), 0.0),
                                         rounds, items)
             return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, rounds,
                                      not_private(cells), resolved)
-        if priv.get("calibration") != Calibration.ACCOUNTANT:
-            raise ConfigError("privacy.calibration", priv.get("calibration"), f"accountant for {name} (the RDP "
+        if priv.calibration != Calibration.ACCOUNTANT:
+            raise ConfigError("privacy.calibration", priv.calibration, f"accountant for {name} (the RDP "
                               "accountant's noise for the subsampled Gaussian)")
-        if priv.get("epsilon_grid") is not None:
-            raise ConfigError("privacy.epsilon_grid", priv["epsilon_grid"], f"null for {name} (one budget per run: "
-                              "the ledger prices one noise multiplier)")
-        delta = number_in("privacy.delta", priv.get("delta"), 0.0, 1.0, "a number in (0, 1)")
+        delta = number_in("privacy.delta", priv.delta, 0.0, 1.0, "a number in (0, 1)")
         levels = _levels(priv, replicas)
         multipliers = {float(eps): calibrate_noise_multiplier(float(eps), delta, batch, users, 1, rounds, Accountant.RDP)
                        for eps in np.unique(levels)}
