@@ -98,7 +98,7 @@ class FedAvgRecipe(ProtocolRecipe):
         make = partial(algorithm_class, context.loss, replicas.step_sizes, steps, server_lr, clip, k,
                        num_rounds=rounds)
         resolved = {"l2_clip": clip, "clients_per_round": k}
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             privacy = PrivacyPlan(TrustModel.NONE, Calibration.NONE, Accountant.NONE, UNIT, relation, np.zeros(clients), np.zeros(cells), None, None)
             return FedAvgPlan(make(noise=ServerGaussianNoise(np.zeros(replicas.count), 0.0)), context, privacy, resolved)
         if priv.calibration != Calibration.ACCOUNTANT:

@@ -219,7 +219,7 @@ class VertexSampling(ProtocolRecipe):
         mode = _mode(alg, SMD_MODES)
         if mode == "manual":
             return config
-        private = priv.trust_model != TrustModel.NONE
+        private = priv.private
         budget = _budget(priv, CALIBRATIONS, _TAU_PRIV) if private else None
         calibration = checked_term(Calibration, priv.calibration) if private else Calibration.PAPER
         if mode == "bound" and budget is not None:
@@ -244,7 +244,7 @@ class VertexSampling(ProtocolRecipe):
         algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, rows=game.rows,
                                     columns=game.columns, vertices=vertices)
         constants = {"batch_size": float(batch), "draws": float(draws), "lipschitz": lipschitz}
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             privacy = _not_private(replicas)
         else:
             eps, delta = _budget(priv, CALIBRATIONS, _TAU_PRIV)
@@ -291,7 +291,7 @@ class GaussianNoise(ProtocolRecipe):
         game = _game(config, dataset, str(alg.get("name")))
         if _mode(alg) == "manual":
             return config
-        budget = self._budget(priv) if priv.trust_model != TrustModel.NONE else None
+        budget = self._budget(priv) if priv.private else None
         eps, delta = budget if budget is not None else (None, None)
 
         def noise_std(sensitivity: float) -> float:
@@ -307,7 +307,7 @@ class GaussianNoise(ProtocolRecipe):
         _, game = _checked(self, config, context, GAUSSIAN_KEYS)
         block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
         batch, steps, replicas = int(context.sampler.batch_size), context.num_rounds, context.replicas
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             sigma, privacy = 0.0, _not_private(replicas)
         else:
             eps, delta = self._budget(priv)
@@ -351,7 +351,7 @@ class BiasReduced(ProtocolRecipe):
             # The stopping rule decides; num_rounds is its most steps (each adds 2^N >= 1 to a sum <= U).
             stop = config["participation"].get("stop")
             return {**config, "num_rounds": int(stop)} if isinstance(stop, (int, float)) and stop >= 1 else config
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             raise ConfigError("algorithm.parameters", "paper", "manual with privacy=none (Thm 3.14's M, U, alpha "
                               "and tau are set by eps)")
         eps, delta = _budget(priv, CALIBRATIONS, _ALG3_LIMIT)
@@ -376,7 +376,7 @@ class BiasReduced(ProtocolRecipe):
                      "lipschitz": game.lipschitz}
         resolved = {"levels": sampler.levels, "stop": sampler.stop, "batch_factor": sampler.batch_factor,
                     "parameters": alg.get("parameters", "paper")}
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             return GamePlan(algorithm, sampler, replicas, context.num_rounds, context.shape.num_silos,
                             _not_private(replicas), resolved=resolved, constants=constants)
         eps, delta = _budget(priv, CALIBRATIONS, _ALG3_LIMIT)
@@ -434,7 +434,7 @@ class OnlineToBatch(ProtocolRecipe):
                               "loss (Thm 4.2 (a), (b))")
         if _mode(alg) == "manual":
             return config
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             raise ConfigError("algorithm.parameters", "paper", "manual with privacy=none (Thm 4.2's T, q, K are set by eps)")
         eps, delta = _budget(priv)
         schedule = sco_schedule(regime, shape.num_silos, eps, delta, game.rows, game.lipschitz, game.smoothness,
@@ -456,7 +456,7 @@ class OnlineToBatch(ProtocolRecipe):
                                     draws=draws, rows=game.rows)
         constants = {"batch_size": float(batch), "draws": float(draws), "refresh": float(refresh),
                      "lipschitz": game.lipschitz}
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             privacy = _not_private(replicas)
         else:
             eps, delta = _budget(priv)
@@ -497,7 +497,7 @@ class FrankWolfeRecipe(ProtocolRecipe):
     def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         alg, priv = config["algorithm"], privacy
         _one_loss(config, dataset, str(alg.get("name")))
-        if _mode(alg) == "manual" or priv.trust_model == TrustModel.NONE:
+        if _mode(alg) == "manual" or not priv.private:
             return config
         eps, _ = _budget(priv)
         return {**config, "num_rounds": frank_wolfe_rounds(shape.num_silos, eps)}
@@ -508,7 +508,7 @@ class FrankWolfeRecipe(ProtocolRecipe):
         game = _one_loss(config, context.dataset, name)
         replicas, steps, n = context.replicas, context.num_rounds, context.shape.num_silos
         constants = {"lipschitz": game.lipschitz}
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             round_epsilon, privacy = float("inf"), _not_private(replicas)
         else:
             eps, delta = _budget(priv)

@@ -158,7 +158,7 @@ class PvecSteps(ProtocolRecipe):
                               "with algorithm.strong_convexity (with the matching phased participation)")
         batches = list(sampler.batch_sizes) if phased else [sampler.batch_size]
         batch = batches[0]
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             vector_sums, privacy = [ExactSum()] * len(batches), _not_private(priv, context)
         else:
             eps, delta = _budget(priv)
@@ -263,7 +263,7 @@ class PvecRounds(ProtocolRecipe):
         # Phased (Thm 4.9b): a user takes part in the T rounds of its own phase, with its group.
         users, rounds = shape.num_silos, context.num_rounds
         per_invocation, per_user = (context.sampler.group_size, context.sampler.rounds) if phased else (users, rounds)
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             vector_sum, privacy = ExactSum(), _not_private(priv, context)
         else:
             eps, delta = _budget(priv)
@@ -428,7 +428,7 @@ def _check_users(recipe, algorithm_class: type[Any], config: dict, context: Plan
 
 
 def _clip(priv: PrivacySettings) -> float:
-    return positive("privacy.l2_clip", priv.l2_clip, allow_none=priv.trust_model == TrustModel.NONE) or float("inf")
+    return positive("privacy.l2_clip", priv.l2_clip, allow_none=not priv.private) or float("inf")
 
 
 def _budget(priv: PrivacySettings) -> tuple[float, float]:

@@ -97,7 +97,7 @@ class ItemSampledGaussian(ProtocolRecipe):
         def build(noise: ServerGaussianNoise):
             return algorithm_class(context.loss, solver, clip, noise, rounds, m, users, batch)
 
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             return CuratorRoundsPlan(build(ServerGaussianNoise(np.zeros(replicas.count), 0.0)), context.sampler, context.loss, shape, replicas,
                                      rounds, not_private(cells), resolved)
         if priv.calibration != Calibration.ACCOUNTANT:

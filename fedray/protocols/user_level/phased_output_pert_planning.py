@@ -170,7 +170,7 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
             beta = 1.0 / (2 * n * n * m) if mu else 1.0 / (n * m)        # Alg. 5 / 6's, or Thm 4.1's
         else:
             beta = number_in("algorithm.beta", beta, 0.0, 1.0, "a probability in (0, 1)")
-        private = priv.trust_model != TrustModel.NONE
+        private = priv.private
         calibration = priv.calibration if private else Calibration.PAPER
         smooth = objective.smoothness           # the item loss's Hessians (tight: the smooth certificate)
         if calibration not in DELETION_CALIBRATIONS:

@@ -80,7 +80,7 @@ def _inputs(config: dict, priv: PrivacySettings, shape, loss, fields: tuple = FI
     items = set(shape.items)
     if len(items) != 1:
         raise ConfigError("data", f"{min(items)}..{max(items)} items per user", f"the same m for every user ({name})")
-    if priv.trust_model == TrustModel.NONE:
+    if not priv.private:
         eps, delta = math.inf, 0.5      # the eps -> inf limit: lambda = (L / R) / sqrt(n m), K_i = n_i (delta unused)
     else:
         eps = positive("privacy.epsilon", priv.epsilon)
@@ -170,7 +170,7 @@ def curator_privacy(recipe, config: dict, priv: PrivacySettings, calibration_why
     (the smallest noise for the derived sensitivity) under profile derived."""
     alg = config["algorithm"]
     name, profile = alg.get("name"), alg.get("profile", "paper")
-    private = priv.trust_model != TrustModel.NONE
+    private = priv.private
     expected = Calibration.ACCOUNTANT if profile == "derived" else Calibration.PAPER
     if private and priv.calibration != expected:
         why = " (the noise calibrated to the derived sensitivity)" if profile == "derived" else calibration_why

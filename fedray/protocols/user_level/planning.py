@@ -90,7 +90,7 @@ class OutputPerturbationRecipe(ProtocolRecipe):
         delta_sens = sensitivity(objective.lipschitz, regularization, shape.num_silos, tolerance)
         replicas, cells = context.replicas, (context.replicas.count, shape.num_silos)
         resolved = {"lipschitz": objective.lipschitz, "smoothness": objective.smoothness, "sensitivity": delta_sens}
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             privacy, noise_std = not_private(cells), np.zeros(replicas.count)
         else:
             calibration = priv.calibration
@@ -174,7 +174,7 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
         cells, n, m = (replicas.count, shape.num_silos), shape.num_silos, items.pop()
         on_unstable, most_solves = on_unstable_setting(alg)
         resolved = {"lipschitz": lipschitz, "items_per_user": m, "mode": mode, "on_unstable": on_unstable}
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             return CertifiedPlan(algorithm_class, objective, mu, (None,) * replicas.count, 1e-9 * lipschitz, shape,
                                  not_private(cells), resolved)
         calibration = priv.calibration
@@ -385,7 +385,7 @@ class UserSampledGaussian(ProtocolRecipe):
                               "lambda / 2 ||w||^2, data independent)")
         solver = ProjectedGradient(replicas.step_sizes, ridge, radius)
         resolved = {"users_per_round": batch, "l2_clip": clip}
-        if priv.trust_model == TrustModel.NONE:
+        if not priv.private:
             algorithm = algorithm_class(context.loss, solver, math.inf, ServerGaussianNoise(np.zeros(replicas.count), 0.0),
                                         rounds, items)
             return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, rounds,
