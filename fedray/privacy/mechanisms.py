@@ -16,8 +16,10 @@ generators (the server half draws from the round's keys, ``fedray.core.protocol.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar
+from functools import lru_cache
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 import numpy as np
 
@@ -135,6 +137,94 @@ class ServerGaussianNoise(GaussianNoise):
 
     def select(self, silo_ids: np.ndarray) -> "ServerGaussianNoise":
         return self          # one multiplier per replica: the same for every unit
+
+
+@dataclass(frozen=True)
+class CalibratedGaussianNoise:
+    """Gaussian noise whose std a calibration formula set for a target (epsilon, delta), added by
+    a trusted server to one release of stated l2 sensitivity (central DP).
+
+    Trust model: the server (curator) computes the exact value and adds the noise itself; what it
+    releases is private. Placement: ``SERVER``, applied in the protocol's server half.
+    Unit and relation: the plan's (replace one sample, one user, ...); ``sensitivity`` is the l2
+    sensitivity of the value the noise is added to under that relation.
+    Calibration: ``calibration(epsilon, delta, sensitivity) -> std`` is the formula that set
+    ``noise_std`` (``fedray.privacy.gaussian.analytic_sigma``, or a paper's), decreasing in
+    epsilon. ``guarantee`` is what the ledger prices: ``(epsilon, delta)`` when the formula at the
+    target asks for no more than ``noise_std`` (the same bits: a std computed by the formula
+    prices exactly the target), else the smallest epsilon at ``delta`` the formula certifies for
+    the std actually added (bisection), so less noise prices more. ``event`` names one
+    application as dp-accounting's Gaussian event of multiplier ``noise_std / sensitivity``.
+    Randomness: ``apply`` takes the standard normals the server drew for it (from the round's
+    keys), (P, ...) in the value's shape, so the same draws give the same bits.
+    """
+
+    noise_std: float
+    sensitivity: float
+    epsilon: float            # the target the formula calibrated noise_std for
+    delta: float
+    calibration: Callable[[float, float, float], float]
+    placement: ClassVar[Placement] = Placement.SERVER
+    draws_normals: ClassVar[bool] = True      # ``apply`` reads its standard normals
+
+    @property
+    def noise_multiplier(self) -> float:
+        return float(self.noise_std) / float(self.sensitivity)
+
+    def apply(self, x: np.ndarray, standard_normal: np.ndarray | None) -> tuple[np.ndarray, dict]:
+        """``x`` (P, ...) plus ``noise_std`` times the normals; metrics: ``noise_std`` (P,)."""
+        if standard_normal is None or np.shape(standard_normal) != np.shape(x):
+            raise ValueError(f"CalibratedGaussianNoise needs standard normals of the value's shape {np.shape(x)}; "
+                             f"got {None if standard_normal is None else np.shape(standard_normal)}")
+        return x + self.noise_std * standard_normal, {"noise_std": np.full(x.shape[0], float(self.noise_std))}
+
+    def round_metrics(self, participation: np.ndarray) -> dict[str, Metric]:
+        """The std added to each replica's release, (P,), as ``noise_std_added_min``/``_max``
+        (equal: one std). Released: a function of the plan's target and sensitivity, public."""
+        std = np.full(np.shape(participation)[0], float(self.noise_std))
+        return {"noise_std_added_min": Metric(std, True), "noise_std_added_max": Metric(std.copy(), True)}
+
+    def select(self, silo_ids: np.ndarray) -> "CalibratedGaussianNoise":
+        return self
+
+    def guarantee(self) -> tuple[float, float]:
+        """(epsilon, delta) of one application, as the calibration formula certifies it (class docstring)."""
+        return _certified_epsilon(self.calibration, float(self.noise_std), float(self.sensitivity),
+                                  float(self.epsilon), float(self.delta)), float(self.delta)
+
+    def event_data(self, replica: int, unit: int) -> dict:
+        return event_data.gaussian(self.noise_multiplier) if self.noise_std > 0 else event_data.non_private()
+
+    def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
+        from fedray.privacy.events import event_from_json     # imports dp-accounting (a second): only here
+
+        return event_from_json(self.event_data(replica, unit))
+
+
+@lru_cache(maxsize=256)
+def _certified_epsilon(calibration: Callable, noise_std: float, sensitivity: float, epsilon: float,
+                       delta: float) -> float:
+    """The target ``epsilon`` if ``calibration`` asks for at most ``noise_std`` there, else the
+    smallest epsilon (within a relative 1e-12, rounded up) at which it does; inf if none does."""
+    def needs(eps: float) -> float:
+        try:
+            return calibration(eps, delta, sensitivity)
+        except ValueError:          # outside the formula's range (the classic Gaussian past 1): no claim
+            return math.inf
+
+    if noise_std <= 0:
+        return math.inf
+    if needs(epsilon) <= noise_std:
+        return epsilon
+    low, high = epsilon, 2.0 * epsilon
+    while needs(high) > noise_std:
+        low, high = high, 2.0 * high
+        if high > 1e12:
+            return math.inf
+    while high - low > 1e-12 * high:            # needs(low) > noise_std >= needs(high)
+        mid = 0.5 * (low + high)
+        low, high = (low, mid) if needs(mid) <= noise_std else (mid, high)
+    return high
 
 
 @dataclass(frozen=True)

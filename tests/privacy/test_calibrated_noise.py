@@ -1,0 +1,150 @@
+"""A calibrated Gaussian step (``CalibratedGaussianNoise``) is what the formula-priced central
+protocols add and what their ledgers price (``CertifiedReleases``): the ledger reads the step's
+guarantee, which is the target to the bit for the std the formula set and the formula's own
+epsilon for any other std (an independent route: dp-accounting's PLD of the same Gaussian), so a
+ledger handed half the noise prices more and ``fedray.testing`` measures the noise it prices.
+Protocols here: seed 001's Gaussian-noise SMD baseline (``gaussian_smd``)."""
+
+from dataclasses import replace
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from fedray.core.mechanism import Mechanism, Placement
+from fedray.plan import make_plan
+from fedray.privacy.composition import ApproxDpComposition, ParallelComposition
+from fedray.privacy.gaussian import analytic_sigma, classic_sigma, gaussian_delta
+from fedray.privacy.ledger import CertifiedReleases, ComposedAccountant
+from fedray.privacy.mechanisms import CalibratedGaussianNoise
+from fedray.runtime.driver import run
+from fedray.testing import ProtocolCase, noise_matches_ledger
+from tests.conftest import compose
+
+
+def test_the_step_adds_its_std_and_prices_its_target_to_the_bit():
+    sigma = analytic_sigma(0.7, 1e-6, 0.25)
+    noise = CalibratedGaussianNoise(sigma, 0.25, 0.7, 1e-6, analytic_sigma)
+    assert isinstance(noise, Mechanism) and noise.placement is Placement.SERVER
+    assert noise.guarantee() == (0.7, 1e-6)
+    normals = np.random.default_rng(3).standard_normal((2, 5))
+    x = np.arange(10.0).reshape(2, 5)
+    noisy, metrics = noise.apply(x, normals)
+    np.testing.assert_array_equal(noisy, x + sigma * normals)
+    np.testing.assert_array_equal(metrics["noise_std"], [sigma, sigma])
+    report = noise.round_metrics(np.zeros((2, 4), dtype=bool))
+    assert report["noise_std_added_max"].value.tolist() == [sigma, sigma] and report["noise_std_added_min"].released
+    assert noise.event(1, 0) == dp_accounting.GaussianDpEvent(sigma / 0.25)
+    with pytest.raises(ValueError, match=r"standard normals of the value's shape \(2, 5\); got \(5,\)"):
+        noise.apply(x, normals[0])
+
+
+def test_half_the_noise_is_priced_at_the_gaussians_own_epsilon():
+    sigma = analytic_sigma(0.7, 1e-6, 0.25)
+    half = CalibratedGaussianNoise(sigma / 2, 0.25, 0.7, 1e-6, analytic_sigma)
+    epsilon, delta = half.guarantee()
+    assert epsilon > 1.5 * 0.7 and delta == 1e-6
+    # The exact profile (Balle & Wang): delta at the priced epsilon is at most the target, and a hair less
+    # epsilon misses it (bisection to a relative 1e-12, rounded up).
+    assert gaussian_delta(sigma / 2, 0.25, epsilon) <= 1e-6 < gaussian_delta(sigma / 2, 0.25, epsilon * (1 - 1e-9))
+    # Independent route: dp-accounting's PLD of the same Gaussian (an upper bound, tight to ~1e-3 here).
+    pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+    pld.compose(dp_accounting.GaussianDpEvent(sigma / 2 / 0.25))
+    assert epsilon <= pld.get_epsilon(1e-6) <= epsilon * 1.01
+    # A paper's formula defined below epsilon 1 only: a std that needs more certifies nothing.
+    classic = CalibratedGaussianNoise(classic_sigma(0.6, 1e-5, 1.0) / 2, 1.0, 0.6, 1e-5, classic_sigma)
+    assert classic.guarantee()[0] == np.inf
+    assert CalibratedGaussianNoise(classic_sigma(0.3, 1e-5, 1.0) / 2, 1.0, 0.3, 1e-5, classic_sigma).guarantee()[0] \
+        == pytest.approx(0.6, rel=1e-11)                  # std ~ 1 / epsilon: half the noise, twice the epsilon
+
+
+def test_a_certified_ledger_handed_half_the_noise_prices_more():
+    noise = CalibratedGaussianNoise(analytic_sigma(1.0, 1e-6, 0.1), 0.1, 1.0, 1e-6, analytic_sigma)
+    counts = np.array([[0, 1, 3, 40]])
+    for parallel in (False, True):
+        full = ComposedAccountant(CertifiedReleases(noise, parallel), "certified")
+        half = replace(full, rule=replace(full.rule, noise=replace(noise, noise_std=noise.noise_std / 2)))
+        priced, higher = full.epsilons(counts), half.epsilons(counts)
+        assert priced.tolist() == [[0.0, 1.0, 1.0, 1.0] if parallel else [0.0, 1.0, 3.0, 40.0]]
+        assert np.all(higher[:, 1:] > 1.5 * priced[:, 1:]) and higher[0, 0] == 0.0
+        assert full.priced_noise() is noise
+
+
+# Gaussian-noise SMD on a small padded game: 4 steps of 100 samples (tests/protocols/mirror_descent/test_smd.py).
+SMD = ("data=padded_game", "data.spec.num_samples=3000", "data.spec.dim=5", "participation=sequential",
+       "evaluate_every=100000", "algorithm=gaussian_smd", "privacy=central_gaussian", "privacy.l2_clip=null",
+       "privacy.epsilon=1", "privacy.delta=1e-6", "algorithm.parameters=manual", "num_rounds=4",
+       "participation.batch_size=100", "algorithm.step_size=[0.1,0.2]")
+
+
+def test_gaussian_smd_applies_the_step_its_ledger_prices_at_the_same_bits():
+    from fedray.protocols.mirror_descent.calibration import gaussian_sensitivity
+
+    plan = make_plan(compose(*SMD))
+    applied = plan.protocol.algorithm.noise
+    assert applied is plan.privacy.ledger.accountant.priced_noise() and applied.placement is Placement.SERVER
+    sensitivity = gaussian_sensitivity(plan.protocol.constants["lipschitz"], 5, 5, 100)
+    assert applied.noise_std == analytic_sigma(1.0, 1e-6, sensitivity) and applied.sensitivity == sensitivity
+    counts = np.array([[0], [4]])
+    # The rule the ledger priced by before it held the step: the same bits.
+    before = ParallelComposition(ApproxDpComposition(1.0, 1e-6, 0.0, route="basic"))
+    assert np.array_equal(plan.privacy.ledger.epsilons(counts), before.epsilons(counts))
+    assert np.array_equal(plan.privacy.ledger.deltas(counts), np.broadcast_to(before.deltas(counts), (2, 1)))
+    accountant = plan.privacy.ledger.accountant
+    half = replace(accountant, rule=replace(accountant.rule, noise=replace(applied, noise_std=applied.noise_std / 2)))
+    assert half.epsilons(counts)[1, 0] > 1.5
+
+
+def test_each_gaussian_smd_round_logs_the_std_the_server_added_and_a_baseline_none():
+    plan = make_plan(compose(*SMD, "progress=false"))
+    result = run(plan, inline=True)
+    std = plan.protocol.algorithm.noise.noise_std
+    assert len(result.history) >= 1
+    for metrics in result.history:
+        np.testing.assert_array_equal(metrics["noise_std_added_min"], [std, std])
+        np.testing.assert_array_equal(metrics["noise_std_added_max"], [std, std])
+    assert not {"noise_std_added_min", "noise_std_added_max"} & result.diagnostics
+    baseline = run(make_plan(compose(*SMD, "privacy=none", "progress=false")), inline=True)
+    assert "noise_std_added_max" not in baseline.history[-1]
+
+
+def _smd_pair(plan):
+    """Worst case for one sample: every coordinate of its gradient at +L0 on D, -L0 on D' (the
+    others 0), so step 0's batch mean moves by 2 L0 sqrt(dx + dy) / B, the step's sensitivity."""
+    lipschitz = plan.protocol.constants["lipschitz"]
+    d = np.zeros((plan.shape.num_silos, 10))
+    d_prime = d.copy()
+    d[0], d_prime[0] = lipschitz, -lipschitz
+    return d, d_prime
+
+
+def _smd_gradient(protocol, state):
+    """What step 0 released, seen in the scores it moved: s_x -= tau g_x, s_y += tau g_y."""
+    return np.concatenate([-state.score_x, state.score_y], axis=1) / protocol.algorithm.step_size[:, None]
+
+
+SMD_CASE = ProtocolCase(SMD, privacy_round=("algorithm.step_size=0.1",), neighbours=_smd_pair, noise_replicas=1000,
+                        released=_smd_gradient)
+
+
+def test_gaussian_smd_adds_the_noise_its_ledger_prices():
+    found = noise_matches_ledger(SMD_CASE)
+    assert found["interval"][0] <= found["priced"] <= found["interval"][1]
+
+
+def test_the_kit_fails_gaussian_smd_with_a_ledger_pricing_half_its_noise(monkeypatch):
+    from fedray import testing
+
+    original = testing._plan
+
+    def ledger_half(case, *extra):
+        plan = original(case, *extra)
+        accountant = plan.privacy.ledger.accountant
+        noise = accountant.rule.noise
+        plan.privacy.ledger.accountant = replace(accountant, rule=replace(
+            accountant.rule, noise=replace(noise, noise_std=noise.noise_std / 2)))
+        return plan
+
+    monkeypatch.setattr(testing, "_plan", ledger_half)
+    with pytest.raises(AssertionError, match="the ledger prices a noise multiplier"):
+        noise_matches_ledger(SMD_CASE)
