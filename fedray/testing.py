@@ -226,11 +226,14 @@ def _priced_noise_multiplier(plan) -> float:
     from fedray.privacy.ledger import EventAccountant
 
     from fedray.privacy.ledger import ComposedAccountant
+    from fedray.privacy.mechanisms import CalibratedGaussianNoise
 
     accountant = plan.privacy.ledger.accountant
     calibrated = accountant.priced_noise() if isinstance(accountant, ComposedAccountant) else None
-    if calibrated is not None:
+    if isinstance(calibrated, CalibratedGaussianNoise):
         return float(calibrated.noise_multiplier)      # a calibrated step, priced by its guarantee
+    assert calibrated is None, (f"the {accountant.name} accountant prices a theorem's noise "
+                                f"({type(calibrated).__name__}), not a noise multiplier")
     assert isinstance(accountant, EventAccountant), (f"the {accountant.name} accountant names no event: nothing ties "
                                                      "the noise the protocol adds to what its ledger prices")
     priced = set()

@@ -45,7 +45,7 @@ import numpy as np
 from fedray.errors import BudgetError
 from fedray.privacy import event_data
 from fedray.privacy.accounting import calibrate_noise_multiplier
-from fedray.privacy.mechanisms import CalibratedGaussianNoise, GaussianNoise, ServerGaussianNoise
+from fedray.privacy.mechanisms import CalibratedGaussianNoise, GaussianNoise, PhaseGaussianNoise, ServerGaussianNoise
 
 if TYPE_CHECKING:
     import dp_accounting
@@ -399,30 +399,33 @@ class RoundsAccountant:
 
 @dataclass(frozen=True)
 class CertifiedReleases:
-    """Releases of one calibrated Gaussian step (``CalibratedGaussianNoise``, the value the
-    protocol's server half applies), each ``noise.guarantee()``-DP, composed basic ((k eps, k
-    delta), Dwork & Roth Thm 3.16) or, with ``parallel``, as one release (each release reads a
-    disjoint part of the data, ``ParallelComposition``). The guarantee is read from the step at
-    every pricing, so a ledger holding less noise prices more; a step as calibrated prices its
-    target to the bit."""
+    """Releases of one calibrated Gaussian step (``CalibratedGaussianNoise``, or a theorem's
+    per-phase ``PhaseGaussianNoise``: the value the protocol's server half applies), each
+    ``noise.guarantee()``-DP, composed basic ((k eps, k delta), Dwork & Roth Thm 3.16) or, with
+    ``parallel``, as one release (each release reads a disjoint part of the data,
+    ``ParallelComposition``). The guarantee is read from the step at every pricing, so a ledger
+    holding less noise prices more; a step as calibrated prices its target to the bit."""
 
-    noise: CalibratedGaussianNoise
+    noise: CalibratedGaussianNoise | PhaseGaussianNoise
     parallel: bool = False
 
     def rule(self) -> ApproxDpComposition | ParallelComposition:
+        """The composition of the step's guarantee (an infinite epsilon, no claim, stands as 1 here:
+        ``epsilons`` prices those cells at inf)."""
         epsilon, delta = self.noise.guarantee()
-        inner = ApproxDpComposition(epsilon, delta, 0.0, route="basic")
+        inner = ApproxDpComposition(np.where(np.isfinite(epsilon), epsilon, 1.0), delta, 0.0, route="basic")
         return ParallelComposition(inner) if self.parallel else inner
 
     def epsilons(self, counts) -> np.ndarray:
-        return self.rule().epsilons(counts)
+        claimed = np.isfinite(self.noise.guarantee()[0]) | (np.asarray(counts) == 0)
+        return np.where(claimed, self.rule().epsilons(counts), np.inf)
 
     def deltas(self, counts) -> np.ndarray:
         return self.rule().deltas(counts)
 
     def describe(self) -> dict:
-        return {"name": "certified", "noise_std": float(self.noise.noise_std),
-                "sensitivity": float(self.noise.sensitivity), "inner": self.rule().describe()}
+        return {"name": "certified", "noise_std": np.asarray(self.noise.noise_std).tolist(),
+                "inner": self.rule().describe()}
 
 
 @dataclass(frozen=True)
@@ -449,7 +452,7 @@ class ComposedAccountant:
     def epsilons(self, counts: np.ndarray) -> np.ndarray:
         return np.asarray(self.rule.epsilons(counts), dtype=np.float64)
 
-    def priced_noise(self) -> CalibratedGaussianNoise | None:
+    def priced_noise(self) -> CalibratedGaussianNoise | PhaseGaussianNoise | None:
         """The Gaussian step this accountant prices (a ``CertifiedReleases`` rule's), else None."""
         return self.rule.noise if isinstance(self.rule, CertifiedReleases) else None
 

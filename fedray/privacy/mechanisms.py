@@ -201,6 +201,42 @@ class CalibratedGaussianNoise:
         return event_from_json(self.event_data(replica, unit))
 
 
+@dataclass(frozen=True)
+class PhaseGaussianNoise:
+    """The Gaussian part of a trusted server's per-phase mechanism whose guarantee is a theorem's
+    (seed 002's Alg. 1: a Laplace test, an outlier filter, then N(0, sigma_i^2 I) on the filtered
+    mean), for a run of phases x replicas.
+
+    Trust model: the server (curator) sees the groups' iterates and adds the noise itself (central
+    DP). Unit and relation: the plan's (a user; replace one user's items). ``noise_std`` (P, l) is
+    the std added to replica p's release of phase i; ``required_std`` (P, l) what the theorem's
+    formula asks at the plan's target (epsilon, delta) for that phase (the layout's sigma_i), the
+    theorem's other parts (the test's scale, the groups) held as the protocol runs them.
+    Calibration: the paper's (or the profile's). ``guarantee`` is what the ledger prices: per
+    replica, (epsilon, delta) when its noise is at least the required std in every phase (more
+    Gaussian noise is post-processing), else no claim (epsilon inf: the theorem covers no smaller
+    std). It names no dp-accounting event: the per-phase claim is the theorem's.
+    Randomness: ``at(phase, replicas)`` is the phase's step, a ``ServerGaussianNoise`` whose
+    multiplier is the std on a unit sensitivity; its ``apply`` continues each replica's generator
+    (after the test's Laplace and the filter's uniforms).
+    """
+
+    noise_std: np.ndarray
+    required_std: np.ndarray
+    epsilon: float
+    delta: float
+    placement: ClassVar[Placement] = Placement.SERVER
+
+    def at(self, phase: int, replicas: np.ndarray) -> ServerGaussianNoise:
+        """The step of phase ``phase`` for the running ``replicas``: std ``noise_std[replicas, phase]``."""
+        return ServerGaussianNoise(np.asarray(self.noise_std, dtype=np.float64)[replicas, phase], 1.0)
+
+    def guarantee(self) -> tuple[np.ndarray, float]:
+        """((P, 1) epsilon per replica, delta) of one phase (class docstring)."""
+        covered = np.all(np.asarray(self.noise_std) >= np.asarray(self.required_std), axis=1)
+        return np.where(covered, float(self.epsilon), np.inf)[:, None], float(self.delta)
+
+
 @lru_cache(maxsize=256)
 def _certified_epsilon(calibration: Callable, noise_std: float, sensitivity: float, epsilon: float,
                        delta: float) -> float:

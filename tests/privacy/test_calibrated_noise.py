@@ -3,7 +3,8 @@ protocols add and what their ledgers price (``CertifiedReleases``): the ledger r
 guarantee, which is the target to the bit for the std the formula set and the formula's own
 epsilon for any other std (an independent route: dp-accounting's PLD of the same Gaussian), so a
 ledger handed half the noise prices more and ``fedray.testing`` measures the noise it prices.
-Protocols here: seed 001's Gaussian-noise SMD baseline (``gaussian_smd``)."""
+Protocols here: seed 001's Gaussian-noise SMD baseline (``gaussian_smd``); seed 002's Alg. 1
+(``phased_sgd``), whose per-phase claim is a theorem's (``PhaseGaussianNoise``: covered or not)."""
 
 from dataclasses import replace
 
@@ -148,3 +149,65 @@ def test_the_kit_fails_gaussian_smd_with_a_ledger_pricing_half_its_noise(monkeyp
     monkeypatch.setattr(testing, "_plan", ledger_half)
     with pytest.raises(AssertionError, match="the ledger prices a noise multiplier"):
         noise_matches_ledger(SMD_CASE)
+
+
+# Alg. 1 on 1,000 users (tests/protocols/user_level/test_phased_sgd.py): exploratory constants, eps = 1,
+# two step multipliers (sigma_i scales with eta_i) x 2 repetitions.
+PHASED = ("experiment=user_level_sphere", "algorithm=phased_sgd", "data.spec.num_silos=1000",
+          "data.spec.samples_per_silo=8", "data.spec.dim=5", "repetitions=2", "progress=false",
+          "algorithm.profile=exploratory", "algorithm.kappa=0.01", "algorithm.step_size=[1.0,0.5]")
+
+
+def test_phased_sgd_applies_the_step_its_ledger_prices_at_the_same_bits():
+    from fedray.privacy.mechanisms import PhaseGaussianNoise
+
+    plan = make_plan(compose(*PHASED))
+    applied = plan.protocol.algorithm.noise
+    assert isinstance(applied, PhaseGaussianNoise) and applied is plan.privacy.ledger.accountant.priced_noise()
+    layout_sigma = np.asarray(plan.protocol.resolved["noise_std"])
+    assert sorted(plan.replicas.step_sizes.tolist()) == [0.5, 0.5, 1.0, 1.0]
+    np.testing.assert_allclose(applied.noise_std, np.outer(plan.replicas.step_sizes, layout_sigma), rtol=1e-15)
+    counts = (np.arange(4 * 1000).reshape(4, 1000) % 2).astype(np.int64)
+    # The rule the ledger priced by before it held the step (each phase (eps, delta), basic): the same bits.
+    before = ApproxDpComposition(1.0, float(plan.privacy.delta[0]), 0.0, route="basic")
+    assert np.array_equal(plan.privacy.ledger.epsilons(counts), before.epsilons(counts))
+    assert np.array_equal(plan.privacy.ledger.deltas(counts), before.deltas(counts))
+    # Half the noise in one phase of replica 2: the theorem no longer covers that replica, the others keep eps.
+    weaker = np.array(applied.noise_std)
+    weaker[2, 1] /= 2
+    accountant = plan.privacy.ledger.accountant
+    half = replace(accountant, rule=replace(accountant.rule, noise=replace(applied, noise_std=weaker)))
+    priced = half.epsilons(counts)
+    assert np.all(priced[2, counts[2] > 0] == np.inf) and np.all(priced[2, counts[2] == 0] == 0.0)
+    assert np.array_equal(priced[[0, 1, 3]], before.epsilons(counts)[[0, 1, 3]])
+    # More noise than the theorem asks is post-processing: the same price.
+    more = replace(accountant, rule=replace(accountant.rule, noise=replace(applied, noise_std=2 * applied.noise_std)))
+    assert np.array_equal(more.epsilons(counts), before.epsilons(counts))
+
+
+def test_phased_sgd_draws_its_gaussian_through_the_step_and_logs_the_std_it_added():
+    plan = make_plan(compose(*PHASED))
+    program = plan.protocol.build(None)
+    from fedray.core.protocol import RoundKeys
+    from fedray.rng import Stream
+
+    keys = RoundKeys(plan.seed, plan.repetitions, 0, plan.replicas.streams)
+    same = np.zeros((4, program.groups, 5, 1))
+    replicas = np.arange(4)
+    _, released, _, _ = program.curator(same, np.zeros((4, 5, 1)), replicas, 1, keys)
+    # The step continues each replica's SERVER generator after the test's Laplace and the filter's uniforms.
+    expected = []
+    for r in replicas:
+        rng = keys.at(1).generator(Stream.SERVER, r)
+        rng.laplace(0.0, 1.0), rng.random(program.groups)
+        expected.append(program.noise.noise_std[r, 1] * rng.standard_normal(5))
+    np.testing.assert_array_equal(released.reshape(4, 5), np.stack(expected))
+    result = run(plan, inline=True)
+    final = result.history[-1]
+    reached = final["phases_run"].astype(int)
+    assert reached.min() >= 1
+    for r in range(4):
+        ran = program.noise.noise_std[r, :reached[r]]
+        assert final["noise_std_added_min"][r] == ran.min() and final["noise_std_added_max"][r] == ran.max()
+    baseline = run(make_plan(compose(*PHASED, "privacy=none", "privacy.epsilon=1", "privacy.delta=1e-6")), inline=True)
+    assert "noise_std_added_max" not in baseline.history[-1]
