@@ -4,7 +4,8 @@ guarantee, which is the target to the bit for the std the formula set and the fo
 epsilon for any other std (an independent route: dp-accounting's PLD of the same Gaussian), so a
 ledger handed half the noise prices more and ``fedray.testing`` measures the noise it prices.
 Protocols here: seed 001's Gaussian-noise SMD baseline (``gaussian_smd``); seed 002's Alg. 1
-(``phased_sgd``), whose per-phase claim is a theorem's (``PhaseGaussianNoise``: covered or not)."""
+(``phased_sgd``) and Alg. 3's family (``accelerated_phased_erm``, ``filtered_gd``, ``filtered_acsa``:
+``OutlierRemovalStep``), whose per-phase claims are theorems' (``PhaseGaussianNoise``: covered or not)."""
 
 from dataclasses import replace
 
@@ -210,4 +211,66 @@ def test_phased_sgd_draws_its_gaussian_through_the_step_and_logs_the_std_it_adde
         ran = program.noise.noise_std[r, :reached[r]]
         assert final["noise_std_added_min"][r] == ran.min() and final["noise_std_added_max"][r] == ran.max()
     baseline = run(make_plan(compose(*PHASED, "privacy=none", "privacy.epsilon=1", "privacy.delta=1e-6")), inline=True)
+    assert "noise_std_added_max" not in baseline.history[-1]
+
+
+# B2 (filtered gradient descent, one phase of every user) on 1,000 users (tests/protocols/user_level/test_accelerated_erm.py).
+B2 = ("experiment=user_level_sphere", "data.spec.num_silos=1000", "data.spec.samples_per_silo=16", "data.spec.dim=5",
+      "repetitions=2", "progress=false", "algorithm=filtered_gd", "participation=all", "num_rounds=10",
+      "algorithm.profile=exploratory", "algorithm.kappa=1e-5", "privacy.epsilon=100", "privacy.delta=1e-7")
+
+
+@pytest.mark.parametrize("algorithm", ["filtered_gd", "accelerated_phased_erm"])
+def test_the_filtered_protocols_apply_the_step_their_ledger_prices_at_the_same_bits(algorithm):
+    from fedray.privacy.ledger import PhaseAccountant
+    from fedray.privacy.mechanisms import PhaseGaussianNoise
+
+    overrides = B2 if algorithm == "filtered_gd" else (*B2[:6], "algorithm=accelerated_phased_erm", *B2[9:])
+    plan = make_plan(compose(*overrides))
+    applied, accountant = plan.protocol.algorithm.noise, plan.privacy.ledger.accountant
+    assert isinstance(applied, PhaseGaussianNoise) and applied is accountant.priced_noise()
+    np.testing.assert_array_equal(applied.noise_std, np.tile(plan.protocol.resolved["noise_std"], (2, 1)))
+    counts = (np.arange(2 * 1000).reshape(2, 1000) % 3 == 0).astype(np.int64)
+    before = PhaseAccountant(ApproxDpComposition(100.0, 1e-7, 0.0, route="basic"), "phases",
+                             unit_phase=accountant.unit_phase, phase_starts=accountant.phase_starts)
+    assert np.array_equal(accountant.epsilons(counts), before.epsilons(counts))
+    assert np.array_equal(accountant.deltas(counts), before.deltas(counts))
+    weaker = np.array(applied.noise_std)
+    weaker[1, -1] /= 2
+    half = replace(accountant, rule=replace(accountant.rule, noise=replace(applied, noise_std=weaker)))
+    assert np.array_equal(half.epsilons(counts)[0], before.epsilons(counts)[0])
+    assert np.all(half.epsilons(counts)[1] == np.where(counts[1] > 0, np.inf, 0.0))
+
+
+def test_each_filtered_round_adds_the_steps_noise_and_logs_its_std():
+    from fedray.core.protocol import Messages, RoundKeys
+    from fedray.runtime.driver import InlineGroups
+
+    plan = make_plan(compose(*B2))
+    noise = plan.protocol.algorithm.noise
+    sigma = noise.noise_std[:, 0]
+
+    def one_round(step):
+        """Round 0 with every user's gradient 0 (the test passes, the filter keeps all): the model's change."""
+        planned = replace(plan.protocol, algorithm=replace(plan.protocol.algorithm, noise=step))
+        protocol = planned.build(InlineGroups(plan))
+        keys = RoundKeys(plan.seed, plan.replicas.repetitions, 0, plan.replicas.streams)
+        state = protocol.init(keys)
+        spec = protocol.configure(state, keys)
+        after = protocol.aggregate(state, spec, Messages(np.zeros((2, 1000, 5, 1)), spec.participation), keys)
+        change = next(iter(protocol.output(after.state).values())) - next(iter(protocol.output(state).values()))
+        return after.metrics, change
+
+    metrics, change = one_round(noise)
+    doubled_metrics, doubled = one_round(replace(noise, noise_std=2 * noise.noise_std))
+    assert np.abs(change).min() > 0
+    np.testing.assert_allclose(doubled, 2 * change, rtol=1e-12)        # the release is the step's noise, no other
+    assert metrics["noise_std_added_min"].value.tolist() == sigma.tolist()
+    assert doubled_metrics["noise_std_added_max"].value.tolist() == (2 * sigma).tolist()
+    result = run(plan, inline=True)
+    for metrics in result.history:
+        running = metrics["halted"] == 0
+        np.testing.assert_array_equal(metrics["noise_std_added_max"], np.where(running, sigma, 0.0))
+    assert not {"noise_std_added_min", "noise_std_added_max"} & result.diagnostics
+    baseline = run(make_plan(compose(*B2, "privacy=none")), inline=True)
     assert "noise_std_added_max" not in baseline.history[-1]
