@@ -230,8 +230,10 @@ def _priced_noise_multiplier(plan) -> float:
 
     accountant = plan.privacy.ledger.accountant
     calibrated = accountant.priced_noise() if isinstance(accountant, ComposedAccountant) else None
-    if isinstance(calibrated, CalibratedGaussianNoise):
-        return float(calibrated.noise_multiplier)      # a calibrated step, priced by its guarantee
+    if isinstance(calibrated, CalibratedGaussianNoise):     # a calibrated step, priced by its guarantee
+        multipliers = np.unique(np.asarray(calibrated.noise_multiplier, dtype=np.float64))
+        assert multipliers.size == 1, f"the replicas' priced noise multipliers differ: {multipliers.tolist()}"
+        return float(multipliers[0])
     assert calibrated is None, (f"the {accountant.name} accountant prices a theorem's noise "
                                 f"({type(calibrated).__name__}), not a noise multiplier")
     assert isinstance(accountant, EventAccountant), (f"the {accountant.name} accountant names no event: nothing ties "

@@ -159,41 +159,58 @@ class CalibratedGaussianNoise:
     keys), (P, ...) in the value's shape, so the same draws give the same bits.
     """
 
-    noise_std: float
+    noise_std: float | np.ndarray      # or (P,), one per replica (a grid of budgets)
     sensitivity: float
-    epsilon: float            # the target the formula calibrated noise_std for
+    epsilon: float | np.ndarray        # the target the formula calibrated noise_std for (or (P,))
     delta: float
     calibration: Callable[[float, float, float], float]
     placement: ClassVar[Placement] = Placement.SERVER
     draws_normals: ClassVar[bool] = True      # ``apply`` reads its standard normals
 
     @property
-    def noise_multiplier(self) -> float:
-        return float(self.noise_std) / float(self.sensitivity)
+    def noise_multiplier(self) -> float | np.ndarray:
+        """``noise_std / sensitivity`` (a float, or (P,) with per-replica stds)."""
+        if np.ndim(self.noise_std) == 0:
+            return float(self.noise_std) / float(self.sensitivity)
+        return np.asarray(self.noise_std, dtype=np.float64) / float(self.sensitivity)
+
+    def _stds(self, replicas: int) -> np.ndarray:
+        return np.broadcast_to(np.asarray(self.noise_std, dtype=np.float64), (replicas,)).copy()
 
     def apply(self, x: np.ndarray, standard_normal: np.ndarray | None) -> tuple[np.ndarray, dict]:
-        """``x`` (P, ...) plus ``noise_std`` times the normals; metrics: ``noise_std`` (P,)."""
+        """``x`` (P, ...) plus each replica's ``noise_std`` times the normals; metrics: ``noise_std`` (P,)."""
         if standard_normal is None or np.shape(standard_normal) != np.shape(x):
             raise ValueError(f"CalibratedGaussianNoise needs standard normals of the value's shape {np.shape(x)}; "
                              f"got {None if standard_normal is None else np.shape(standard_normal)}")
-        return x + self.noise_std * standard_normal, {"noise_std": np.full(x.shape[0], float(self.noise_std))}
+        std = self.noise_std if np.ndim(self.noise_std) == 0 else \
+            np.asarray(self.noise_std, dtype=np.float64).reshape((-1,) + (1,) * (x.ndim - 1))
+        return x + std * standard_normal, {"noise_std": self._stds(x.shape[0])}
 
     def round_metrics(self, participation: np.ndarray) -> dict[str, Metric]:
         """The std added to each replica's release, (P,), as ``noise_std_added_min``/``_max``
         (equal: one std). Released: a function of the plan's target and sensitivity, public."""
-        std = np.full(np.shape(participation)[0], float(self.noise_std))
+        std = self._stds(np.shape(participation)[0])
         return {"noise_std_added_min": Metric(std, True), "noise_std_added_max": Metric(std.copy(), True)}
 
     def select(self, silo_ids: np.ndarray) -> "CalibratedGaussianNoise":
         return self
 
-    def guarantee(self) -> tuple[float, float]:
-        """(epsilon, delta) of one application, as the calibration formula certifies it (class docstring)."""
-        return _certified_epsilon(self.calibration, float(self.noise_std), float(self.sensitivity),
-                                  float(self.epsilon), float(self.delta)), float(self.delta)
+    def guarantee(self) -> tuple[float | np.ndarray, float]:
+        """(epsilon, delta) of one application, as the calibration formula certifies it (class
+        docstring): a float, or (P, 1) per replica when the std or the target is per replica."""
+        if np.ndim(self.noise_std) == 0 and np.ndim(self.epsilon) == 0:
+            return _certified_epsilon(self.calibration, float(self.noise_std), float(self.sensitivity),
+                                      float(self.epsilon), float(self.delta)), float(self.delta)
+        stds, targets = np.broadcast_arrays(np.asarray(self.noise_std, dtype=np.float64),
+                                            np.asarray(self.epsilon, dtype=np.float64))
+        epsilons = [_certified_epsilon(self.calibration, float(s), float(self.sensitivity), float(e), float(self.delta))
+                    for s, e in zip(stds, targets)]
+        return np.array(epsilons)[:, None], float(self.delta)
 
     def event_data(self, replica: int, unit: int) -> dict:
-        return event_data.gaussian(self.noise_multiplier) if self.noise_std > 0 else event_data.non_private()
+        std = float(np.asarray(self.noise_std, dtype=np.float64)[replica]) if np.ndim(self.noise_std) \
+            else float(self.noise_std)
+        return event_data.gaussian(std / float(self.sensitivity)) if std > 0 else event_data.non_private()
 
     def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
         from fedray.privacy.events import event_from_json     # imports dp-accounting (a second): only here

@@ -3,7 +3,8 @@ protocols add and what their ledgers price (``CertifiedReleases``): the ledger r
 guarantee, which is the target to the bit for the std the formula set and the formula's own
 epsilon for any other std (an independent route: dp-accounting's PLD of the same Gaussian), so a
 ledger handed half the noise prices more and ``fedray.testing`` measures the noise it prices.
-Protocols here: seed 001's Gaussian-noise SMD baseline (``gaussian_smd``); seed 002's Alg. 1
+Protocols here: seed 001's Gaussian-noise SMD baseline (``gaussian_smd``); seed 003's user-level
+output perturbation (``output_perturbation``, B0/B1: the solver's output noise); seed 002's Alg. 1
 (``phased_sgd``) and Alg. 3's family (``accelerated_phased_erm``, ``filtered_gd``, ``filtered_acsa``:
 ``OutlierRemovalStep``), whose per-phase claims are theorems' (``PhaseGaussianNoise``: covered or not)."""
 
@@ -273,4 +274,42 @@ def test_each_filtered_round_adds_the_steps_noise_and_logs_its_std():
         np.testing.assert_array_equal(metrics["noise_std_added_max"], np.where(running, sigma, 0.0))
     assert not {"noise_std_added_min", "noise_std_added_max"} & result.diagnostics
     baseline = run(make_plan(compose(*B2, "privacy=none")), inline=True)
+    assert "noise_std_added_max" not in baseline.history[-1]
+
+
+# B1 on 300 users of 8 records (tests/protocols/user_level/test_output_perturbation.py).
+OUTPUT = ("experiment=output_perturbation_synthetic", "data.spec.num_silos=300", "data.spec.samples_per_silo=8",
+          "data.spec.dim=4", "+data.spec.noise=1.0", "progress=false")
+
+
+@pytest.mark.parametrize("calibration, budget, formula", [
+    ("accountant", "privacy.epsilon_grid=[0.5,2.0]", analytic_sigma), ("paper", "privacy.epsilon=0.5", classic_sigma)])
+def test_output_perturbation_applies_the_step_its_ledger_prices_at_the_same_bits(calibration, budget, formula):
+    plan = make_plan(compose(*OUTPUT, f"privacy.calibration={calibration}", budget, "repetitions=2"))
+    applied, accountant = plan.protocol.noise, plan.privacy.ledger.accountant
+    assert applied is accountant.priced_noise() and applied.calibration is formula
+    levels = plan.privacy.target_epsilon[:, 0]
+    sensitivity = plan.protocol.resolved["sensitivity"]
+    assert applied.noise_std.tolist() == [formula(float(e), 1e-5, sensitivity) for e in levels]
+    counts = (np.arange(plan.privacy.ledger.shape[0] * 300).reshape(-1, 300) % 2).astype(np.int64)
+    before = ApproxDpComposition(levels[:, None], float(plan.privacy.delta[0]), 0.0, route="basic")
+    assert np.array_equal(accountant.epsilons(counts), before.epsilons(counts))
+    half = replace(accountant, rule=replace(accountant.rule, noise=replace(applied, noise_std=applied.noise_std / 2)))
+    higher = half.epsilons(counts)[counts > 0]
+    assert np.all(higher > 1.5 * before.epsilons(counts)[counts > 0])
+    if formula is classic_sigma:            # twice eps = 0.5 is outside the classic formula's range: no claim
+        assert np.all(higher == np.inf)
+
+
+def test_output_perturbation_releases_the_steps_noise_and_logs_its_std():
+    plan = make_plan(compose(*OUTPUT, "privacy.calibration=accountant", "privacy.epsilon_grid=[0.5,2.0]"))
+    noise = plan.protocol.noise
+    result = run(plan, inline=True)
+    baseline = run(make_plan(compose(*OUTPUT, "privacy=none")), inline=True)
+    # Both release the same certified minimiser; the difference is the step's noise, at its std.
+    released = result.outputs["released"] - baseline.outputs["released"][:1]
+    keys_noise = released.reshape(2, -1) / noise.noise_std[:, None]
+    assert np.abs(keys_noise).max() < 6 and np.abs(released[0]).max() > 0
+    final = result.history[-1]
+    assert final["noise_std_added_min"].tolist() == final["noise_std_added_max"].tolist() == noise.noise_std.tolist()
     assert "noise_std_added_max" not in baseline.history[-1]
