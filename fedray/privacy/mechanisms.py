@@ -222,7 +222,8 @@ class CalibratedGaussianNoise:
 class PhaseGaussianNoise:
     """The Gaussian part of a trusted server's per-phase mechanism whose guarantee is a theorem's
     (seed 002's Alg. 1: a Laplace test, an outlier filter, then N(0, sigma_i^2 I) on the filtered
-    mean), for a run of phases x replicas.
+    mean; seed 003's DelOutputPert: a TDLap deletion budget, a stable set, then the Gaussian, one
+    column), for a run of phases x replicas.
 
     Trust model: the server (curator) sees the groups' iterates and adds the noise itself (central
     DP). Unit and relation: the plan's (a user; replace one user's items). ``noise_std`` (P, l) is
@@ -240,7 +241,7 @@ class PhaseGaussianNoise:
 
     noise_std: np.ndarray
     required_std: np.ndarray
-    epsilon: float
+    epsilon: float | np.ndarray        # the theorem's target, or (P,) one per replica (a grid of budgets)
     delta: float
     placement: ClassVar[Placement] = Placement.SERVER
 
@@ -251,7 +252,8 @@ class PhaseGaussianNoise:
     def guarantee(self) -> tuple[np.ndarray, float]:
         """((P, 1) epsilon per replica, delta) of one phase (class docstring)."""
         covered = np.all(np.asarray(self.noise_std) >= np.asarray(self.required_std), axis=1)
-        return np.where(covered, float(self.epsilon), np.inf)[:, None], float(self.delta)
+        target = np.broadcast_to(np.asarray(self.epsilon, dtype=np.float64), covered.shape)
+        return np.where(covered, target, np.inf)[:, None], float(self.delta)
 
 
 @lru_cache(maxsize=256)

@@ -4,7 +4,8 @@ guarantee, which is the target to the bit for the std the formula set and the fo
 epsilon for any other std (an independent route: dp-accounting's PLD of the same Gaussian), so a
 ledger handed half the noise prices more and ``fedray.testing`` measures the noise it prices.
 Protocols here: seed 001's Gaussian-noise SMD baseline (``gaussian_smd``); seed 003's user-level
-output perturbation (``output_perturbation``, B0/B1: the solver's output noise); seed 002's Alg. 1
+output perturbation (``output_perturbation``, B0/B1: the solver's output noise) and SCOutputPert
+(``sc_output_pert``: DelOutputPert's Gaussian after its TDLap budget); seed 002's Alg. 1
 (``phased_sgd``) and Alg. 3's family (``accelerated_phased_erm``, ``filtered_gd``, ``filtered_acsa``:
 ``OutlierRemovalStep``), whose per-phase claims are theorems' (``PhaseGaussianNoise``: covered or not)."""
 
@@ -312,4 +313,48 @@ def test_output_perturbation_releases_the_steps_noise_and_logs_its_std():
     assert np.abs(keys_noise).max() < 6 and np.abs(released[0]).max() > 0
     final = result.history[-1]
     assert final["noise_std_added_min"].tolist() == final["noise_std_added_max"].tolist() == noise.noise_std.tolist()
+    assert "noise_std_added_max" not in baseline.history[-1]
+
+
+# SCOutputPert's exact mode on 500 users' 1-D means (tests/protocols/user_level/test_sc_output_pert.py), two budgets.
+MEANS = ("experiment=sc_output_pert_means", "data.spec.num_silos=500", "data.spec.items_per_user=1000000",
+         "progress=false", "privacy.epsilon_grid=[0.5,1.0]")
+
+
+def test_sc_output_pert_applies_the_step_its_ledger_prices_at_the_same_bits():
+    from fedray.privacy.ledger import UnboundedAccountant
+    from fedray.privacy.mechanisms import PhaseGaussianNoise
+
+    plan = make_plan(compose(*MEANS))
+    applied, accountant = plan.protocol.noise, plan.privacy.ledger.accountant
+    assert isinstance(applied, PhaseGaussianNoise) and applied is accountant.priced_noise()
+    assert applied.noise_std[:, 0].tolist() == [mech.noise_std for mech in plan.protocol.mechanisms]   # Thm 3.3's sigma
+    counts = (np.arange(2 * 500).reshape(2, 500) % 2).astype(np.int64)
+    before = ApproxDpComposition(np.array([[0.5], [1.0]]), float(plan.privacy.delta[0]), 0.0, route="basic")
+    assert np.array_equal(accountant.epsilons(counts), before.epsilons(counts))
+    assert np.array_equal(accountant.deltas(counts), before.deltas(counts))
+    half = replace(accountant, rule=replace(accountant.rule, noise=replace(
+        applied, noise_std=applied.noise_std * np.array([[0.5], [1.0]]))))
+    assert np.all(half.epsilons(counts)[0] == np.where(counts[0] > 0, np.inf, 0.0))
+    assert np.array_equal(half.epsilons(counts)[1], before.epsilons(counts)[1])
+    # The abort variant adds the same step but is not DP: its ledger stays unbounded.
+    abort = make_plan(compose(*MEANS, "algorithm.on_unstable=abort_not_private"))
+    assert isinstance(abort.privacy.ledger.accountant, UnboundedAccountant) and abort.protocol.noise is not None
+
+
+def test_sc_output_pert_releases_through_the_step_and_logs_the_std_it_added():
+    plan = make_plan(compose(*MEANS))
+    sigma = plan.protocol.noise.noise_std[:, 0]
+    result = run(plan, inline=True)
+    final = result.history[-1]
+    assert final["released"].tolist() == [1.0, 1.0]
+    assert final["noise_std_added_min"].tolist() == final["noise_std_added_max"].tolist() == sigma.tolist()
+    # Twice the step's std: the same draws, so the release moves twice as far from the exact mean.
+    program = plan.protocol.build(None)
+    doubled = replace(plan.protocol, noise=replace(plan.protocol.noise, noise_std=2 * plan.protocol.noise.noise_std))
+    other = run(replace(plan, protocol=doubled), inline=True)
+    exact = run(make_plan(compose(*MEANS[:-1], "privacy=none")), inline=True).outputs["released"][0]
+    np.testing.assert_allclose(other.outputs["released"] - exact, 2 * (result.outputs["released"] - exact), rtol=1e-9)
+    assert program.noise is plan.protocol.noise
+    baseline = run(make_plan(compose(*MEANS[:-1], "privacy=none")), inline=True)
     assert "noise_std_added_max" not in baseline.history[-1]

@@ -32,7 +32,7 @@ from fedray.privacy.gaussian import analytic_sigma, classic_sigma
 from fedray.privacy.ledger import (
     CertifiedReleases, ComposedAccountant, Ledger, UnboundedAccountant, central_gaussian_ledger,
 )
-from fedray.privacy.mechanisms import CalibratedGaussianNoise, NoNoise, ServerGaussianNoise
+from fedray.privacy.mechanisms import CalibratedGaussianNoise, NoNoise, PhaseGaussianNoise, ServerGaussianNoise
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.deletion import (
     CALIBRATIONS as DELETION_CALIBRATIONS,
@@ -127,13 +127,14 @@ class CertifiedPlan(PlannedProtocol):
     privacy: PrivacyPlan
     resolved: dict = field(default_factory=dict)
     routing: Routing = Routing.DIRECT
+    noise: PhaseGaussianNoise | None = None      # the mechanisms' Gaussian step (None without privacy)
 
     def build(self, oracle):
         model_shape = (self.shape.dim, self.objective.loss.num_outputs)
         return self.algorithm_class(self.objective, self.strong_convexity, self.mechanisms, self.tolerance,
                                     self.shape.num_silos, model_shape,
                                     {k: v for k, v in self.resolved.items() if k not in ("mode", "on_unstable")},
-                                    self.resolved["mode"], self.resolved["on_unstable"])
+                                    self.resolved["mode"], self.resolved["on_unstable"], self.noise)
 
 
 @dataclass(frozen=True)
@@ -211,13 +212,16 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
                         sensitivity_max=float(sensitivity.max()), noise_std_max=float(sigma.max()),
                         fallback_solves=float(solves))
         details = {"noise_std_max": float(sigma.max()), "min_users": fewest}
+        # Thm 3.3's sigma at each replica's target, added as computed (one release: one column)
+        noise = PhaseGaussianNoise(sigma[:, None], sigma[:, None].copy(), levels, delta)
         if on_unstable == ABORT:
             privacy = not_dp_release(levels, delta, cells, sigma / sensitivity, details, NO_RELEASE, calibration)
         else:
             check_fallback(solves, most_solves, n, max(mech.kappa for mech in mechanisms), str(alg.get("name")))
-            privacy = _one_release(calibration, levels, delta, cells, sigma / sensitivity, details)
+            privacy = _one_release(calibration, levels, delta, cells, sigma / sensitivity, details, noise=noise)
         tolerance = min(mech.strong_convexity * getattr(mech, "tolerance", math.inf) for mech in mechanisms)
-        return CertifiedPlan(algorithm_class, objective, mu, mechanisms, tolerance, shape, privacy, resolved)
+        return CertifiedPlan(algorithm_class, objective, mu, mechanisms, tolerance, shape, privacy, resolved,
+                             noise=noise)
 
 
 # algorithm.on_unstable: what a release does when S = {} is not certified stable. ``search`` runs
@@ -301,7 +305,8 @@ def _levels(priv: dict, replicas) -> np.ndarray:
 
 
 def _one_release(calibration: Calibration, levels: np.ndarray, delta: float, cells: tuple, multiplier: np.ndarray,
-                 details: dict, outside: tuple = (), noise: CalibratedGaussianNoise | None = None) -> PrivacyPlan:
+                 details: dict, outside: tuple = (),
+                 noise: CalibratedGaussianNoise | PhaseGaussianNoise | None = None) -> PrivacyPlan:
     """Each user is charged one (eps, delta) release per replica (basic composition of one);
     ``outside``: what the run shows that the guarantee does not cover. Given ``noise`` (the step
     the program applies), the release's (eps, delta) is what that step certifies."""
