@@ -182,9 +182,9 @@ class CalibratedGaussianNoise:
         if standard_normal is None or np.shape(standard_normal) != np.shape(x):
             raise ValueError(f"CalibratedGaussianNoise needs standard normals of the value's shape {np.shape(x)}; "
                              f"got {None if standard_normal is None else np.shape(standard_normal)}")
-        std = self.noise_std if np.ndim(self.noise_std) == 0 else \
+        scale = self.noise_std if np.ndim(self.noise_std) == 0 else \
             np.asarray(self.noise_std, dtype=np.float64).reshape((-1,) + (1,) * (x.ndim - 1))
-        return x + std * standard_normal, {"noise_std": self._stds(x.shape[0])}
+        return x + scale * standard_normal, {"noise_std": self._stds(x.shape[0])}
 
     def round_metrics(self, participation: np.ndarray) -> dict[str, Metric]:
         """The std added to each replica's release, (P,), as ``noise_std_added_min``/``_max``
