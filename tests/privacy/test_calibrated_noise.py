@@ -5,7 +5,8 @@ epsilon for any other std (an independent route: dp-accounting's PLD of the same
 ledger handed half the noise prices more and ``fedray.testing`` measures the noise it prices.
 Protocols here: seed 001's Gaussian-noise SMD baseline (``gaussian_smd``); seed 003's user-level
 output perturbation (``output_perturbation``, B0/B1: the solver's output noise) and SCOutputPert
-(``sc_output_pert``: DelOutputPert's Gaussian after its TDLap budget); seed 002's Alg. 1
+(``sc_output_pert``: DelOutputPert's Gaussian after its TDLap budget) and Phased-ERM
+(``phased_output_pert``: one slot per release); seed 002's Alg. 1
 (``phased_sgd``) and Alg. 3's family (``accelerated_phased_erm``, ``filtered_gd``, ``filtered_acsa``:
 ``OutlierRemovalStep``), whose per-phase claims are theorems' (``PhaseGaussianNoise``: covered or not)."""
 
@@ -357,4 +358,54 @@ def test_sc_output_pert_releases_through_the_step_and_logs_the_std_it_added():
     np.testing.assert_allclose(other.outputs["released"] - exact, 2 * (result.outputs["released"] - exact), rtol=1e-9)
     assert program.noise is plan.protocol.noise
     baseline = run(make_plan(compose(*MEANS[:-1], "privacy=none")), inline=True)
+    assert "noise_std_added_max" not in baseline.history[-1]
+
+
+# Phased-ERM with a localizing release (Alg. 5) on 4,000 users (tests/protocols/user_level/test_phased_output_pert.py).
+STRONG = ("experiment=phased_erm_synthetic", "data.spec.num_silos=4000", "data.spec.samples_per_silo=5",
+          "data.spec.dim=3", "data.spec.noise=1.0", "algorithm.strong_convexity=0.1", "algorithm.radius=10",
+          "progress=false", "algorithm.allow_few_users=true", "privacy.epsilon_grid=[0.7,1.0]")
+
+
+def test_phased_output_pert_holds_one_step_per_release_and_prices_it_at_the_same_bits():
+    from fedray.privacy.mechanisms import PhaseGaussianNoise
+
+    plan = make_plan(compose(*STRONG, "data.spec.num_silos=6000"))      # eps 0.7's 4 kappa + 2 = 5,502 users
+    program, noise = plan.protocol, plan.protocol.noise
+    slots = (*program.phases, *program.fallback, program.localization)
+    assert isinstance(noise, PhaseGaussianNoise) and noise.noise_std.shape == (2, len(slots))
+    for j, phase in enumerate(slots):
+        assert noise.noise_std[:, j].tolist() == noise.required_std[:, j].tolist() == \
+            [mech.noise_std for mech in phase.mechanisms]
+    # The DP run (on_unstable=search) refuses at any size a test can enumerate, so its ledger is built
+    # here as the planner builds it: the releases' step against the rule it replaced, bit for bit.
+    stages, share = 2, len(program.phases)            # a localization, then basic composition over the phases
+    accountant = ComposedAccountant(CertifiedReleases(noise), "basic", releases_per_participation=stages * share)
+    before = ComposedAccountant(ApproxDpComposition(np.array([[0.7], [1.0]]) / (stages * share),
+                                                    float(plan.privacy.delta[0]) / (stages * share), 0.0,
+                                                    route="basic"), "basic", releases_per_participation=stages * share)
+    assert noise.epsilon.tolist() == (np.array([0.7, 1.0]) / (stages * share)).tolist()
+    assert noise.delta == float(plan.privacy.delta[0]) / (stages * share)
+    counts = np.array([[0, 1, stages * share, 7], [3, 0, 1, 2]])
+    assert np.array_equal(accountant.epsilons(counts), before.epsilons(counts))
+    assert np.array_equal(accountant.deltas(counts), before.deltas(counts))
+    weaker = np.array(noise.noise_std)
+    weaker[0, -1] /= 2                                   # replica 0's localizing release at half its sigma
+    half = replace(accountant, rule=CertifiedReleases(replace(noise, noise_std=weaker)))
+    assert np.all(half.epsilons(counts)[0] == np.where(counts[0] > 0, np.inf, 0.0))
+    assert np.array_equal(half.epsilons(counts)[1], before.epsilons(counts)[1])
+
+
+def test_phased_output_pert_logs_the_std_each_replica_added():
+    plan = make_plan(compose(*STRONG[:-1], "repetitions=2"))
+    noise = plan.protocol.noise
+    result = run(plan, inline=True)
+    final = result.history[-1]
+    released_any = final["phases_without_release"] < len(plan.protocol.phases) + 1
+    assert released_any.all()
+    for r in range(2):
+        assert noise.noise_std[r].min() <= final["noise_std_added_min"][r] <= final["noise_std_added_max"][r] \
+            <= noise.noise_std[r].max()
+        assert final["noise_std_added_max"][r] in noise.noise_std[r]
+    baseline = run(make_plan(compose(*STRONG[:-1], "privacy=none")), inline=True)
     assert "noise_std_added_max" not in baseline.history[-1]
