@@ -22,10 +22,11 @@ neighbouring pair: every unit's message on D and on D', each one a message the c
 send):
 
 - ``noise_matches_ledger``: over many replicas (independent deployments), the released model's
-  change in one round, divided by the shift the pair causes (the same noise on both: it cancels),
-  has the noise multiplier of the Gaussian event the plan's ledger prices for a round of the pair's
-  unit (``ledger.accountant.event``; an accountant that names no event fails), within a 99.99%
-  chi-square interval;
+  change in one round (one step of a protocol of sequential steps), divided by the shift the pair
+  causes (the same noise on both: it cancels), has the noise multiplier of the Gaussian the plan's
+  ledger prices for a round of the pair's unit (``ledger.accountant.event``, or the calibrated
+  Gaussian step a composition ledger prices, ``ComposedAccountant.priced_noise``; an accountant
+  that names neither fails), within a 99.99% chi-square interval;
 - ``audit``: an empirical audit (``fedray.privacy.audit``) of that release on the pair stays at or
   below the epsilon the ledger charges for the round, and (given ``ProtocolCase.weaken``, the
   same plan adding half the noise) catches the weakened variant: its lower bound exceeds the claim.
@@ -53,6 +54,9 @@ class ProtocolCase:
     one round differing in one unit's message by the most the client step allows.
     weaken: ``weaken(plan) -> plan`` whose protocol adds half the noise and whose ledger is unchanged.
     misspelt: an algorithm key and the key it should suggest.
+    released: ``released(protocol, state) -> (P, ...)``, the value whose one-round change the
+    privacy checks measure (default: the protocol's first output), for a protocol whose noisy
+    release is not its model (a step's noisy gradient, seen in the scores it moves).
     """
 
     overrides: tuple[str, ...]
@@ -65,6 +69,7 @@ class ProtocolCase:
     audit_draws: int = 200_000     # per neighbour: at 100,000 a half-noise Gaussian at eps 2 was caught by 0.007
     delta: float = 1e-5
     tolerance: dict = field(default_factory=dict)
+    released: Callable | None = None
 
 
 def _plan(case: ProtocolCase, *extra: str):
@@ -182,22 +187,27 @@ def only_messages(case: ProtocolCase) -> None:
         assert np.array_equal(reply.messages, expected), "a group's messages are not the client step's"
 
 
-def _one_round_releases(plan, values: np.ndarray) -> np.ndarray:
-    """(P, k): every replica's change of the released model in round 0 when the units send ``values``
-    ((N, ...), the same for every replica), and the ledger's charge of that round."""
-    from fedray.core.protocol import Messages, RoundKeys
+def _one_round_releases(plan, values: np.ndarray, released: Callable | None = None) -> np.ndarray:
+    """(P, k): every replica's change of the released model (or of ``released(protocol, state)``)
+    in round 0 (step 0 of sequential steps) when the units send ``values`` ((N, ...), the same for
+    every replica)."""
+    from fedray.core.protocol import Messages, RoundKeys, SequentialSteps
     from fedray.runtime.driver import InlineGroups
 
     protocol = plan.protocol.build(InlineGroups(plan))
     keys = RoundKeys(plan.seed, plan.replicas.repetitions, 0, plan.replicas.streams)
     state = protocol.init(keys)
     spec = protocol.configure(state, keys)
+    if isinstance(protocol, SequentialSteps):        # a block of steps: its first step, as a round
+        spec = protocol.one_step(spec)
     p = plan.replicas.count
     messages = np.broadcast_to(values, (p,) + values.shape) * spec.participation.reshape(
         spec.participation.shape + (1,) * (values.ndim - 1))
     after = protocol.aggregate(state, spec, Messages(messages, spec.participation), keys).state
-    before_model, after_model = (next(iter(protocol.output(s).values())) for s in (state, after))
-    return (after_model - before_model).reshape(p, -1)
+    if released is None:
+        def released(protocol, state):
+            return next(iter(protocol.output(state).values()))
+    return (released(protocol, after) - released(protocol, state)).reshape(p, -1)
 
 
 def _claim(plan) -> float:
@@ -210,12 +220,22 @@ def _claim(plan) -> float:
 def _priced_noise_multiplier(plan) -> float:
     """The noise multiplier of the Gaussian event the plan's ledger prices for one round of unit 0
     (the pair's unit), the same for every replica; its sampling and composition wrappers are read
-    through."""
+    through. A composition ledger pricing a calibrated Gaussian step: that step's multiplier."""
     import dp_accounting
 
     from fedray.privacy.ledger import EventAccountant
 
+    from fedray.privacy.ledger import ComposedAccountant
+    from fedray.privacy.mechanisms import CalibratedGaussianNoise
+
     accountant = plan.privacy.ledger.accountant
+    calibrated = accountant.priced_noise() if isinstance(accountant, ComposedAccountant) else None
+    if isinstance(calibrated, CalibratedGaussianNoise):     # a calibrated step, priced by its guarantee
+        multipliers = np.unique(np.asarray(calibrated.noise_multiplier, dtype=np.float64))
+        assert multipliers.size == 1, f"the replicas' priced noise multipliers differ: {multipliers.tolist()}"
+        return float(multipliers[0])
+    assert calibrated is None, (f"the {accountant.name} accountant prices a theorem's noise "
+                                f"({type(calibrated).__name__}), not a noise multiplier")
     assert isinstance(accountant, EventAccountant), (f"the {accountant.name} accountant names no event: nothing ties "
                                                      "the noise the protocol adds to what its ledger prices")
     priced = set()
@@ -235,7 +255,7 @@ def noise_matches_ledger(case: ProtocolCase) -> dict:
     assert case.neighbours is not None, "ProtocolCase.neighbours is needed for the privacy checks"
     plan = _plan(case, *case.privacy_round, f"repetitions={case.noise_replicas}")
     d, d_prime = case.neighbours(plan)
-    released, shifted = _one_round_releases(plan, d), _one_round_releases(plan, d_prime)
+    released, shifted = _one_round_releases(plan, d, case.released), _one_round_releases(plan, d_prime, case.released)
     shift = np.linalg.norm((shifted - released)[0])         # the noise is the same on both: it cancels
     assert np.allclose(shifted - released, (shifted - released)[0]), "the pair's shift is not deterministic"
     centred = released - released.mean(axis=0)
@@ -261,7 +281,7 @@ def audit(case: ProtocolCase) -> dict:
         def sample(flag, num_draws, rng):
             plan = variant(plans[flag])
             values = neighbours(plan)[flag]
-            return _one_round_releases(plan, values)[:num_draws]
+            return _one_round_releases(plan, values, case.released)[:num_draws]
         return sample
 
     def keep(plan):

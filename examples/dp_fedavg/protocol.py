@@ -22,25 +22,25 @@ the runtime hands to ``server_step``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from fedray.checks import known_keys, number_in, positive
-from fedray.core.planning import PlanContext, PlannedProtocol, PrivacySettings, ProtocolRecipe
-from fedray.core.protocol import CuratorSampledRounds, RoundKeys, Routing
+from fedray.core.planning import PlanContext, PrivacySettings, ProtocolRecipe
+from fedray.core.protocol import RoundKeys
 from fedray.core.sampling import PoissonParticipation, UniformParticipation
 from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
-from fedray.evaluation import LinearModelEvaluation
 from fedray.losses import loss_residual
 from fedray.privacy.accounting import calibrate_noise_multiplier
-from fedray.privacy.ledger import central_gaussian_ledger, poisson_gaussian_ledger
+from fedray.privacy.ledger import PoissonGaussianAccountant, central_gaussian_ledger, poisson_gaussian_ledger
 from fedray.privacy.mechanisms import ServerGaussianNoise
 from fedray.privacy.statement import PrivacyPlan
+from fedray.protocols.user_level.planning import CuratorRoundsPlan
 from fedray.rng import Stream
 
 FIELDS = ("_target_", "name", "step_size", "local_steps", "server_lr", "l2_clip")
@@ -54,26 +54,6 @@ class FedAvgState(NamedTuple):
 
 
 @dataclass(frozen=True)
-class FedAvgPlan(PlannedProtocol):
-    """DP-FedAvg resolved against its data: ``CuratorSampledRounds`` starting at 0."""
-
-    algorithm: DpFedAvg
-    context: PlanContext
-    privacy: Any
-    resolved: dict = field(default_factory=dict)
-    routing: Routing = Routing.DIRECT
-
-    def build(self, oracle):
-        c = self.context
-        params0 = np.zeros((c.replicas.count, c.shape.dim, c.loss.num_outputs))
-        noise = self.algorithm.noise
-        return CuratorSampledRounds(self.algorithm, c.sampler, LinearModelEvaluation(c.loss), SiloArrays.of,
-                                    params0, c.num_rounds, c.shape.num_silos, self.routing,
-                                    {"l2_clip": self.algorithm.l2_clip, "noise_std": float(noise.noise_std.max())},
-                                    server_step_metrics=noise if self.privacy.private else None)
-
-
-@dataclass(frozen=True)
 class FedAvgRecipe(ProtocolRecipe):
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
     privacy_keys: tuple[str, ...] = ()
@@ -82,7 +62,7 @@ class FedAvgRecipe(ProtocolRecipe):
     def resolve(self, algorithm_class, config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
         return config
 
-    def plan(self, algorithm_class, config: dict, context: PlanContext) -> FedAvgPlan:
+    def plan(self, algorithm_class, config: dict, context: PlanContext) -> CuratorRoundsPlan:
         alg, priv, replicas = config["algorithm"], context.privacy, context.replicas
         known_keys("algorithm", alg, FIELDS)
         poisson = isinstance(context.sampler, PoissonParticipation)
@@ -98,9 +78,16 @@ class FedAvgRecipe(ProtocolRecipe):
         make = partial(algorithm_class, context.loss, replicas.step_sizes, steps, server_lr, clip, k,
                        num_rounds=rounds)
         resolved = {"l2_clip": clip, "clients_per_round": k}
+
+        def planned(noise: ServerGaussianNoise, privacy: PrivacyPlan) -> CuratorRoundsPlan:
+            """CuratorSampledRounds from 0 over the silos' records; the server's step reports each round."""
+            return CuratorRoundsPlan(make(noise=noise), context.sampler, context.loss, context.shape, replicas, rounds,
+                                     privacy, resolved, {"l2_clip": clip, "noise_std": float(noise.noise_std.max())},
+                                     server_step_metrics=noise if privacy.private else None)
+
         if not priv.private:
             privacy = PrivacyPlan(TrustModel.NONE, Calibration.NONE, Accountant.NONE, UNIT, relation, np.zeros(clients), np.zeros(cells), None, None)
-            return FedAvgPlan(make(noise=ServerGaussianNoise(np.zeros(replicas.count), 0.0)), context, privacy, resolved)
+            return planned(ServerGaussianNoise(np.zeros(replicas.count), 0.0), privacy)
         if priv.calibration != Calibration.ACCOUNTANT:
             raise ConfigError("privacy.calibration", priv.calibration, "accountant for dp_fedavg")
         delta = number_in("privacy.delta", priv.delta, 0.0, 1.0, "a number in (0, 1)")
@@ -115,27 +102,22 @@ class FedAvgRecipe(ProtocolRecipe):
         resolved.update(noise_multiplier=z, noise_std=z * sensitivity)
         privacy = PrivacyPlan(TrustModel.CENTRAL, Calibration.ACCOUNTANT, Accountant.RDP, UNIT, relation, np.full(clients, delta),
                               np.full(cells, z), np.full(cells, epsilon), ledger)
-        return FedAvgPlan(make(noise=noise), context, privacy, resolved)
-
-
-def _poisson_event(z: float, q: float, rounds: int):
-    import dp_accounting
-
-    return dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), rounds)
-
-
-def _add_remove_rdp():
-    import dp_accounting
-
-    return dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+        return planned(noise, privacy)
 
 
 def _poisson_calibration(epsilon: float, delta: float, q: float, rounds: int) -> float:
+    """z at which dp-accounting's RDP accountant (add/remove one) prices the Poisson ledger's own
+    event of ``rounds`` rounds at (epsilon, delta)."""
+    import dp_accounting
     from dp_accounting import mechanism_calibration
 
-    return float(mechanism_calibration.calibrate_dp_mechanism(
-        _add_remove_rdp, lambda z: _poisson_event(z, q, rounds), epsilon, delta,
-        mechanism_calibration.LowerEndpointAndGuess(1e-2, 1.0)))
+    def event(z: float):
+        return PoissonGaussianAccountant(ServerGaussianNoise(np.array([z]), 1.0), q, 1, delta).event(0, 0, rounds)
+
+    def accountant():
+        return dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    return float(mechanism_calibration.calibrate_dp_mechanism(accountant, event, epsilon, delta,
+                                                              mechanism_calibration.LowerEndpointAndGuess(1e-2, 1.0)))
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,15 @@ MUTANTS = [
            "    if sample_size >= dataset_size:\n        return event", "    if sample_size >= dataset_size + 1:\n        return event",
            "the ledger's event data writes a full batch as a sampled event of rate 1",
            ("tests/privacy/test_accounting.py", "tests/privacy/test_mechanism_events.py", PRIVACY)),
+    Mutant("calibrated-half-noise", "fedray/privacy/mechanisms.py",
+           "return x + scale * standard_normal, {", "return x + 0.5 * scale * standard_normal, {",
+           "a formula-calibrated server step (Gaussian SMD, output perturbation) adds half the noise it is priced for",
+           ("tests/privacy/test_calibrated_noise.py", PRIVACY)),
+    Mutant("theorem-covers-half-noise", "fedray/privacy/mechanisms.py",
+           "covered = np.all(np.asarray(self.noise_std) >= np.asarray(self.required_std), axis=1)",
+           "covered = np.all(np.asarray(self.noise_std) >= 0.5 * np.asarray(self.required_std), axis=1)",
+           "a theorem-priced step (phased SGD, Alg. 3, SCOutputPert) keeps its claim with half the required noise",
+           ("tests/privacy/test_calibrated_noise.py", PRIVACY)),
     # Ledger pricing (fedray/privacy/ledger.py)
     Mutant("ledger-parallel-sampling-credit", "fedray/privacy/ledger.py",
            "sample_size = n if self.parallel_composition else min(self.sample_size, n)",
@@ -242,7 +251,10 @@ calibration was not the subject, on a busy machine) killed 37 of 37. Then the tr
 Gaussian step became a mechanism value the ledger prices (central user-level DP-SGD, item-level
 DP-SGD, DP-FedAvg): server-half-noise was added and run alone (killed), and the federation-wide
 charge, which the new accountants had copied twice, became one rule (a mixin) that
-ledger-rounds-all-not-any mutates (run alone: killed).
+ledger-rounds-all-not-any mutates (run alone: killed). Then the Gaussian of the formula- and
+theorem-priced central protocols (Gaussian SMD, output perturbation; phased SGD, Alg. 3,
+SCOutputPert) became mechanism values their ledgers price: calibrated-half-noise and
+theorem-covers-half-noise were added and run alone (both killed).
 """
 
 

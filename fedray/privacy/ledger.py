@@ -24,6 +24,8 @@ the budget guard. Accountants:
 - ``ComposedAccountant``: releases with a guarantee of their own (a pure-DP draw, an
   (eps, delta) round) composed by a theorem of ``fedray.privacy.composition`` (basic, advanced,
   parallel); its delta can grow with the count (k delta0 + delta'), so the guard checks delta too.
+  With a ``CertifiedReleases`` rule the per-release guarantee is read from the calibrated
+  Gaussian step the protocol applies (``CalibratedGaussianNoise.guarantee``), the same value.
 
 Every accountant gives ``epsilons(counts)`` and ``deltas(counts)``, both (P, N).
 
@@ -43,7 +45,7 @@ import numpy as np
 from fedray.errors import BudgetError
 from fedray.privacy import event_data
 from fedray.privacy.accounting import calibrate_noise_multiplier
-from fedray.privacy.mechanisms import GaussianNoise, ServerGaussianNoise
+from fedray.privacy.mechanisms import CalibratedGaussianNoise, GaussianNoise, PhaseGaussianNoise, ServerGaussianNoise
 
 if TYPE_CHECKING:
     import dp_accounting
@@ -396,6 +398,37 @@ class RoundsAccountant:
 
 
 @dataclass(frozen=True)
+class CertifiedReleases:
+    """Releases of one calibrated Gaussian step (``CalibratedGaussianNoise``, or a theorem's
+    per-phase ``PhaseGaussianNoise``: the value the protocol's server half applies), each
+    ``noise.guarantee()``-DP, composed basic ((k eps, k delta), Dwork & Roth Thm 3.16) or, with
+    ``parallel``, as one release (each release reads a disjoint part of the data,
+    ``ParallelComposition``). The guarantee is read from the step at every pricing, so a ledger
+    holding less noise prices more; a step as calibrated prices its target to the bit."""
+
+    noise: CalibratedGaussianNoise | PhaseGaussianNoise
+    parallel: bool = False
+
+    def rule(self) -> ApproxDpComposition | ParallelComposition:
+        """The composition of the step's guarantee (an infinite epsilon, no claim, stands as 1 here:
+        ``epsilons`` prices those cells at inf)."""
+        epsilon, delta = self.noise.guarantee()
+        inner = ApproxDpComposition(np.where(np.isfinite(epsilon), epsilon, 1.0), delta, 0.0, route="basic")
+        return ParallelComposition(inner) if self.parallel else inner
+
+    def epsilons(self, counts) -> np.ndarray:
+        claimed = np.isfinite(self.noise.guarantee()[0]) | (np.asarray(counts) == 0)
+        return np.where(claimed, self.rule().epsilons(counts), np.inf)
+
+    def deltas(self, counts) -> np.ndarray:
+        return self.rule().deltas(counts)
+
+    def describe(self) -> dict:
+        return {"name": "certified", "noise_std": np.asarray(self.noise.noise_std).tolist(),
+                "inner": self.rule().describe()}
+
+
+@dataclass(frozen=True)
 class ComposedAccountant:
     """Charges priced by a composition rule (``fedray.privacy.composition.CompositionRule``).
 
@@ -418,6 +451,10 @@ class ComposedAccountant:
 
     def epsilons(self, counts: np.ndarray) -> np.ndarray:
         return np.asarray(self.rule.epsilons(counts), dtype=np.float64)
+
+    def priced_noise(self) -> CalibratedGaussianNoise | PhaseGaussianNoise | None:
+        """The Gaussian step this accountant prices (a ``CertifiedReleases`` rule's), else None."""
+        return self.rule.noise if isinstance(self.rule, CertifiedReleases) else None
 
     def deltas(self, counts: np.ndarray) -> np.ndarray:
         return np.broadcast_to(np.asarray(self.rule.deltas(counts), dtype=np.float64), np.shape(counts))

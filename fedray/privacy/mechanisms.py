@@ -16,8 +16,10 @@ generators (the server half draws from the round's keys, ``fedray.core.protocol.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar
+from functools import lru_cache
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 import numpy as np
 
@@ -135,6 +137,149 @@ class ServerGaussianNoise(GaussianNoise):
 
     def select(self, silo_ids: np.ndarray) -> "ServerGaussianNoise":
         return self          # one multiplier per replica: the same for every unit
+
+
+@dataclass(frozen=True)
+class CalibratedGaussianNoise:
+    """Gaussian noise whose std a calibration formula set for a target (epsilon, delta), added by
+    a trusted server to one release of stated l2 sensitivity (central DP).
+
+    Trust model: the server (curator) computes the exact value and adds the noise itself; what it
+    releases is private. Placement: ``SERVER``, applied in the protocol's server half.
+    Unit and relation: the plan's (replace one sample, one user, ...); ``sensitivity`` is the l2
+    sensitivity of the value the noise is added to under that relation.
+    Calibration: ``calibration(epsilon, delta, sensitivity) -> std`` is the formula that set
+    ``noise_std`` (``fedray.privacy.gaussian.analytic_sigma``, or a paper's), decreasing in
+    epsilon. ``guarantee`` is what the ledger prices: ``(epsilon, delta)`` when the formula at the
+    target asks for no more than ``noise_std`` (the same bits: a std computed by the formula
+    prices exactly the target), else the smallest epsilon at ``delta`` the formula certifies for
+    the std actually added (bisection), so less noise prices more. ``event`` names one
+    application as dp-accounting's Gaussian event of multiplier ``noise_std / sensitivity``.
+    Randomness: ``apply`` takes the standard normals the server drew for it (from the round's
+    keys), (P, ...) in the value's shape, so the same draws give the same bits.
+    """
+
+    noise_std: float | np.ndarray      # or (P,), one per replica (a grid of budgets)
+    sensitivity: float
+    epsilon: float | np.ndarray        # the target the formula calibrated noise_std for (or (P,))
+    delta: float
+    calibration: Callable[[float, float, float], float]
+    placement: ClassVar[Placement] = Placement.SERVER
+    draws_normals: ClassVar[bool] = True      # ``apply`` reads its standard normals
+
+    @property
+    def noise_multiplier(self) -> float | np.ndarray:
+        """``noise_std / sensitivity`` (a float, or (P,) with per-replica stds)."""
+        if np.ndim(self.noise_std) == 0:
+            return float(self.noise_std) / float(self.sensitivity)
+        return np.asarray(self.noise_std, dtype=np.float64) / float(self.sensitivity)
+
+    def _stds(self, replicas: int) -> np.ndarray:
+        return np.broadcast_to(np.asarray(self.noise_std, dtype=np.float64), (replicas,)).copy()
+
+    def apply(self, x: np.ndarray, standard_normal: np.ndarray | None) -> tuple[np.ndarray, dict]:
+        """``x`` (P, ...) plus each replica's ``noise_std`` times the normals; metrics: ``noise_std`` (P,)."""
+        if standard_normal is None or np.shape(standard_normal) != np.shape(x):
+            raise ValueError(f"CalibratedGaussianNoise needs standard normals of the value's shape {np.shape(x)}; "
+                             f"got {None if standard_normal is None else np.shape(standard_normal)}")
+        scale = self.noise_std if np.ndim(self.noise_std) == 0 else \
+            np.asarray(self.noise_std, dtype=np.float64).reshape((-1,) + (1,) * (x.ndim - 1))
+        return x + scale * standard_normal, {"noise_std": self._stds(x.shape[0])}
+
+    def round_metrics(self, participation: np.ndarray) -> dict[str, Metric]:
+        """The std added to each replica's release, (P,), as ``noise_std_added_min``/``_max``
+        (equal: one std). Released: a function of the plan's target and sensitivity, public."""
+        std = self._stds(np.shape(participation)[0])
+        return {"noise_std_added_min": Metric(std, True), "noise_std_added_max": Metric(std.copy(), True)}
+
+    def select(self, silo_ids: np.ndarray) -> "CalibratedGaussianNoise":
+        return self
+
+    def guarantee(self) -> tuple[float | np.ndarray, float]:
+        """(epsilon, delta) of one application, as the calibration formula certifies it (class
+        docstring): a float, or (P, 1) per replica when the std or the target is per replica."""
+        if np.ndim(self.noise_std) == 0 and np.ndim(self.epsilon) == 0:
+            return _certified_epsilon(self.calibration, float(self.noise_std), float(self.sensitivity),
+                                      float(self.epsilon), float(self.delta)), float(self.delta)
+        stds, targets = np.broadcast_arrays(np.asarray(self.noise_std, dtype=np.float64),
+                                            np.asarray(self.epsilon, dtype=np.float64))
+        epsilons = [_certified_epsilon(self.calibration, float(s), float(self.sensitivity), float(e), float(self.delta))
+                    for s, e in zip(stds, targets)]
+        return np.array(epsilons)[:, None], float(self.delta)
+
+    def event_data(self, replica: int, unit: int) -> dict:
+        std = float(np.asarray(self.noise_std, dtype=np.float64)[replica]) if np.ndim(self.noise_std) \
+            else float(self.noise_std)
+        return event_data.gaussian(std / float(self.sensitivity)) if std > 0 else event_data.non_private()
+
+    def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
+        from fedray.privacy.events import event_from_json     # imports dp-accounting (a second): only here
+
+        return event_from_json(self.event_data(replica, unit))
+
+
+@dataclass(frozen=True)
+class PhaseGaussianNoise:
+    """The Gaussian part of a trusted server's per-phase mechanism whose guarantee is a theorem's
+    (seed 002's Alg. 1: a Laplace test, an outlier filter, then N(0, sigma_i^2 I) on the filtered
+    mean; seed 003's DelOutputPert: a TDLap deletion budget, a stable set, then the Gaussian, one
+    column), for a run of phases x replicas.
+
+    Trust model: the server (curator) sees the groups' iterates and adds the noise itself (central
+    DP). Unit and relation: the plan's (a user; replace one user's items). ``noise_std`` (P, l) is
+    the std added to replica p's release of phase i; ``required_std`` (P, l) what the theorem's
+    formula asks at the plan's target (epsilon, delta) for that phase (the layout's sigma_i), the
+    theorem's other parts (the test's scale, the groups) held as the protocol runs them.
+    Calibration: the paper's (or the profile's). ``guarantee`` is what the ledger prices: per
+    replica, (epsilon, delta) when its noise is at least the required std in every phase (more
+    Gaussian noise is post-processing), else no claim (epsilon inf: the theorem covers no smaller
+    std). It names no dp-accounting event: the per-phase claim is the theorem's.
+    Randomness: ``at(phase, replicas)`` is the phase's step, a ``ServerGaussianNoise`` whose
+    multiplier is the std on a unit sensitivity; its ``apply`` continues each replica's generator
+    (after the test's Laplace and the filter's uniforms).
+    """
+
+    noise_std: np.ndarray
+    required_std: np.ndarray
+    epsilon: float | np.ndarray        # the theorem's target, or (P,) one per replica (a grid of budgets)
+    delta: float
+    placement: ClassVar[Placement] = Placement.SERVER
+
+    def at(self, phase: int, replicas: np.ndarray) -> ServerGaussianNoise:
+        """The step of phase ``phase`` for the running ``replicas``: std ``noise_std[replicas, phase]``."""
+        return ServerGaussianNoise(np.asarray(self.noise_std, dtype=np.float64)[replicas, phase], 1.0)
+
+    def guarantee(self) -> tuple[np.ndarray, float]:
+        """((P, 1) epsilon per replica, delta) of one phase (class docstring)."""
+        covered = np.all(np.asarray(self.noise_std) >= np.asarray(self.required_std), axis=1)
+        target = np.broadcast_to(np.asarray(self.epsilon, dtype=np.float64), covered.shape)
+        return np.where(covered, target, np.inf)[:, None], float(self.delta)
+
+
+@lru_cache(maxsize=256)
+def _certified_epsilon(calibration: Callable, noise_std: float, sensitivity: float, epsilon: float,
+                       delta: float) -> float:
+    """The target ``epsilon`` if ``calibration`` asks for at most ``noise_std`` there, else the
+    smallest epsilon (within a relative 1e-12, rounded up) at which it does; inf if none does."""
+    def needs(eps: float) -> float:
+        try:
+            return calibration(eps, delta, sensitivity)
+        except ValueError:          # outside the formula's range (the classic Gaussian past 1): no claim
+            return math.inf
+
+    if noise_std <= 0:
+        return math.inf
+    if needs(epsilon) <= noise_std:
+        return epsilon
+    low, high = epsilon, 2.0 * epsilon
+    while needs(high) > noise_std:
+        low, high = high, 2.0 * high
+        if high > 1e12:
+            return math.inf
+    while high - low > 1e-12 * high:            # needs(low) > noise_std >= needs(high)
+        mid = 0.5 * (low + high)
+        low, high = (low, mid) if needs(mid) <= noise_std else (mid, high)
+    return high
 
 
 @dataclass(frozen=True)

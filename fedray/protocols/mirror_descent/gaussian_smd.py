@@ -13,7 +13,10 @@ is at most L0, so replacing one sample moves the batch mean by at most 2 L0 sqrt
 l2, and sigma is the analytic Gaussian for (eps, delta) at that sensitivity
 (``fedray.privacy.gaussian.analytic_sigma``). Each sample is in one batch and the other steps'
 releases are post-processing of the earlier ones: by parallel composition the run is
-(eps, delta)-DP. The outputs (the average and the last iterate) are post-processing.
+(eps, delta)-DP. The outputs (the average and the last iterate) are post-processing. The noise
+is the server's step ``noise`` (``CalibratedGaussianNoise``; ``NoNoise`` without privacy), the
+value the ledger prices (``CertifiedReleases``); its normals come from the OUTPUT_NOISE counter
+stream of each replica, keyed by the step.
 
 The noise's l_inf norm grows like sigma sqrt(2 ln(2 (dx + dy))) with sigma ~ sqrt(dx + dy): the
 poly(d) price the paper's vertex sampling avoids.
@@ -27,6 +30,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from fedray.core.protocol import RoundKeys
+from fedray.privacy.mechanisms import CalibratedGaussianNoise, NoNoise
 from fedray.protocols.mirror_descent.planning import GaussianNoise
 from fedray.protocols.mirror_descent.simplex import softmax
 from fedray.rng import Stream
@@ -49,7 +53,7 @@ class GaussianSMD:
     num_steps: int                # T
     rows: int
     columns: int
-    sigma: float                  # noise std per coordinate of the batch mean gradient (0: non-private)
+    noise: CalibratedGaussianNoise | NoNoise      # the server's Gaussian step on the batch mean gradient
 
     recipe: ClassVar[GaussianNoise] = GaussianNoise()
 
@@ -67,11 +71,10 @@ class GaussianSMD:
         return np.concatenate([grad_x, grad_y], axis=1)
 
     def server_step(self, state: GaussianSmdState, summed: np.ndarray, keys: RoundKeys) -> GaussianSmdState:
-        noisy = summed / self.batch_size
-        if self.sigma > 0:
-            noise = np.stack([stream.normals(state.round, summed.shape[1])
-                              for stream in keys.counters(Stream.OUTPUT_NOISE)])
-            noisy = noisy + self.sigma * noise
+        mean = summed / self.batch_size
+        normals = np.stack([stream.normals(state.round, summed.shape[1]) for stream in
+                            keys.counters(Stream.OUTPUT_NOISE)]) if self.noise.draws_normals else None
+        noisy, _ = self.noise.apply(mean, normals)
         x, y = softmax(state.score_x), softmax(state.score_y)
         tau = self.step_size[:, None]
         return GaussianSmdState(state.round + 1, state.score_x - tau * noisy[:, :self.rows],

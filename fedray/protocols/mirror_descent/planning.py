@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedray.checks import known_keys, number_in, positive
+from fedray.core.mechanism import ReportsMetrics
 from fedray.core.planning import (
     PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe, Replicas, checked_term,
 )
@@ -35,7 +36,8 @@ from fedray.privacy.composition import (
     PureDpComposition,
 )
 from fedray.privacy.gaussian import analytic_sigma
-from fedray.privacy.ledger import Ledger, PopulationAccountant
+from fedray.privacy.ledger import CertifiedReleases, Ledger, PopulationAccountant
+from fedray.privacy.mechanisms import CalibratedGaussianNoise, NoNoise
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.mirror_descent.calibration import (
     CALIBRATIONS,
@@ -194,13 +196,17 @@ class GamePlan(PlannedProtocol):
     routing: Routing = Routing.DIRECT
     resolved: dict = field(default_factory=dict)
     constants: dict = field(default_factory=dict)
+    noise: ReportsMetrics = NoNoise()      # the server's noise step (a Gaussian baseline's), reported each round
 
     def build(self, oracle) -> CuratorSteps | CuratorRounds:
         parts = (self.algorithm, self.sampler, GapEvaluation(self.algorithm.rows), _samples,
                  np.zeros((self.replicas.count, 1)), self.num_rounds, self.num_units)
+        # The step's report is the same every round (one std per replica): logged with each round.
+        report = {name: metric.value for name, metric in
+                  self.noise.round_metrics(np.ones((self.replicas.count, self.num_units), dtype=bool)).items()}
         if isinstance(self.sampler, SequentialBatches):
-            return CuratorSteps(*parts, self.block_steps, self.routing, dict(self.constants))
-        return CuratorRounds(*parts, self.routing, dict(self.constants))
+            return CuratorSteps(*parts, self.block_steps, self.routing, dict(self.constants), report)
+        return CuratorRounds(*parts, self.routing, dict(self.constants), report)
 
 
 @dataclass(frozen=True)
@@ -307,24 +313,26 @@ class GaussianNoise(ProtocolRecipe):
         _, game = _checked(self, config, context, GAUSSIAN_KEYS)
         block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
         batch, steps, replicas = int(context.sampler.batch_size), context.num_rounds, context.replicas
+        noise: CalibratedGaussianNoise | NoNoise = NoNoise()
         if not priv.private:
             sigma, privacy = 0.0, _not_private(replicas)
         else:
             eps, delta = self._budget(priv)
             sensitivity = gaussian_sensitivity(game.lipschitz, game.rows, game.columns, batch)
             sigma = analytic_sigma(eps, delta, sensitivity)
-            rule = ParallelComposition(ApproxDpComposition(eps, delta, 0.0, route="basic"))
+            noise = CalibratedGaussianNoise(sigma, sensitivity, eps, delta, analytic_sigma)
+            rule = CertifiedReleases(noise, parallel=True)       # the step the server applies, priced
             privacy = _central(PopulationAccountant(rule, "parallel", 1), eps, delta, replicas,
                                {"noise_std": sigma, "l2_sensitivity": sensitivity,
                                 "released": "every step's noisy mean gradient and the iterates (post-processing)"},
                                calibration=Calibration.ANALYTIC, noise_multiplier=sigma / sensitivity)
         algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, rows=game.rows,
-                                    columns=game.columns, sigma=sigma)
+                                    columns=game.columns, noise=noise)
         constants = {"batch_size": float(batch), "noise_std": sigma, "lipschitz": game.lipschitz}
         resolved = {"num_rounds": steps, "batch_size": batch, "parameters": alg.get("parameters", "paper"),
                     "block_steps": block_steps, **privacy.details}
         return GamePlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, privacy, block_steps,
-                        resolved=resolved, constants=constants)
+                        resolved=resolved, constants=constants, noise=noise)
 
 
 @dataclass(frozen=True)

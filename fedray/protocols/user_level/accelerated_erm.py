@@ -50,6 +50,7 @@ from fedray.core.protocol import RoundKeys
 from fedray.core.sampling import phase_of
 from fedray.data.federation import SiloArrays
 from fedray.losses import clipped_weighted_gradients, loss_residual
+from fedray.privacy.mechanisms import PhaseGaussianNoise
 from fedray.protocols.user_level.outlier_removal import OutlierRemovalStep
 from fedray.protocols.user_level.phased_planning import AcceleratedErm, FullBatchFiltered
 from fedray.rng import Stream
@@ -98,7 +99,7 @@ class AcceleratedPhasedERM:
     unit_phase: np.ndarray       # (N,) each user's phase (-1: none; ``PhasedSubsets.members``)
     items: int                   # m
     thresholds: tuple            # tau per phase (Remark 3.6's runs each have their own n)
-    noise_std: tuple             # sigma_i
+    noise: PhaseGaussianNoise    # sigma_i (P, l), the step the ledger prices (zeros without privacy)
     epsilon: float               # the run's eps (each phase's); unused without privacy
     private: bool
     smoothing_radius: float = 0.0    # r > 0: gradients at x + y, y uniform in B(0, r) per record and step (App. D)
@@ -149,7 +150,7 @@ class AcceleratedPhasedERM:
         pass_level, halted = state.pass_level.copy(), state.halted.copy()
         gradient, kept = np.zeros((p, vectors.shape[2])), np.full(p, np.nan)
         if self.private and running.size:
-            step = OutlierRemovalStep(self.epsilon, self.thresholds[phase], self.noise_std[phase])
+            step = OutlierRemovalStep(self.epsilon, self.thresholds[phase], self.noise.at(phase, running))
             generators = [keys.generator(Stream.SERVER, int(r)) for r in running]
             if t == self.phase_starts[phase]:
                 pass_level[running] = step.pass_level(k, generators)
@@ -168,9 +169,13 @@ class AcceleratedPhasedERM:
 
     def metrics(self, state: PhasedErmState) -> dict:
         phase = self._phase(max(state.round - 1, 0))
-        return {"halted": Metric(state.halted.astype(np.float64), True),
-                "gradient_evaluations": Metric(state.gradients.astype(np.float64), True),
-                "kept_fraction": Metric(state.kept / self.batch[phase], False)}
+        metrics = {"halted": Metric(state.halted.astype(np.float64), True),
+                   "gradient_evaluations": Metric(state.gradients.astype(np.float64), True),
+                   "kept_fraction": Metric(state.kept / self.batch[phase], False)}
+        if self.private:        # the std the round's release got (0 where a replica halted: no release)
+            std = np.where(state.halted, 0.0, np.asarray(self.noise.noise_std, dtype=np.float64)[:, phase])
+            metrics |= {"noise_std_added_min": Metric(std, True), "noise_std_added_max": Metric(std.copy(), True)}
+        return metrics
 
     def done(self, state: PhasedErmState) -> np.ndarray:
         return state.halted | (state.round >= self.num_rounds)

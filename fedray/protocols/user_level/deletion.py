@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 
 from fedray.core.terms import Calibration
+from fedray.privacy.mechanisms import ServerGaussianNoise
 
 
 CALIBRATIONS = (Calibration.PAPER, Calibration.TIGHT)
@@ -172,7 +173,8 @@ class DelOutputPert:
         if chosen is None:
             return None
         value = np.asarray(f(chosen), dtype=np.float64)
-        return value + self.noise_std * rng.standard_normal(value.shape)
+        step = ServerGaussianNoise(np.array([self.noise_std]), 1.0)      # sigma on a unit sensitivity, from rng
+        return step.apply(value[None], [rng])[0][0]
 
 
 SOLVES_CAP = 10**18

@@ -12,7 +12,10 @@ AboveThreshold over the phase's steps is eps/2-DP (the score's sensitivity is < 
 the filtered mean moves by O(tau log(1/zeta) / K) under replacing one user (Lemma C.2), which
 sigma covers together with subsampling and advanced composition over the phase (the paper's
 argument, spec §2.3). A halted replica releases nothing more in the run (Alg. 3 aborts): its
-gradient is NaN and the caller outputs the public constant. Every draw comes from the replica's own generator.
+gradient is NaN and the caller outputs the public constant. Every draw comes from the replica's own
+generator; the Gaussian is ``noise`` (``ServerGaussianNoise``, the phase's step of the
+``PhaseGaussianNoise`` the ledger prices), which continues each generator after the test's
+Laplace draws and the filter's uniforms.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedray.privacy.mechanisms import ServerGaussianNoise
 from fedray.privacy.outliers import concentration_score, outlier_filter
 from fedray.privacy.sparse_vector import AboveThreshold
 
@@ -41,7 +45,7 @@ class OutlierRemovalStep:
 
     epsilon: float
     threshold: float          # tau: users are close when their gradients are within 2 tau
-    noise_std: float          # sigma_i
+    noise: ServerGaussianNoise    # sigma_i, one std per replica the step runs on
 
     @property
     def test(self) -> AboveThreshold:
@@ -64,6 +68,6 @@ class OutlierRemovalStep:
                                      for r, rng in enumerate(generators)])
         uniforms = np.stack([rng.random(k) for rng in generators])
         kept, mean = outlier_filter(vectors, 2 * self.threshold, uniforms, np.zeros((p, d)))
-        noise = np.stack([rng.standard_normal(d) for rng in generators])
-        gradient = np.where(halted[:, None], np.nan, mean + self.noise_std * noise)
+        noisy, _ = self.noise.apply(mean, generators)
+        gradient = np.where(halted[:, None], np.nan, noisy)
         return StepResult(halted, gradient, kept.sum(axis=1), score)

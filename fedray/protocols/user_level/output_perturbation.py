@@ -18,7 +18,9 @@ Sensitivity: G is lambda-strongly convex and replacing user u changes grad G by
 Delta = 2G/(lambda n) + 2 tau/lambda. Calibration: ``accountant`` = the analytic Gaussian
 (the smallest sigma that is (eps, delta)-DP for Delta, ``fedray.privacy.gaussian``), ``paper`` =
 the classic sqrt(2 ln(1.25/delta)) Delta / eps (eps < 1 only). Each replica draws its own noise
-from the server's stream keyed by its row of ``Replicas.streams``. A run that cannot reach the
+from the server's stream keyed by its row of ``Replicas.streams``; the noise is ``noise``
+(``CalibratedGaussianNoise``, sigma per replica; ``NoNoise`` for B0), the value the ledger prices
+(``CertifiedReleases``). A run that cannot reach the
 certificate fails instead of releasing. Without privacy (B0) the program releases W^ itself.
 """
 
@@ -34,19 +36,21 @@ from fedray.core.objective import DataObjective
 from fedray.core.program import ProgramRun
 from fedray.core.protocol import RoundKeys
 from fedray.objectives import LinearModelObjective
+from fedray.privacy.mechanisms import CalibratedGaussianNoise, NoNoise
 from fedray.protocols.user_level.planning import OutputPerturbationRecipe
 from fedray.protocols.user_level.solver import LinearModelProgram, minimize_ridge
 
 
 @dataclass(frozen=True)
 class OutputPerturbation(LinearModelProgram):
-    """The program (``fedray.core.program.CentralProgram``); ``noise_std`` (P,) is sigma per
-    replica (0 without privacy)."""
+    """The program (``fedray.core.program.CentralProgram``); ``noise`` the server's Gaussian step,
+    sigma (P,) per replica (``NoNoise`` without privacy)."""
 
     objective: LinearModelObjective
     regularization: float
     gradient_tolerance: float
-    noise_std: np.ndarray
+    noise: CalibratedGaussianNoise | NoNoise
+    num_replicas: int
     num_units: int
     model_shape: tuple
     constants: dict = field(default_factory=dict)
@@ -56,13 +60,16 @@ class OutputPerturbation(LinearModelProgram):
         data = DataObjective(oracle, self.objective, self.num_units)
         solution = minimize_ridge(data, self.model_shape, self.regularization, self.objective.smoothness,
                                   self.gradient_tolerance)
-        num_replicas = self.noise_std.shape[0]
+        num_replicas = self.num_replicas
         released = np.repeat(solution.params, num_replicas, axis=0)
-        for replica in range(num_replicas):
-            if self.noise_std[replica] > 0:
-                released[replica] += self.noise_std[replica] * self.output_noise(keys, replica)
         charge = np.ones((num_replicas, self.num_units), dtype=np.int64)
-        metrics = {"noise_std": Metric(self.noise_std.astype(np.float64), released=True),
+        std = np.zeros(num_replicas)
+        report: dict = {}
+        if self.noise.draws_normals:
+            normals = np.stack([self.output_noise(keys, replica) for replica in range(num_replicas)])
+            released, applied = self.noise.apply(released, normals)
+            std, report = applied["noise_std"], self.noise.round_metrics(charge)
+        metrics = {"noise_std": Metric(std, released=True), **report,
                    "solver_calls": Metric(np.full(num_replicas, float(solution.calls)), released=False),
                    "certificate_gradient_norm": Metric(np.full(num_replicas, solution.gradient_norm), released=False)}
         return ProgramRun({"released": released}, charge, metrics)

@@ -57,6 +57,7 @@ from fedray.core.program import ProgramRun
 from fedray.core.protocol import RoundKeys
 from fedray.objectives import LinearModelObjective
 from fedray.protocols.user_level.deletion import DelOutputPert, TruncatedDiscreteLaplace
+from fedray.privacy.mechanisms import PhaseGaussianNoise
 from fedray.protocols.user_level.phased_output_pert_planning import ABORT, Phase, PhasedOutputPertRecipe
 from fedray.protocols.user_level.solver import LinearModelProgram, minimize_ridge
 from fedray.rng import Stream, generator
@@ -86,6 +87,9 @@ class PhasedOutputPert(LinearModelProgram):
     localization: Phase | None = None  # Alg. 5 / 6's first release, at the centre 0
     fallback: tuple = ()              # (T,) Phase after a localization that released nothing (K' = K)
     on_unstable: str = "search"       # or ABORT: a failed check releases nothing (not DP)
+    # The releases' Gaussian step (P, slots): phases, then fallback phases, then the localization;
+    # s sigma added, sigma required (the value the ledger prices). None without privacy.
+    noise: PhaseGaussianNoise | None = None
     recipe: ClassVar[PhasedOutputPertRecipe] = PhasedOutputPertRecipe()
 
     def run(self, oracle, keys: RoundKeys) -> ProgramRun:
@@ -93,18 +97,21 @@ class PhasedOutputPert(LinearModelProgram):
         centres = np.zeros((self.num_replicas,) + self.model_shape)
         tally: dict[str, Any] = {"failed": np.zeros(self.num_replicas), "settled": np.zeros(self.num_replicas),
                  "searched": np.zeros(self.num_replicas), "calls": 0,
-                 "charge": np.zeros((self.num_replicas, self.num_units), dtype=np.int64)}
+                 "charge": np.zeros((self.num_replicas, self.num_units), dtype=np.int64),
+                 "std_min": np.full(self.num_replicas, np.inf), "std_max": np.full(self.num_replicas, -np.inf)}
         localized = np.zeros(self.num_replicas, dtype=bool)
         if self.localization is not None:
             # theta0, projected onto K: within R' of theta0 when theta*(x) is (spec §2.6), the phases' start
+            slot = len(self.phases) + len(self.fallback)
             localized = self._release(data, [self.localization] * self.num_replicas, len(self.phases), centres, keys,
-                                      tally)
+                                      tally, [slot] * self.num_replicas)
             centres[~localized] = 0.0
             centres = _project(centres, self.radius)
         for index in range(len(self.phases)):
-            phases = [(self.phases if localized[r] or not self.fallback else self.fallback)[index]
-                      for r in range(self.num_replicas)]
-            self._release(data, phases, index, centres, keys, tally)
+            first = [bool(localized[r] or not self.fallback) for r in range(self.num_replicas)]
+            phases = [(self.phases if f else self.fallback)[index] for f in first]
+            self._release(data, phases, index, centres, keys, tally,
+                          [index if f else len(self.phases) + index for f in first])
         released = _project(centres, self.radius)
         dp = self.on_unstable != ABORT      # under the abort which phases released is outside any guarantee
         metrics = {"phases_without_release": Metric(tally["failed"], released=dp),
@@ -113,12 +120,17 @@ class PhasedOutputPert(LinearModelProgram):
                    "solver_calls": Metric(np.full(self.num_replicas, float(tally["calls"])), released=False)}
         if self.localization is not None:
             metrics["localized"] = Metric(localized.astype(np.float64), released=dp)
+        if self.noise is not None:      # the least and largest std the replica's releases got (0: none)
+            some = np.isfinite(tally["std_min"])
+            metrics["noise_std_added_min"] = Metric(np.where(some, tally["std_min"], 0.0), released=dp)
+            metrics["noise_std_added_max"] = Metric(np.where(some, tally["std_max"], 0.0), released=dp)
         return ProgramRun({"released": released}, tally["charge"], metrics)
 
-    def _release(self, data, phases: list, index: int, centres: np.ndarray, keys: RoundKeys, tally: dict) -> np.ndarray:
+    def _release(self, data, phases: list, index: int, centres: np.ndarray, keys: RoundKeys, tally: dict,
+                 slots: list) -> np.ndarray:
         """Each replica's phase ``phases[r]`` from its centre: solve min F + (ridge / 2) ||theta||^2 +
         (lambda_i / 2) ||theta - centre||^2, check the certificate, and on success move the centre to
-        the release (in place); whether each replica released."""
+        the release plus the Gaussian step of its slot ``slots[r]`` (in place); whether each replica released."""
         released = np.zeros(self.num_replicas, dtype=bool)
         plans = []
         for replica, phase in enumerate(phases):
@@ -171,8 +183,13 @@ class PhasedOutputPert(LinearModelProgram):
                     phase.users.size, budget)
                 chosen = None if found is None else found[1]
             if chosen is not None:
-                noise = generator(keys.seed, Stream.OUTPUT_NOISE, *phase_key).standard_normal(self.model_shape)
-                centres[replica] = chosen + self.noise_scale * mechanism.noise_std * noise
+                if self.noise is None:
+                    raise ValueError("PhasedOutputPert with mechanisms needs its Gaussian step (noise); got None")
+                step = self.noise.at(slots[replica], np.array([replica]))
+                centres[replica] = step.apply(chosen[None], [generator(keys.seed, Stream.OUTPUT_NOISE, *phase_key)])[0][0]
+                std = float(step.noise_std[0])
+                tally["std_min"][replica] = min(tally["std_min"][replica], std)
+                tally["std_max"][replica] = max(tally["std_max"][replica], std)
                 released[replica] = True
             else:
                 # BOT: the previous centre stays (spec A7); in DP mode post-processing of a DP output

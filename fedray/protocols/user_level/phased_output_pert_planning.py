@@ -33,8 +33,8 @@ from fedray.core.protocol import Routing
 from fedray.core.terms import Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
 from fedray.objectives import LinearModelObjective
-from fedray.privacy.composition import ApproxDpComposition
-from fedray.privacy.ledger import ComposedAccountant, Ledger
+from fedray.privacy.ledger import CertifiedReleases, ComposedAccountant, Ledger
+from fedray.privacy.mechanisms import PhaseGaussianNoise
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.deletion import CALIBRATIONS as DELETION_CALIBRATIONS
 from fedray.protocols.user_level.deletion import CertifiedPerturbation, enumeration_solves
@@ -113,12 +113,23 @@ class PhasedPlan(PlannedProtocol):
     ridge: float = 0.0
     localization: Any = None
     fallback: tuple = ()
+    noise: PhaseGaussianNoise | None = None     # the releases' Gaussian step (``_noise``)
 
     def build(self, oracle):
         model_shape = (self.shape.dim, self.objective.loss.num_outputs)
         return self.algorithm_class(self.objective, self.phases, self.noise_scale, self.radius, self.shape.num_silos,
                                     model_shape, self.replicas, dict(self.resolved), self.ridge, self.localization,
-                                    self.fallback, self.resolved.get("on_unstable", "search"))
+                                    self.fallback, self.resolved.get("on_unstable", "search"), self.noise)
+
+
+def _noise(releases: list, scale: float, epsilon, delta: float) -> PhaseGaussianNoise | None:
+    """The Gaussian step of every release slot (the phases, the fallback phases, the localization),
+    (P, slots): ``scale`` x each mechanism's sigma added, its sigma required; None without privacy."""
+    if not releases or releases[0].mechanisms[0] is None:
+        return None
+    required = np.array([[mech.noise_std for mech in phase.mechanisms] for phase in releases]).T
+    added = np.array([[scale * mech.noise_std for mech in phase.mechanisms] for phase in releases]).T
+    return PhaseGaussianNoise(added, required, epsilon, delta)
 
 
 @dataclass(frozen=True)
@@ -265,12 +276,15 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
                             localization_radius=reach, localization_users=located,
                             localization_noise_std=scale * local.noise_std)
         cells = (replicas.count, n)
+        # one ledger unit is (eps / (stages share), delta / (stages share)): a phase charges 1, the localization share
+        noise = _noise([p for p in (*first, *fallback, localization) if p is not None], scale,
+                       levels / (stages * share) if private else None, delta / (stages * share) if private else 0.0)
         if not private or scale != 1.0:
             privacy = not_private(cells)
             if scale != 1.0:
                 privacy = _diagnostic(privacy, scale)
             return PhasedPlan(algorithm_class, objective, first, scale, radius, shape, replicas.count, privacy,
-                              resolved, ridge=mu or 0.0, localization=localization, fallback=fallback)
+                              resolved, ridge=mu or 0.0, localization=localization, fallback=fallback, noise=noise)
         opening = localization or first[0]
         sigma_first = np.array([mech.noise_std / mech.sensitivity for mech in opening.mechanisms])
         releases = [p for p in (localization, *first, *fallback) if p is not None]
@@ -281,11 +295,12 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
             privacy = not_dp_release(levels, delta, cells, sigma_first, {"phases": count, "min_users": fewest},
                                      PHASED_NO_RELEASE, calibration)
             return PhasedPlan(algorithm_class, objective, first, scale, radius, shape, replicas.count, privacy,
-                              resolved, ridge=mu or 0.0, localization=localization, fallback=fallback)
+                              resolved, ridge=mu or 0.0, localization=localization, fallback=fallback, noise=noise)
         check_fallback(solves, most_solves, max(p.users.size for p in releases),
                        max(mech.kappa for p in releases for mech in p.mechanisms), str(alg.get("name")))
-        # one ledger unit is (eps / (stages share), delta / (stages share)): a phase charges 1, the localization share
-        rule = ApproxDpComposition(levels[:, None] / (stages * share), delta / (stages * share), 0.0, route="basic")
+        if noise is None:
+            raise ValueError("a private Phased-ERM plan needs its releases' Gaussian step; got None")
+        rule = CertifiedReleases(noise)      # each unit as the releases' step certifies it (the value they apply)
         phased = "basic" if share > 1 else "parallel (disjoint phases)"
         if mu:
             phased = f"basic (localization + {'phases' if share > 1 else 'disjoint phases'})"
@@ -296,7 +311,7 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
             target_epsilon=np.broadcast_to(levels[:, None], cells).copy(), ledger=Ledger(accountant, cells, "user"),
             details={"phases": count, "min_users": fewest})
         return PhasedPlan(algorithm_class, objective, first, scale, radius, shape, replicas.count, privacy, resolved,
-                          ridge=mu or 0.0, localization=localization, fallback=fallback)
+                          ridge=mu or 0.0, localization=localization, fallback=fallback, noise=noise)
 
     @staticmethod
     def _phase_count(variant: str, n: int, m: int, dim: int, eps: float, delta: float, beta: float) -> int:

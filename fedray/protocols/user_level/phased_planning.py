@@ -43,8 +43,8 @@ from fedray.core.sampling import AllUnits, UniformParticipation
 from fedray.core.terms import Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
 from fedray.gradient_descent import ProjectedGradient
-from fedray.privacy.composition import ApproxDpComposition
-from fedray.privacy.ledger import Ledger, PhaseAccountant
+from fedray.privacy.ledger import CertifiedReleases, Ledger, PhaseAccountant
+from fedray.privacy.mechanisms import PhaseGaussianNoise
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.planning import USER, CuratorRoundsPlan, not_private
 from fedray.protocols.user_level.phased_parameters import (
@@ -231,7 +231,7 @@ class AcceleratedErm(ProtocolRecipe):
         algorithm = algorithm_class(
             context.loss, solvers, layout.steps,
             layout.batch, starts, unit_phase, problem.items,
-            tuple(map(float, tau)), tuple(map(float, sigma)), problem.epsilon, private,
+            tuple(map(float, tau)), _noise(sigma, replicas.count, problem), problem.epsilon, private,
             constants.get("smoothing_radius", 0.0))
         several = len(runs) > 1
         failed = [f"run {j + 1} of {len(runs)}: {why}" if several else why
@@ -269,7 +269,7 @@ class AcceleratedErm(ProtocolRecipe):
                             phase_thresholds=[float(t) for t in tau])
         cells = (replicas.count, shape.num_silos)
         privacy = _phase_privacy(problem, layout, unit_phase, multiplier, cells, constants,
-                                 failed) if private else not_private(cells)
+                                 failed, algorithm.noise) if private else not_private(cells)
         return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, context.num_rounds,
                                  privacy, resolved, _constants(algorithm))
 
@@ -293,9 +293,16 @@ def _run_phases(run: tuple, constants: dict, private: bool, stages: str) -> dict
             "tau": np.full(len(layout.users), float(schedule.threshold))}
 
 
+def _noise(sigma, replicas: int, problem: Problem) -> PhaseGaussianNoise:
+    """The phases' Gaussian step: sigma_i (the same for every replica) as added and as required."""
+    std = np.tile(np.array([float(s) for s in sigma]), (replicas, 1))
+    return PhaseGaussianNoise(std, std.copy(), problem.epsilon, problem.delta)
+
+
 def _phase_privacy(problem: Problem, layout, unit_phase: np.ndarray, multiplier: np.ndarray, cells: tuple,
-                   constants: dict, failed: list) -> PrivacyPlan:
-    """Each phase one (eps, delta) release to its users (parallel composition over phases). Under
+                   constants: dict, failed: list, noise: PhaseGaussianNoise) -> PrivacyPlan:
+    """Each phase one (eps, delta) release to its users (parallel composition over phases), priced
+    by what ``noise`` (the step the server applies) certifies (``CertifiedReleases``). Under
     profiles paper and exploratory the statement's noise multiplier is sigma_i / (2 tau): the
     sensitivity itself is the paper's O(tau log(1 / zeta) / K_i) with a hidden constant, so the
     noise is stated against the closeness threshold instead (recorded under ``details``); under
@@ -303,7 +310,7 @@ def _phase_privacy(problem: Problem, layout, unit_phase: np.ndarray, multiplier:
     eps, delta = problem.epsilon, problem.delta
     derived = constants["profile"] == "derived"
     starts = tuple(int(v) for v in np.concatenate([[0], np.cumsum(layout.steps)[:-1]]))
-    accountant = PhaseAccountant(ApproxDpComposition(eps, delta, 0.0, route="basic"), "phases",
+    accountant = PhaseAccountant(CertifiedReleases(noise), "phases",
                                  unit_phase=unit_phase, phase_starts=starts)
     per_unit = np.where(unit_phase >= 0, np.asarray(multiplier)[np.maximum(unit_phase, 0)], 0.0)
     caveats = [f"profile derived: sigma_i = z_i Delta_i for the coupled sensitivity c_Delta tau (7 + 3 ln(1 / "
@@ -390,7 +397,7 @@ class FullBatchFiltered(ProtocolRecipe):
             if constants["solver"] == "gd" else AcSa(replicas.step_sizes, 0.0, 0.0, problem.diameter / 2)
         algorithm = algorithm_class(
             context.loss, (solver,), layout.steps, layout.batch, (0,), np.zeros(n, dtype=np.int64), m, (float(tau),),
-            (float(sigma),), eps, private)
+            _noise((sigma,), replicas.count, problem), eps, private)
         failed = []
         if private and not derived:
             if eps > 10:
@@ -410,11 +417,11 @@ class FullBatchFiltered(ProtocolRecipe):
                               f"norm ~ {sigma * math.sqrt(d):.3g} (tau = {tau:.3g})"]}
         cells = (replicas.count, shape.num_silos)
         privacy = _phase_privacy(problem, layout, algorithm.unit_phase, multiplier, cells,
-                                 constants, failed) if private else not_private(cells)
+                                 constants, failed, algorithm.noise) if private else not_private(cells)
         return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, steps, privacy, resolved,
                                  _constants(algorithm))
 
 
 
 def _constants(algorithm) -> dict:
-    return {"threshold": algorithm.thresholds[0], "noise_std_first_phase": algorithm.noise_std[0]}
+    return {"threshold": algorithm.thresholds[0], "noise_std_first_phase": float(algorithm.noise.noise_std[0, 0])}

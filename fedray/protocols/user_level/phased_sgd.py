@@ -18,7 +18,7 @@ relay through the users themselves would not be covered by central DP. The serve
     s = ConcScore(iterates, tau_i);  halt if s + Lap(20 / eps) < 4 C / 5    (output: the public 0;
                                                       Lap(8 / eps) under profile derived)
     S, mean = OutlierFilter(iterates, 2 tau_i)      (nobody kept: x_{i-1})
-    x_i = mean + N(0, sigma_i^2 I)
+    x_i = mean + N(0, sigma_i^2 I)                  (``PhaseGaussianNoise``, the step the ledger prices)
 
 and the output is x_l (also reported projected onto X: free post-processing, spec §5 item 8).
 
@@ -53,6 +53,7 @@ from fedray.data.federation import SiloArrays
 from fedray.evaluation import LinearModelEvaluation
 from fedray.geometry import project_l2_ball
 from fedray.losses import loss_residual
+from fedray.privacy.mechanisms import PhaseGaussianNoise
 from fedray.privacy.outliers import concentration_score, outlier_filter
 from fedray.protocols.user_level.phased_sgd_planning import PhasedSgdRecipe
 from fedray.rng import SiloDraws, Stream
@@ -132,7 +133,7 @@ class PhasedSgd:
     group_users: tuple           # N_i
     step_sizes: np.ndarray       # (P, l) eta_i
     thresholds: np.ndarray       # (P, l) tau_i
-    noise_std: np.ndarray        # (P, l) sigma_i
+    noise: PhaseGaussianNoise    # sigma_i (P, l), the step the ledger prices (zeros without privacy)
     group_of: tuple              # (N,) per phase: each unit's group (-1: not in the phase)
     items: int                   # m
     radius: float                # X = B(0, radius)
@@ -167,8 +168,7 @@ class PhasedSgd:
         halted = noisy < PASS_FRACTION * c
         uniforms = np.stack([rng.random(c) for rng in rngs])
         kept, mean = outlier_filter(points, 2 * tau, uniforms, previous.reshape(r, -1))
-        noise = np.stack([rng.standard_normal(points.shape[2]) for rng in rngs])
-        released = mean + self.noise_std[replicas, phase][:, None] * noise
+        released, _ = self.noise.at(phase, replicas).apply(mean, rngs)        # the same generators, continued
         return halted, released.reshape(previous.shape), kept.sum(axis=1), score
 
     def run(self, oracle, keys: RoundKeys) -> ProgramRun:
@@ -177,6 +177,7 @@ class PhasedSgd:
         halted, reached = np.zeros(p, dtype=bool), np.zeros(p, dtype=np.int64)
         gradients, kept, score = np.zeros(p), np.full(p, np.nan), np.full(p, np.nan)
         charge = np.zeros((p, self.num_units), dtype=np.int64)
+        std_min, std_max = np.full(p, np.inf), np.full(p, -np.inf)       # the Gaussian std each replica added
         for phase in range(phases):
             running = ~halted
             if not running.any():
@@ -190,6 +191,8 @@ class PhasedSgd:
                 stop, x[replicas], kept[replicas], score[replicas] = self.curator(iterates, x[replicas], replicas, phase,
                                                                                   keys)
                 halted[replicas] = stop
+                std = np.asarray(self.noise.noise_std)[replicas, phase]
+                std_min[replicas], std_max[replicas] = np.minimum(std_min[replicas], std), np.maximum(std_max[replicas], std)
             else:
                 x[replicas], kept[replicas] = iterates.mean(axis=1), self.groups
         last = np.where(halted[:, None, None], 0.0, x)
@@ -199,6 +202,9 @@ class PhasedSgd:
                    "gradient_evaluations": Metric(gradients, True),
                    "kept_fraction": Metric(kept / self.groups, False),
                    "concentration_score": Metric(score / self.groups, False)}
+        if self.private:            # released: the plan's sigma_i of the phases each replica ran (0: none)
+            metrics["noise_std_added_min"] = Metric(np.where(reached > 0, std_min, 0.0), True)
+            metrics["noise_std_added_max"] = Metric(np.where(reached > 0, std_max, 0.0), True)
         return ProgramRun({"last": last, "projected": projected}, charge, metrics)
 
     def evaluate(self, models: np.ndarray, federation) -> dict:

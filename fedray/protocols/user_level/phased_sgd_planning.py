@@ -36,8 +36,8 @@ from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol,
 from fedray.core.protocol import Routing
 from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
-from fedray.privacy.composition import ApproxDpComposition
-from fedray.privacy.ledger import ComposedAccountant, Ledger
+from fedray.privacy.ledger import CertifiedReleases, ComposedAccountant, Ledger
+from fedray.privacy.mechanisms import PhaseGaussianNoise
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.phased_parameters import (
     COUPLING_CONSTANT, PhasedSgdLayout, Problem, coupled_sensitivity, coupling_log_failure, feasibility,
@@ -112,9 +112,12 @@ class PhasedSgdRecipe(ProtocolRecipe):
         unit_phase = context.sampler.members(context.seed, shape.num_silos)
         places = context.sampler.positions(context.seed, shape.num_silos)
         group_of = tuple(np.where(unit_phase == i, places // max(n, 1), -1) for i, n in enumerate(layout.group_users))
+        # sigma_i scales with eta_i (as tau_i): the formula asks multiplier x the layout's sigma_i.
+        required = multiplier * layout.noise_std
+        noise = PhaseGaussianNoise(required * private, required, problem.epsilon, problem.delta)
         algorithm = algorithm_class(
             context.loss, layout.groups, layout.group_users, multiplier * layout.step_sizes,
-            multiplier * layout.thresholds, multiplier * layout.noise_std * private,
+            multiplier * layout.thresholds, noise,
             group_of, problem.items, problem.diameter / 2, problem.epsilon, layout.test_scale, private,
             shape.num_silos, (shape.dim, context.loss.num_outputs),
             {"groups": layout.groups, "noise_std_first_phase": float(layout.noise_std[0] * multiplier.max())})
@@ -134,7 +137,7 @@ class PhasedSgdRecipe(ProtocolRecipe):
                     "noise_std": [float(s) for s in layout.noise_std] if private else [0.0] * len(layout.steps),
                     "gradients_no_halt": layout.gradients, "notes": notes, "privacy_conditions_failed": failed}
         cells = (replicas.count, shape.num_silos)
-        privacy = _privacy(problem, layout, cells, constants, failed) if private else not_private(cells)
+        privacy = _privacy(problem, layout, cells, constants, failed, noise) if private else not_private(cells)
         return PhasedSgdPlan(algorithm, privacy, resolved)
 
 
@@ -171,9 +174,11 @@ def coupling_coverage(problem: Problem, layout: PhasedSgdLayout) -> float:
     return float(layout.noise_std[0] / layout.thresholds[0] / needed)
 
 
-def _privacy(problem: Problem, layout: PhasedSgdLayout, cells: tuple, constants: dict, failed: list) -> PrivacyPlan:
+def _privacy(problem: Problem, layout: PhasedSgdLayout, cells: tuple, constants: dict, failed: list,
+             noise: PhaseGaussianNoise) -> PrivacyPlan:
     """Each phase one (eps, delta) release to its users, each user charged once (parallel
-    composition over disjoint phases). The eps is nominal whatever the profile: the proof's
+    composition over disjoint phases), priced by what ``noise`` (the step the curator applies)
+    certifies (``CertifiedReleases``). The eps is nominal whatever the profile: the proof's
     sensitivity has Lemma B.2's unspecified constant (``coupling_coverage`` says how the printed
     noise compares with the spec's conservative one)."""
     eps, delta = problem.epsilon, problem.delta
@@ -195,7 +200,7 @@ def _privacy(problem: Problem, layout: PhasedSgdLayout, cells: tuple, constants:
         caveats.append(("profile derived's" if constants["profile"] == "derived" else "Thm B.1's")
                        + " conditions fail at this size, so the proof does not cover the run: " + "; ".join(failed))
     multiplier = float(layout.noise_std[0] / layout.thresholds[0])
-    accountant = ComposedAccountant(ApproxDpComposition(eps, delta, 0.0, route="basic"), "basic")
+    accountant = ComposedAccountant(CertifiedReleases(noise), "basic")
     return PrivacyPlan(
         trust_model=TrustModel.CENTRAL, calibration=Calibration.ACCOUNTANT if constants["profile"] == "derived" else Calibration.PAPER,
         accountant=Accountant.BASIC, unit=USER, relation=Relation.REPLACE_ONE,

@@ -29,8 +29,10 @@ from fedray.objectives import LinearModelObjective
 from fedray.privacy.accounting import calibrate_noise_multiplier
 from fedray.privacy.composition import ApproxDpComposition
 from fedray.privacy.gaussian import analytic_sigma, classic_sigma
-from fedray.privacy.ledger import ComposedAccountant, Ledger, UnboundedAccountant, central_gaussian_ledger
-from fedray.privacy.mechanisms import ServerGaussianNoise
+from fedray.privacy.ledger import (
+    CertifiedReleases, ComposedAccountant, Ledger, UnboundedAccountant, central_gaussian_ledger,
+)
+from fedray.privacy.mechanisms import CalibratedGaussianNoise, NoNoise, PhaseGaussianNoise, ServerGaussianNoise
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.deletion import (
     CALIBRATIONS as DELETION_CALIBRATIONS,
@@ -54,16 +56,17 @@ class OutputPerturbationPlan(PlannedProtocol):
     objective: LinearModelObjective
     regularization: float
     gradient_tolerance: float
-    noise_std: np.ndarray
+    noise: CalibratedGaussianNoise | NoNoise
     shape: Any
     privacy: PrivacyPlan
     resolved: dict = field(default_factory=dict)
     routing: Routing = Routing.DIRECT          # no client messages: nothing to shuffle
+    num_replicas: int = 1
 
     def build(self, oracle):
         model_shape = (self.shape.dim, self.objective.loss.num_outputs)
-        return self.algorithm_class(self.objective, self.regularization, self.gradient_tolerance, self.noise_std,
-                                    self.shape.num_silos, model_shape, {"sensitivity": self.resolved["sensitivity"]})
+        return self.algorithm_class(self.objective, self.regularization, self.gradient_tolerance, self.noise,
+                                    self.num_replicas, self.shape.num_silos, model_shape, {"sensitivity": self.resolved["sensitivity"]})
 
 
 def sensitivity(lipschitz: float, regularization: float, num_users: int, tolerance: float) -> float:
@@ -90,8 +93,9 @@ class OutputPerturbationRecipe(ProtocolRecipe):
         delta_sens = sensitivity(objective.lipschitz, regularization, shape.num_silos, tolerance)
         replicas, cells = context.replicas, (context.replicas.count, shape.num_silos)
         resolved = {"lipschitz": objective.lipschitz, "smoothness": objective.smoothness, "sensitivity": delta_sens}
+        noise: CalibratedGaussianNoise | NoNoise = NoNoise()
         if not priv.private:
-            privacy, noise_std = not_private(cells), np.zeros(replicas.count)
+            privacy = not_private(cells)
         else:
             calibration = priv.calibration
             if calibration not in CALIBRATIONS:
@@ -103,11 +107,12 @@ class OutputPerturbationRecipe(ProtocolRecipe):
                                   "(the classic Gaussian mechanism); privacy.calibration=accountant serves any epsilon")
             sigma = analytic_sigma if calibration == Calibration.ACCOUNTANT else classic_sigma
             noise_std = np.array([sigma(float(eps), delta, delta_sens) for eps in levels])
+            noise = CalibratedGaussianNoise(noise_std, delta_sens, levels, delta, sigma)
             privacy = _one_release(calibration, levels, delta, cells, noise_std / delta_sens,
-                                   {"noise_std_max": float(noise_std.max())})
+                                   {"noise_std_max": float(noise_std.max())}, noise=noise)
             resolved["noise_std_max"] = float(noise_std.max())
-        return OutputPerturbationPlan(algorithm_class, objective, regularization, tolerance, noise_std, shape,
-                                      privacy, resolved=resolved)
+        return OutputPerturbationPlan(algorithm_class, objective, regularization, tolerance, noise, shape,
+                                      privacy, resolved=resolved, num_replicas=replicas.count)
 
 
 @dataclass(frozen=True)
@@ -123,13 +128,14 @@ class CertifiedPlan(PlannedProtocol):
     privacy: PrivacyPlan
     resolved: dict = field(default_factory=dict)
     routing: Routing = Routing.DIRECT
+    noise: PhaseGaussianNoise | None = None      # the mechanisms' Gaussian step (None without privacy)
 
     def build(self, oracle):
         model_shape = (self.shape.dim, self.objective.loss.num_outputs)
         return self.algorithm_class(self.objective, self.strong_convexity, self.mechanisms, self.tolerance,
                                     self.shape.num_silos, model_shape,
                                     {k: v for k, v in self.resolved.items() if k not in ("mode", "on_unstable")},
-                                    self.resolved["mode"], self.resolved["on_unstable"])
+                                    self.resolved["mode"], self.resolved["on_unstable"], self.noise)
 
 
 @dataclass(frozen=True)
@@ -208,13 +214,16 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
                         sensitivity_max=float(sensitivity.max()), noise_std_max=float(sigma.max()),
                         fallback_solves=float(solves))
         details = {"noise_std_max": float(sigma.max()), "min_users": fewest}
+        # Thm 3.3's sigma at each replica's target, added as computed (one release: one column)
+        noise = PhaseGaussianNoise(sigma[:, None], sigma[:, None].copy(), levels, delta)
         if on_unstable == ABORT:
             privacy = not_dp_release(levels, delta, cells, sigma / sensitivity, details, NO_RELEASE, calibration)
         else:
             check_fallback(solves, most_solves, n, max(mech.kappa for mech in mechanisms), str(alg.get("name")))
-            privacy = _one_release(calibration, levels, delta, cells, sigma / sensitivity, details)
+            privacy = _one_release(calibration, levels, delta, cells, sigma / sensitivity, details, noise=noise)
         tolerance = min(mech.strong_convexity * getattr(mech, "tolerance", math.inf) for mech in mechanisms)
-        return CertifiedPlan(algorithm_class, objective, mu, mechanisms, tolerance, shape, privacy, resolved)
+        return CertifiedPlan(algorithm_class, objective, mu, mechanisms, tolerance, shape, privacy, resolved,
+                             noise=noise)
 
 
 # algorithm.on_unstable: what a release does when S = {} is not certified stable. ``search`` runs
@@ -298,10 +307,12 @@ def _levels(priv: PrivacySettings, replicas) -> np.ndarray:
 
 
 def _one_release(calibration: Calibration, levels: np.ndarray, delta: float, cells: tuple, multiplier: np.ndarray,
-                 details: dict, outside: tuple = ()) -> PrivacyPlan:
+                 details: dict, outside: tuple = (),
+                 noise: CalibratedGaussianNoise | PhaseGaussianNoise | None = None) -> PrivacyPlan:
     """Each user is charged one (eps, delta) release per replica (basic composition of one);
-    ``outside``: what the run shows that the guarantee does not cover."""
-    rule = ApproxDpComposition(levels[:, None], delta, 0.0, route="basic")
+    ``outside``: what the run shows that the guarantee does not cover. Given ``noise`` (the step
+    the program applies), the release's (eps, delta) is what that step certifies."""
+    rule = ApproxDpComposition(levels[:, None], delta, 0.0, route="basic") if noise is None else CertifiedReleases(noise)
     return PrivacyPlan(
         trust_model=TrustModel.CENTRAL, calibration=calibration, accountant=Accountant.BASIC, unit=USER, relation=Relation.REPLACE_ONE,
         delta=np.full(cells[1], delta), noise_multiplier=np.broadcast_to(multiplier[:, None], cells).copy(),

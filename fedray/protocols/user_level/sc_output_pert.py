@@ -14,7 +14,9 @@ map (from 0, to residual ||grad|| <= mu eta, never warm-started from another dat
 deletion budget R1 ~ TDLap(eps2, delta2); if S = {} is certified stable (below), release
 f(x) + N(0, sigma^2 I) at once, which is what Alg. 1 releases for every R1; otherwise
 (``on_unstable=search``) run Alg. 1's stable-set search and release f(x_{-S*}) + N(0, sigma^2 I),
-or nothing (BOT, reported as ``released`` = 0, never an unprotected output). Guarantee:
+or nothing (BOT, reported as ``released`` = 0, never an unprotected output). The Gaussian is
+``noise`` (``PhaseGaussianNoise``, one column: sigma per replica, the value the ledger prices),
+drawn from each replica's OUTPUT_NOISE stream. Guarantee:
 (eps, delta)-DP by Thm 3.3 for every outcome, whether it released included. Calibration: the
 paper's sigma = sqrt(2 ln(2/delta2)) 8 kappa Delta / eps2, or with
 ``privacy.calibration=tight`` the same guarantee from Thm 3.3's coupling computed exactly
@@ -56,6 +58,7 @@ from fedray.core.objective import DataObjective
 from fedray.core.program import ProgramRun
 from fedray.core.protocol import RoundKeys
 from fedray.objectives import LinearModelObjective
+from fedray.privacy.mechanisms import PhaseGaussianNoise
 from fedray.protocols.user_level.deletion import (
     DelOutputPert,
     TruncatedDiscreteLaplace,
@@ -81,6 +84,7 @@ class SCOutputPert(LinearModelProgram):
     constants: dict = field(default_factory=dict)
     mode: str = "certificate"
     on_unstable: str = "search"       # or ABORT: a failed check releases nothing (not DP)
+    noise: PhaseGaussianNoise | None = None     # sigma (P, 1), the Gaussian step the ledger prices (None: B0)
     recipe: ClassVar[CertifiedPerturbationRecipe] = CertifiedPerturbationRecipe()
 
     def run(self, oracle, keys: RoundKeys) -> ProgramRun:
@@ -162,7 +166,10 @@ class SCOutputPert(LinearModelProgram):
                 released[replica] = np.nan          # BOT: nothing leaves
             else:
                 deleted[replica] = chosen[0]
-                released[replica] = chosen[1] + mechanism.noise_std * self.output_noise(keys, replica)
+                if self.noise is None:
+                    raise ValueError("SCOutputPert with mechanisms needs its Gaussian step (noise); got None")
+                step = self.noise.at(0, np.array([replica]))
+                released[replica] = step.apply(chosen[1][None], [self.output_generator(keys, replica)])[0][0]
         charge = np.ones((num_replicas, self.num_units), dtype=np.int64)
         dp = self.on_unstable != ABORT            # under the abort the release bit is outside any guarantee
         metrics = {"released": Metric(passed, released=dp),
@@ -174,4 +181,8 @@ class SCOutputPert(LinearModelProgram):
                    "residual": Metric(np.full(num_replicas, residual), released=False),
                    "deletion_budget": Metric(budget, released=False),
                    "solver_calls": Metric(np.full(num_replicas, float(calls + search_calls[0])), released=False)}
+        if self.noise is not None:      # the std the release got (0 where nothing was released)
+            std = np.where(passed > 0, np.asarray(self.noise.noise_std, dtype=np.float64)[:, 0], 0.0)
+            metrics |= {"noise_std_added_min": Metric(std, released=True),
+                        "noise_std_added_max": Metric(std.copy(), released=True)}
         return ProgramRun({"released": released}, charge, metrics)

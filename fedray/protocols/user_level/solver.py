@@ -75,9 +75,13 @@ class LinearModelProgram:
     num_units: int
     model_shape: tuple[int, ...]
 
+    def output_generator(self, keys, replica: int) -> np.random.Generator:
+        """Replica ``replica``'s stream for the noise of its released model."""
+        return keys.generator(Stream.OUTPUT_NOISE, replica)
+
     def output_noise(self, keys, replica: int) -> np.ndarray:
         """Replica ``replica``'s standard normal draw for its released model (its own stream)."""
-        return keys.generator(Stream.OUTPUT_NOISE, replica).standard_normal(self.model_shape)
+        return self.output_generator(keys, replica).standard_normal(self.model_shape)
 
     def evaluate(self, models: np.ndarray, federation) -> dict:
         return LinearModelEvaluation(self.objective.loss).shard_parts(models, federation)

@@ -58,10 +58,11 @@ def release_sampler(programs, noise_scale: float):
 
     def sample(flag, num_draws, rng):
         program, oracle = programs[flag]
-        sigma = float(program.noise_std[0]) * noise_scale
+        sigma = float(program.noise.noise_std[0]) * noise_scale
         streams = np.stack([np.full(num_draws, int(rng.integers(2**31))), np.arange(num_draws)], axis=1)
         keys = RoundKeys(int(rng.integers(2**31)), np.zeros(num_draws, dtype=np.int64), 0, streams)
-        ran = replace(program, noise_std=np.full(num_draws, sigma)).run(oracle, keys)
+        noise = replace(program.noise, noise_std=np.full(num_draws, sigma))     # apply reads the stds only
+        ran = replace(program, noise=noise, num_replicas=num_draws).run(oracle, keys)
         return ran.outputs["released"][:, :, 0]
 
     return sample

@@ -239,7 +239,12 @@ def test_a_localization_that_releases_nothing_falls_back_to_k():
     assert failing.protocol.fallback[0].regularization < failing.protocol.phases[0].regularization
     result = run(failing, inline=True)
     assert result.history[-1]["localized"][0] == 0.0
-    unlocalized = replace(plan.protocol, localization=None, fallback=(), phases=plan.protocol.fallback)
+    # the fallback phases' Gaussian step is the noise's second block of columns (phases, fallback, localization)
+    count, noise = len(plan.protocol.phases), plan.protocol.noise
+    fallback_noise = replace(noise, noise_std=noise.noise_std[:, count:2 * count],
+                             required_std=noise.required_std[:, count:2 * count])
+    unlocalized = replace(plan.protocol, localization=None, fallback=(), phases=plan.protocol.fallback,
+                          noise=fallback_noise)
     assert np.array_equal(result.model, run(replace(plan, protocol=unlocalized), inline=True).model)  # K's phases from 0
 
 
@@ -285,6 +290,7 @@ def test_a_phase_whose_certificate_fails_runs_alg_1s_search_from_its_centre():
     from dataclasses import replace
 
     from fedray.core.objective import DataObjective
+    from fedray.privacy.mechanisms import PhaseGaussianNoise
     from fedray.protocols.user_level.deletion import CertifiedPerturbation, DelOutputPert, TruncatedDiscreteLaplace
     from fedray.protocols.user_level.solver import minimize_ridge
     from fedray.rng import Stream, generator
@@ -312,8 +318,10 @@ def test_a_phase_whose_certificate_fails_runs_alg_1s_search_from_its_centre():
     assert mechanism.kappa == 2 and not mechanism.certifies(spread, 0.0)
     solves.clear()
     tolerance = mechanism.strong_convexity * mechanism.tolerance
+    sigma = np.array([[mechanism.noise_std]])          # the mechanism's Gaussian step, as the planner builds it
+    step = PhaseGaussianNoise(sigma, sigma.copy(), 1.8, 0.41 * (math.exp(1.8) + 2))
     searching = replace(plan, protocol=replace(plan.protocol, phases=(replace(first, mechanisms=(mechanism,)),),
-                                               resolved={**plan.protocol.resolved, "on_unstable": "search"}))
+                                               noise=step, resolved={**plan.protocol.resolved, "on_unstable": "search"}))
     result = run(searching, inline=True)
     assert result.history[-1]["phases_searched"][0] == 1
     phase_key = (*searching.replicas.streams[0], 0, 0)

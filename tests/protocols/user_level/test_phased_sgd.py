@@ -155,14 +155,14 @@ def test_the_server_keeps_concentrated_iterates_and_noises_their_mean():
     same = np.zeros((3, c, 5, 1)) + 0.1
     halted, released, kept, score = program.curator(same, np.zeros((3, 5, 1)), np.arange(3), 0, _keys(plan))
     assert not halted.any() and np.all(kept == c) and np.all(score == c)
-    assert np.all(np.abs(released - 0.1) < 10 * program.noise_std[:, :1, None].max() + 1e-12)
+    assert np.all(np.abs(released - 0.1) < 10 * program.noise.noise_std[:, :1, None].max() + 1e-12)
     # two far clusters of 60% and 40%: the minority is never kept, the mean is the majority's
     split = same.copy()
     far = 10 * program.thresholds[:, 0].max()                  # beyond the filter's 2 tau_1
     split[:, int(0.6 * c):] += far
     halted, released, kept, score = program.curator(split, np.zeros((3, 5, 1)), np.arange(3), 0, _keys(plan))
     assert np.all(kept <= int(0.6 * c)) and np.all(score < c)
-    assert np.all(np.abs(released - 0.1) < 10 * program.noise_std[:, :1, None].max() + 1e-12)
+    assert np.all(np.abs(released - 0.1) < 10 * program.noise.noise_std[:, :1, None].max() + 1e-12)
     # an even split: every point is close to half of them, s = C / 2 < 4C/5: the test fails
     split[:, c // 2:int(0.6 * c)] += far
     assert program.curator(split, np.zeros((3, 5, 1)), np.arange(3), 0, _keys(plan))[0].all()
@@ -175,7 +175,7 @@ def test_the_noise_is_the_printed_sigma():
     draws = np.concatenate([program.curator(same, np.zeros((1, 5, 1)), np.arange(1), phase, _keys(plan))[1].reshape(-1)
                             for phase in range(program.step_sizes.shape[1]) for _ in range(1)])
     # phase i's noise is sigma_i; normalised by it, 5 l coordinates of a standard normal
-    sigma = np.repeat(program.noise_std[0], 5)
+    sigma = np.repeat(program.noise.noise_std[0], 5)
     normalised = draws / sigma
     assert abs(normalised.mean()) < 4 / math.sqrt(normalised.size) and 0.5 < normalised.std() < 1.5
 

@@ -220,6 +220,7 @@ def test_a_failed_certificate_runs_alg_1s_search_over_the_solver_map():
     ({0}: deleting the extreme user), or BOT when R1 = 0 leaves Stable(R1) empty."""
     from dataclasses import replace
 
+    from fedray.privacy.mechanisms import PhaseGaussianNoise
     from fedray.protocols.user_level.deletion import DelOutputPert
     from tests.protocols.user_level.test_sc_output_pert_audit import ExtremeUser
 
@@ -227,8 +228,10 @@ def test_a_failed_certificate_runs_alg_1s_search_over_the_solver_map():
                              "repetitions=4"))
     mechanism = CertifiedPerturbation(1.8, 0.41 * (math.exp(1.8) + 2), 1e-3, 2.0, 1.0, 10, 10**10)
     assert mechanism.kappa == 2 and mechanism.delta2 == pytest.approx(0.41)
+    sigma = np.full((4, 1), mechanism.noise_std)          # the mechanism's Gaussian step, as the planner builds it
+    step = PhaseGaussianNoise(sigma, sigma.copy(), 1.8, 0.41 * (math.exp(1.8) + 2))
     searching = replace(plan, dataset=ExtremeUser(**vars(plan.dataset)),
-                        protocol=replace(plan.protocol, mechanisms=(mechanism,) * 4,
+                        protocol=replace(plan.protocol, mechanisms=(mechanism,) * 4, noise=step,
                                          resolved={**plan.protocol.resolved, "on_unstable": "search"}))
     result = run(searching, inline=True)
     history = result.history[0]
