@@ -39,11 +39,12 @@ def browser() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def make_store(folder: Path) -> str:
-    """Run the sweep into ``folder``; returns the store's URI."""
+def make_store(folder: Path, *overrides: str) -> str:
+    """Run the sweep into ``folder`` (with ``overrides`` added, e.g. a ``runtime.address`` to join);
+    returns the store's URI."""
     uri = f"sqlite:///{folder}/mlflow.db"
     subprocess.run([sys.executable, "-m", "fedray", "-m", *SWEEP, f"tracking.uri={uri}",
-                    f"tracking.artifact_location={folder}/artifacts", f"hydra.sweep.dir={folder}/multirun"],
+                    f"tracking.artifact_location={folder}/artifacts", f"hydra.sweep.dir={folder}/multirun", *overrides],
                    cwd=REPO, check=True, capture_output=True, text=True, timeout=600)
     return uri
 
