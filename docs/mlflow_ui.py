@@ -39,18 +39,20 @@ def browser() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def make_store(folder: Path) -> str:
-    """Run the sweep into ``folder``; returns the store's URI."""
+def make_store(folder: Path, *overrides: str) -> str:
+    """Run the sweep into ``folder`` (with ``overrides`` added, e.g. a ``runtime.address`` to join);
+    returns the store's URI."""
     uri = f"sqlite:///{folder}/mlflow.db"
     subprocess.run([sys.executable, "-m", "fedray", "-m", *SWEEP, f"tracking.uri={uri}",
-                    f"tracking.artifact_location={folder}/artifacts", f"hydra.sweep.dir={folder}/multirun"],
+                    f"tracking.artifact_location={folder}/artifacts", f"hydra.sweep.dir={folder}/multirun", *overrides],
                    cwd=REPO, check=True, capture_output=True, text=True, timeout=600)
     return uri
 
 
 @contextmanager
-def serve(uri: str):
-    """``mlflow ui`` on ``uri`` at a free local port; yields its base URL."""
+def serve(uri: str, wait: bool = True):
+    """``mlflow ui`` on ``uri`` at a free local port; yields its base URL once it answers (at once
+    with ``wait=False``: the caller waits, with ``answers``, while it does something else)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -60,19 +62,26 @@ def serve(uri: str):
                               env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 600       # a loaded machine: its start took over 3 minutes
-        while True:
-            try:
-                urllib.request.urlopen(base, timeout=5)
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError(f"mlflow ui did not answer at {base}") from None
-                time.sleep(0.5)
+        if wait:
+            answers(base, server)
         yield base
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def answers(base: str, server: subprocess.Popen | None = None, timeout: float = 600) -> None:
+    """Return once the server at ``base`` answers; raise if it has not within ``timeout`` seconds
+    (a loaded machine: its start took over 3 minutes) or ``server`` has exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(base, timeout=5)
+            return
+        except OSError:
+            if time.monotonic() > deadline or (server is not None and server.poll() is not None):
+                raise RuntimeError(f"mlflow ui did not answer at {base}") from None
+            time.sleep(0.2)
 
 
 def pages(base: str, uri: str) -> dict[str, str]:

@@ -2,7 +2,10 @@
 parent run with a child per job, and the report command (``experiments.report``'s ``main`` with the
 command's arguments, in this process: a subprocess would only add about 4.5 s of imports each) turns
 the store into the figure, the CSVs and the claims table. The three sweeps run concurrently to keep
-the file short."""
+the file short; they join the test run's shared local Ray (``runtime.address``) and write into
+stores whose tables are already made, instead of each starting a Ray of its own and migrating a
+fresh schema on two cores at once (a private Ray and a fresh store are the main job's and the
+concurrent writers' tests)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO
+from tests.conftest import REPO, mlflow_store
+from tests.test_mlflow_ui import shared_ray_address
 
 pytestmark = pytest.mark.slow
 
@@ -37,13 +41,15 @@ def _env(data_dir):
 
 
 @pytest.mark.long
-def test_reduced_sweeps_and_reports(tmp_path, data_dir):
+def test_reduced_sweeps_and_reports(tmp_path, data_dir, ray_local, monkeypatch):
+    address = shared_ray_address(ray_local, monkeypatch)
     procs = {}
     for name, overrides in SWEEPS.items():
         store = tmp_path / name
+        store.mkdir()
         cmd = [sys.executable, "-m", "fedray", "-m", f"experiment={name}", *TINY, *overrides,
-               f"tracking.uri=sqlite:///{store}/mlflow.db", f"tracking.artifact_location={store}/artifacts",
-               f"hydra.sweep.dir={store}/multirun"]
+               f"tracking.uri={mlflow_store(store)}", f"tracking.artifact_location={store}/artifacts",
+               f"hydra.sweep.dir={store}/multirun", f"runtime.address={address}"]
         procs[name] = subprocess.Popen(cmd, cwd=REPO, env=_env(data_dir), stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True)
     for name, proc in procs.items():
