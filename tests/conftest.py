@@ -83,6 +83,13 @@ def ray_local(_ray_session):
     yield _ray_session
 
 
+def shared_ray_address(ray, monkeypatch) -> str:
+    """The GCS address of the test run's local Ray, for a command-line run to join (its token
+    authentication is on, so the joining process is started with RAY_AUTH_MODE=token)."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    return ray.get_runtime_context().gcs_address
+
+
 def mlflow_store(folder: Path, name: str = "mlflow.db") -> str:
     """The URI of an empty MLflow SQLite store ``folder/name`` (made on the first call for that
     file, kept on later ones): a copy of one store per worker with MLflow's tables already made,

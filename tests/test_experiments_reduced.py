@@ -17,8 +17,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, mlflow_store
-from tests.test_mlflow_ui import shared_ray_address
+from tests.conftest import REPO, mlflow_store, shared_ray_address
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, mlflow_store
-from tests.test_mlflow_ui import shared_ray_address
+from tests.conftest import REPO, mlflow_store, shared_ray_address
 
 
 @pytest.mark.long

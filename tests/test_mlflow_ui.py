@@ -15,20 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import REPO, mlflow_store
+from tests.conftest import REPO, mlflow_store, shared_ray_address
 
 pytestmark = pytest.mark.slow
 
 _spec = importlib.util.spec_from_file_location("mlflow_ui", REPO / "docs" / "mlflow_ui.py")
 ui = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ui)
-
-
-def shared_ray_address(ray, monkeypatch) -> str:
-    """The GCS address of the test run's local Ray, for a command-line run to join (its token
-    authentication is on, so the joining process is started with RAY_AUTH_MODE=token)."""
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    return ray.get_runtime_context().gcs_address
 
 
 @pytest.mark.long
