@@ -176,7 +176,7 @@ class DpFedAvg:
 
     def server_step(self, state: FedAvgState, values: np.ndarray, mask: np.ndarray, keys: RoundKeys) -> FedAvgState:
         total = np.einsum("ps,ps...->p...", mask.astype(np.float64), values)
-        noisy, _ = self.noise.apply(total, [keys.generator(Stream.SERVER, r) for r in range(total.shape[0])])
+        noisy, _ = self.noise.apply(total, keys.generators(Stream.SERVER))
         return FedAvgState(state.round + 1, state.params + self.server_lr * noisy / self.expected_clients, noisy)
 
     def metrics(self, state: FedAvgState) -> dict:
