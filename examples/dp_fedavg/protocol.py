@@ -23,7 +23,7 @@ the runtime hands to ``server_step``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -129,6 +129,7 @@ def _add_remove_rdp():
     return dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
 
+@lru_cache(maxsize=64)          # a pure function of its arguments, seconds each: planned once per process
 def _poisson_calibration(epsilon: float, delta: float, q: float, rounds: int) -> float:
     from dp_accounting import mechanism_calibration
 
