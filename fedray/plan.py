@@ -33,7 +33,7 @@ from fedray.errors import ConfigError
 from fedray.privacy.accounting import accountant_store
 from fedray.privacy.ledger import check_budget
 from fedray.privacy.statement import PrivacyPlan
-from fedray.rng import setting_words
+from fedray.rng import setting_word_rows
 from fedray.smoothing import MoreauEnvelope
 
 RUNTIME_KEYS = ("address", "connect_timeout", "num_actors", "num_cpus", "dashboard", "checkpoint_path", "checkpoint_every",
@@ -242,10 +242,11 @@ def _replicas(config: dict, privacy: PrivacySettings) -> Replicas:
     if common:
         streams = reps[:, None]
     else:
-        budgets = levels if levels is not None else [_budget_key(privacy.epsilon)] * len(reps)
-        clip_words = [()] * len(reps) if l2_clips is None else [setting_words(c) for c in l2_clips]
-        streams = np.array([[rep, *setting_words(step), *setting_words(budget), *clip]
-                            for rep, step, budget, clip in zip(reps, step_sizes, budgets, clip_words)], dtype=np.int64)
+        # Each replica's row: repetition, then the words of its step size, budget and clip (if a grid).
+        budgets = levels if levels is not None else np.full(len(reps), _budget_key(privacy.epsilon))
+        columns = [reps[:, None], setting_word_rows(step_sizes), setting_word_rows(budgets)]
+        streams = np.concatenate(columns + ([] if l2_clips is None else [setting_word_rows(l2_clips)]), axis=1,
+                                 dtype=np.int64)
     if (config.get("runtime") or {}).get("faithful") is True:
         streams = np.concatenate([streams, np.broadcast_to(secret_words(), (len(streams), SECRET_WORDS))], axis=1)
     return Replicas(step_sizes, reps, levels, streams, common, l2_clips)

@@ -106,3 +106,17 @@ def test_a_non_private_run_with_a_clip_grid_is_selected_jointly_over_its_clips()
     row = selection.iloc[0]
     assert row["clips_tried"] == 2 and row["l2_clip"] == 1e32 and row["step_size"] == 0.1
     assert math.isnan(row["epsilon"])
+
+
+def test_stream_keys_are_each_replicas_repetition_and_setting_words():
+    """Replica p's stream key is (repetition, words of its step size, budget, clip): the key every
+    private draw of the replica is seeded with, so a change would change every result."""
+    from fedray.rng import setting_words
+
+    plan = make_plan(compose(*SMALL, CLIPS, "privacy.epsilon_grid=[0.5,4]"))
+    expected = [[rep, *setting_words(step), *setting_words(eps), *setting_words(clip)] for rep, step, eps, clip
+                in zip(plan.repetitions, plan.step_sizes, plan.epsilon_levels, plan.l2_clips)]
+    np.testing.assert_array_equal(plan.replicas.streams, expected)
+    plain = make_plan(compose(*SMALL, "privacy.epsilon=2"))
+    expected = [[rep, *setting_words(step), *setting_words(2.0)] for rep, step in zip(plain.repetitions, plain.step_sizes)]
+    np.testing.assert_array_equal(plain.replicas.streams, expected)

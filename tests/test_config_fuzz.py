@@ -14,7 +14,7 @@ import math
 import warnings
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
@@ -61,17 +61,26 @@ def _preset(experiment: str) -> tuple[dict, tuple[str, ...]]:
     return config, tuple(_leaves(config))
 
 
+# The seed derandomize derived from this test's source before its draws were moved ahead of the
+# config (a digest of the source): the same 1,000 examples, whatever the body's wording.
+@seed(26064858558419871128299598158345527153642969547983760313364493140885037598849203424801901849842313191229758806201505)
 @settings(max_examples=1000, derandomize=True, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_random_hostile_overrides_plan_or_are_refused_in_one_line_naming_a_key(data):
     experiment = data.draw(st.sampled_from(sorted(EXPERIMENTS)), label="experiment")
     base, keys = _preset(experiment)
-    config = OmegaConf.create(base)
-    for key in data.draw(st.lists(st.sampled_from(keys), min_size=1, max_size=3, unique=True), label="keys"):
-        OmegaConf.update(config, key, data.draw(st.sampled_from(HOSTILE), label=key), merge=False, force_add=True)
+    # Every draw first, in the order that defines the examples, then the config: most of the
+    # engine's calls end inside a draw (about 1,500 of 2,500), and those need no config built.
+    chosen = data.draw(st.lists(st.sampled_from(keys), min_size=1, max_size=3, unique=True), label="keys")
+    values = [data.draw(st.sampled_from(HOSTILE), label=key) for key in chosen]
+    section = None
     if data.draw(st.integers(0, 9), label="unknown key") == 0:
         section = data.draw(st.sampled_from(("algorithm", "privacy", "runtime", "tracking", "data")), label="section")
+    config = OmegaConf.create(base)
+    for key, value in zip(chosen, values):
+        OmegaConf.update(config, key, value, merge=False, force_add=True)
+    if section is not None:
         OmegaConf.update(config, f"{section}.bogus_key", 1, force_add=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")          # numpy's overflow warnings on the way to a refusal

@@ -106,3 +106,28 @@ def test_generators_fall_back_to_one_generator_per_key_past_32_bit_coordinates()
     keys = np.tile([[2**32, 1], [5, 2**40]], (VECTORISED_FROM, 1))
     for row, rng in zip(keys.tolist(), generators(7, Stream.NOISE, keys, 3)):
         np.testing.assert_array_equal(rng.random(4), generator(7, Stream.NOISE, *row, 3).random(4))
+
+
+def test_setting_word_rows_are_setting_words_row_by_row():
+    """The vectorised words of a plan's stream keys: a swapped word order or a float32 cast would
+    key every replica by other numbers."""
+    from fedray.rng import setting_word_rows, setting_words
+
+    values = np.array([0.0, -0.0, 1.0, 0.1, 2.5e-300, 1e32, -7.25, np.inf, 123456789.123])
+    np.testing.assert_array_equal(setting_word_rows(values), [setting_words(v) for v in values])
+    assert setting_word_rows(values).dtype == np.int64
+
+
+def test_round_keys_generators_draw_what_each_replicas_generator_draws():
+    """``RoundKeys.generators`` (one re-seeded generator) against ``RoundKeys.generator`` per
+    replica, past the vectorised threshold and below it, with step-size words in the streams."""
+    from fedray.core.protocol import RoundKeys
+    from fedray.rng import setting_word_rows
+
+    for count in (3, 5 * VECTORISED_FROM):
+        streams = np.concatenate([np.arange(count)[:, None], setting_word_rows(np.linspace(0.1, 2, count))], axis=1)
+        keys = RoundKeys(11, np.arange(count), 4, streams)
+        drawn = np.stack([g.standard_normal((2, 3)) for g in keys.generators(Stream.SERVER)])
+        expected = np.stack([keys.generator(Stream.SERVER, p).standard_normal((2, 3)) for p in range(count)])
+        np.testing.assert_array_equal(drawn, expected)
+        assert len({tuple(row.ravel()) for row in drawn}) == count

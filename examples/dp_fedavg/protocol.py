@@ -23,7 +23,7 @@ the runtime hands to ``server_step``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -105,6 +105,7 @@ class FedAvgRecipe(ProtocolRecipe):
         return planned(noise, privacy)
 
 
+@lru_cache(maxsize=64)          # a pure function of its arguments, seconds each: planned once per process
 def _poisson_calibration(epsilon: float, delta: float, q: float, rounds: int) -> float:
     """z at which dp-accounting's RDP accountant (add/remove one) prices the Poisson ledger's own
     event of ``rounds`` rounds at (epsilon, delta)."""
@@ -159,7 +160,7 @@ class DpFedAvg:
 
     def server_step(self, state: FedAvgState, values: np.ndarray, mask: np.ndarray, keys: RoundKeys) -> FedAvgState:
         total = np.einsum("ps,ps...->p...", mask.astype(np.float64), values)
-        noisy, _ = self.noise.apply(total, [keys.generator(Stream.SERVER, r) for r in range(total.shape[0])])
+        noisy, _ = self.noise.apply(total, keys.generators(Stream.SERVER))
         return FedAvgState(state.round + 1, state.params + self.server_lr * noisy / self.expected_clients, noisy)
 
     def metrics(self, state: FedAvgState) -> dict:

@@ -110,9 +110,13 @@ class PoissonParticipation:
         return None
 
     def sample(self, seed: int, repetitions: np.ndarray, round_index: int, num_units: int) -> np.ndarray:
+        if self.probability >= 1.0:     # everyone (a uniform in [0, 1) is below 1): nothing to draw
+            return np.ones((len(repetitions), num_units), dtype=bool)
         return _per_repetition(seed, repetitions, round_index, lambda g: g.random(num_units) < self.probability)
 
     def counts(self, seed: int, repetitions: np.ndarray, num_rounds: int, num_units: int) -> np.ndarray:
+        if self.probability >= 1.0:
+            return np.full((len(repetitions), num_units), num_rounds, dtype=np.int64)
         return _accumulated(self, seed, repetitions, num_rounds, num_units)
 
 

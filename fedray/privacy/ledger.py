@@ -334,14 +334,32 @@ class PoissonGaussianAccountant(_FederationWide):
 
 @lru_cache(maxsize=4096)
 def _add_remove_rdp_epsilon(event_json: str, delta: float) -> float:
-    """epsilon at ``delta`` of an event (its data as JSON) by dp-accounting's RDP under add/remove one."""
-    import dp_accounting     # a second of imports: only where a Poisson plan is priced
+    """epsilon at ``delta`` of an event (its data as JSON) by dp-accounting's RDP under add/remove one.
+
+    The accountant composes c rounds of an event as c times that event's RDP curve, so the curve of
+    one round is found once and every count reuses it (the same bits: a ledger asks for a new
+    count every round, and a Poisson-sampled curve costs a second of fractional orders)."""
+    from dp_accounting.rdp import compute_epsilon     # a second of imports: only where a Poisson plan is priced
+
+    event, count = json.loads(event_json), 1
+    if event.get("class_name") == "SelfComposedDpEvent":
+        event, count = event["event"], int(event["count"])
+    orders, curve = _add_remove_rdp_curve(json.dumps(event, sort_keys=True))
+    return float(compute_epsilon(orders, count * curve, delta)[0])
+
+
+@lru_cache(maxsize=256)
+def _add_remove_rdp_curve(event_json: str) -> tuple[np.ndarray, np.ndarray]:
+    """dp-accounting's RDP orders and curve of one event (its data as JSON) under add/remove one."""
+    import dp_accounting
 
     from fedray.privacy.events import event_from_json
 
     accountant = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
     accountant.compose(event_from_json(json.loads(event_json)))
-    return float(accountant.get_epsilon(delta))
+    orders, curve = accountant.orders, accountant.rdp        # copies, shared by every count: read-only
+    orders.flags.writeable = curve.flags.writeable = False
+    return orders, curve
 
 
 def _fixed_delta(delta, counts: np.ndarray) -> np.ndarray:

@@ -41,8 +41,8 @@ def test_bad_participation_is_a_config_error():
         PoissonParticipation(1.5).validate(25)
 
 
-@pytest.mark.parametrize("sampler", [UniformParticipation(3), PoissonParticipation(0.3), AllUnits(),
-                                     SequentialBatches(2)])
+@pytest.mark.parametrize("sampler", [UniformParticipation(3), PoissonParticipation(0.3), PoissonParticipation(1.0),
+                                     AllUnits(), SequentialBatches(2)])
 def test_counts_equal_the_rounds_drawn_one_by_one(sampler):
     """The budget guard's counts are what the rounds will draw, without holding an (R, P, N) schedule."""
     reps, rounds, units = np.array([0, 0, 1]), 4, 9
@@ -62,6 +62,17 @@ def test_sequential_batches_are_disjoint_and_bounded():
 def test_all_units_take_part_every_round_and_count_in_closed_form():
     counts = AllUnits().counts(0, np.array([0, 1]), 10**9, 4)   # no loop over a billion rounds
     assert counts.shape == (2, 4) and np.all(counts == 10**9)
+
+
+def test_poisson_sampling_with_probability_one_takes_everyone_and_counts_in_closed_form():
+    """q = 1 (a privacy round of every unit, an audit's 200,000 replicas): the mask the draws would
+    give, all units, without a generator per repetition; just below 1 units are still drawn."""
+    everyone = PoissonParticipation(1.0)
+    assert np.all(everyone.sample(3, np.arange(5), 2, 7)) and everyone.sample(3, np.arange(5), 2, 7).shape == (5, 7)
+    counts = everyone.counts(0, np.array([0, 1]), 10**9, 4)    # no loop over a billion rounds
+    assert counts.shape == (2, 4) and np.all(counts == 10**9)
+    almost = PoissonParticipation(0.9).sample(3, np.arange(50), 2, 40)
+    assert 0 < (~almost).sum() < almost.size
 
 
 @pytest.mark.parametrize("sampler,key", [(SequentialBatches(0), "participation.batch_size"),

@@ -88,7 +88,7 @@ def test_the_poisson_ledger_is_dp_accountings_add_remove_rdp_of_its_event():
             continue
         route = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
         route.compose(dp_accounting.PoissonSampledDpEvent(0.3, dp_accounting.GaussianDpEvent([1.2, 2.5][r])), int(c))
-        assert got[r, u] == pytest.approx(route.get_epsilon(1e-6), rel=1e-12)
+        assert got[r, u] == route.get_epsilon(1e-6)        # one round's curve times c: the same bits
     assert ledger.accountant.event(1, 0, 3) == dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(0.3, dp_accounting.GaussianDpEvent(2.5)), 3)
 
