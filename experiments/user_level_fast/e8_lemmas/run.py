@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE.parents[2]))
 from fedray.data.federation import SiloArrays  # noqa: E402
 from fedray.data.sphere_regression import SphereRegression  # noqa: E402
 from fedray.losses import Squared  # noqa: E402
+from fedray.privacy.mechanisms import ServerGaussianNoise  # noqa: E402
 from fedray.protocols.user_level.accelerated_erm import user_mean_gradients  # noqa: E402
 from fedray.protocols.user_level.outlier_removal import OutlierRemovalStep  # noqa: E402
 
@@ -52,7 +53,7 @@ def variance_rows() -> list[dict]:
         grads = user_mean_gradients(Squared(), np.zeros((1, DIM, 1)), users, np.ones((1, k * DRAWS), bool))
         vectors = grads[0, :, :, 0].reshape(DRAWS, k, DIM)                         # a draw per row
         tau = LIPSCHITZ * np.log(k * DRAWS * DIM * m) / np.sqrt(m)
-        step = OutlierRemovalStep(epsilon=1e6, threshold=tau, noise_std=0.0)
+        step = OutlierRemovalStep(epsilon=1e6, threshold=tau, noise=ServerGaussianNoise(np.zeros(DRAWS), 0.0))
         generators = [np.random.default_rng([k, m, r]) for r in range(DRAWS)]
         result = step(vectors, step.pass_level(k, generators), generators)
         error = ((result.gradient - (-w_star / DIM)) ** 2).sum(axis=1)           # grad F(0) = (0 - w*) / d

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from fedray.privacy import audit_epsilon
+from fedray.privacy.mechanisms import ServerGaussianNoise
 from fedray.protocols.user_level import phased_parameters
 from fedray.protocols.user_level.outlier_removal import OutlierRemovalStep
 
@@ -43,9 +44,8 @@ def step_sampler(noise_std: float, seen: list):
     """``sample(flag, draws, rng)``: the step's release per replica (each with its own generator,
     as Alg. 3 gives it); a halted replica releases nothing, recorded as 0 (midway between the two
     means). ``seen`` collects each call's StepResult."""
-    step = OutlierRemovalStep(EPS, TAU, noise_std)
-
     def sample(flag, num_draws, rng):
+        step = OutlierRemovalStep(EPS, TAU, ServerGaussianNoise(np.full(num_draws, noise_std), 1.0))   # std sigma each
         generators = rng.spawn(num_draws)
         vectors = np.broadcast_to(neighbours(flag), (num_draws, USERS, 1))
         result = step(vectors, step.pass_level(USERS, generators), generators)
