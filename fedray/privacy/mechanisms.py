@@ -80,10 +80,7 @@ class GaussianNoise:
 
     def event_data(self, replica: int, unit: int) -> dict:
         """``event(replica, unit)`` as data (``fedray.privacy.event_data``), without dp-accounting."""
-        z = np.asarray(self.noise_multiplier, dtype=np.float64)
-        z = z.reshape(z.shape + (1,) * (2 - z.ndim))      # left-aligned on (replica, unit), as in apply
-        z = float(z[replica if z.shape[0] > 1 else 0, unit if z.shape[1] > 1 else 0])
-        return event_data.gaussian(z) if z > 0 else event_data.non_private()
+        return event_data.gaussian_step(self.noise_multiplier, replica, unit)
 
     def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
         from fedray.privacy.events import event_from_json     # imports dp-accounting (a second): only here
@@ -208,9 +205,7 @@ class CalibratedGaussianNoise:
         return np.array(epsilons)[:, None], float(self.delta)
 
     def event_data(self, replica: int, unit: int) -> dict:
-        std = float(np.asarray(self.noise_std, dtype=np.float64)[replica]) if np.ndim(self.noise_std) \
-            else float(self.noise_std)
-        return event_data.gaussian(std / float(self.sensitivity)) if std > 0 else event_data.non_private()
+        return event_data.gaussian_step(self.noise_multiplier, replica, unit)
 
     def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
         from fedray.privacy.events import event_from_json     # imports dp-accounting (a second): only here
