@@ -167,7 +167,7 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
         mode = alg.get("mode", "certificate")
         if mode not in MODES:
             raise ConfigError("algorithm.mode", mode, f"one of {MODES}")
-        if mode == "exact" and not (getattr(context.loss, "linear_in_record", False)
+        if mode == "exact" and not (context.loss.linear_in_record
                                     and shape.dim * context.loss.num_outputs == 1):
             raise ConfigError("algorithm.mode", mode, "certificate, unless the loss is Linear in one dimension (a "
                               f"1-D mean, whose deletion sensitivity has an exact formula); here {type(context.loss).__name__}"
