@@ -322,3 +322,36 @@ class PerExampleClip:
         if relation == Relation.ADD_REMOVE:
             return self.l2_clip / records
         raise ValueError(f"relation must be one of {tuple(Relation)}; got {relation!r}")
+
+
+@dataclass(frozen=True)
+class UnitClip:
+    """Scale each unit's whole message (a client's model delta, a user's mean gradient) to l2 norm
+    at most ``l2_clip``, before a trusted server sums the messages and adds its noise.
+
+    Placement: ``CLIENT`` (each unit clips its own message in its actor). Unit and relation: the
+    plan's unit is the unit whose message this is (a client and all its records). Sensitivity of
+    the SUM of the clipped messages of the units taking part: replace one unit's data and the sum
+    moves by at most 2 l2_clip (REPLACE_ONE); add or remove one unit (Poisson sampling) and by
+    l2_clip (ADD_OR_REMOVE_ONE). A zero message stays zero (no division by its norm).
+    """
+
+    l2_clip: float
+    placement: ClassVar[Placement] = Placement.CLIENT
+
+    def sum_sensitivity(self, relation: Relation) -> float:
+        """The l2 sensitivity of the sum of the clipped messages under ``relation`` (class docstring)."""
+        if relation == Relation.REPLACE_ONE:
+            return 2.0 * self.l2_clip
+        if relation == Relation.ADD_REMOVE:
+            return 1.0 * self.l2_clip
+        raise ValueError(f"relation must be one of {tuple(Relation)}; got {relation!r}")
+
+    def apply(self, x: np.ndarray, participation: np.ndarray) -> tuple[np.ndarray, dict]:
+        """``x`` (P, U, ...) with each (replica, unit) message clipped, and zero where
+        ``participation`` (P, U) is False; metrics: ``fraction_clipped`` (P,), over the taking part."""
+        norms = np.sqrt((x ** 2).sum(axis=tuple(range(2, x.ndim))))
+        factor = np.where(participation, np.minimum(1.0, self.l2_clip / np.maximum(norms, 1e-300)), 0.0)
+        clipped = participation & (norms > self.l2_clip)
+        fraction = clipped.sum(axis=1) / np.maximum(participation.sum(axis=1), 1)
+        return x * factor.reshape(factor.shape + (1,) * (x.ndim - 2)), {"fraction_clipped": fraction}
