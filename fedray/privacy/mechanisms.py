@@ -214,6 +214,31 @@ class CalibratedGaussianNoise:
 
 
 @dataclass(frozen=True)
+class PhaseLaplaceTest:
+    """The Laplace noise a trusted server adds to a phase's test statistic before comparing it with
+    a threshold (seed 002's Alg. 1: s = ConcScore(iterates, tau_i), halt if s + Lap(b) < 4 C / 5,
+    b = 20 / eps as printed, 8 / eps in profile derived).
+
+    Trust model: the server (curator) computes the score and adds the noise itself (central DP);
+    placement ``SERVER``. Unit and relation: the plan's (a user; replace one user's items): the
+    score's sensitivity is below 2 (App. B), so the test is 2 / b-DP (eps / 10 at b = 20 / eps).
+    Calibration: the paper's (or the profile's) ``required_scale``; ``scale`` is the b added. It
+    names no dp-accounting event: it is one part of the phase's theorem, priced with the phase's
+    Gaussian (``PhaseGaussianNoise.test``), which certifies nothing unless ``scale`` is at least
+    ``required_scale``. Randomness: ``apply`` draws one Laplace per replica from that replica's
+    generator (the phase's SERVER stream), first: the filter's uniforms and the Gaussian continue it.
+    """
+
+    scale: float
+    required_scale: float
+    placement: ClassVar[Placement] = Placement.SERVER
+
+    def apply(self, x: np.ndarray, generators) -> tuple[np.ndarray, dict]:
+        """``x`` (R,), one score per running replica, plus Lap(scale) drawn from its generator."""
+        return x + np.array([g.laplace(0.0, self.scale) for g in generators]), {"laplace_scale": self.scale}
+
+
+@dataclass(frozen=True)
 class PhaseGaussianNoise:
     """The Gaussian part of a trusted server's per-phase mechanism whose guarantee is a theorem's
     (seed 002's Alg. 1: a Laplace test, an outlier filter, then N(0, sigma_i^2 I) on the filtered
@@ -232,12 +257,15 @@ class PhaseGaussianNoise:
     Randomness: ``at(phase, replicas)`` is the phase's step, a ``ServerGaussianNoise`` whose
     multiplier is the std on a unit sensitivity; its ``apply`` continues each replica's generator
     (after the test's Laplace and the filter's uniforms).
+    ``test``: the phase's Laplace test where the theorem has one (Alg. 1's ``PhaseLaplaceTest``),
+    priced with the Gaussian: the claim needs both at their required scale. None: no test to price.
     """
 
     noise_std: np.ndarray
     required_std: np.ndarray
     epsilon: float | np.ndarray        # the theorem's target, or (P,) one per replica (a grid of budgets)
     delta: float
+    test: PhaseLaplaceTest | None = None
     placement: ClassVar[Placement] = Placement.SERVER
 
     def at(self, phase: int, replicas: np.ndarray) -> ServerGaussianNoise:
@@ -247,6 +275,7 @@ class PhaseGaussianNoise:
     def guarantee(self) -> tuple[np.ndarray, float]:
         """((P, 1) epsilon per replica, delta) of one phase (class docstring)."""
         covered = np.all(np.asarray(self.noise_std) >= np.asarray(self.required_std), axis=1)
+        covered &= self.test is None or self.test.scale >= self.test.required_scale
         target = np.broadcast_to(np.asarray(self.epsilon, dtype=np.float64), covered.shape)
         return np.where(covered, target, np.inf)[:, None], float(self.delta)
 
