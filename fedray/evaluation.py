@@ -10,7 +10,7 @@ F^), the test error pools all silos' test records.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from fedray.losses import Loss, margins
 
 @dataclass(frozen=True)
 class LinearModelEvaluation:
-    loss: object
+    loss: Loss
 
     def shard_parts(self, params: np.ndarray, fed) -> dict:
         """Per-silo aggregates of ``params`` (P, d, C) on the federation part ``fed``."""
@@ -48,7 +48,7 @@ class LinearModels(NamedTuple):
     ``fedray.core.planning.CuratorRoundsPlan`` (and ``SampledRounds``) takes them."""
 
     evaluation: LinearModelEvaluation
-    shard_view: Callable[[object, np.ndarray], SiloArrays]     # the units' training records
+    shard_view: Callable[[Any, np.ndarray], SiloArrays]        # the units' training records
     params0: np.ndarray                                        # (P, d, C) zeros: every replica starts at 0
     num_units: int
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -44,6 +44,19 @@ class Loss:
 
     linear_in_record: ClassVar[bool] = False
     needs_x_norms: ClassVar[bool] = False
+
+    @property
+    def num_outputs(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} declares no num_outputs")
+
+    def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} defines no value")
+
+    def residual(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} defines no residual")
+
+    def error(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} defines no error")
 
 
 @dataclass(frozen=True)
@@ -326,5 +339,6 @@ def loss_residual(loss: Loss, z: np.ndarray, y: np.ndarray, x_norms: np.ndarray)
     """dl/dz of ``loss``; a loss whose value depends on ||x|| too (``needs_x_norms``, e.g. a
     Moreau envelope, see ``fedray.smoothing``) also receives the per-example norms."""
     if loss.needs_x_norms:
-        return loss.residual(z, y, x_norms)
+        with_norms: Callable[..., np.ndarray] = loss.residual      # residual(z, y, x_norms): the flag's promise
+        return with_norms(z, y, x_norms)
     return loss.residual(z, y)
