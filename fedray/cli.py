@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fedray.data import ChecksumError, DownloadError
+from fedray.data.federation import PreparedFiles
 from fedray.errors import BudgetError, ConfigError
 from fedray.plan import Plan, make_plan
 from fedray.preflight import shadowed_configs, tracking_store
@@ -202,9 +203,8 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None, sweep: Sweep | None 
         _check_searchpath()
         plan = make_plan(cfg)
         resumed = checkpoint.resumable(plan.runtime, plan.config)     # one of another config is refused here
-        prepare = getattr(plan.dataset, "prepare", None)  # fetch public files once, before actors start
-        if prepare is not None:
-            prepare()
+        if isinstance(plan.dataset, PreparedFiles):    # fetch public files once, before actors start
+            plan.dataset.prepare()
     except (ConfigError, BudgetError, DownloadError, ChecksumError) as err:
         console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
         if sweep is None:

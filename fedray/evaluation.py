@@ -10,16 +10,18 @@ F^), the test error pools all silos' test records.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from fedray.core.evaluation import Metric
-from fedray.losses import margins
+from fedray.data.federation import FederationShape, SiloArrays
+from fedray.losses import Loss, margins
 
 
 @dataclass(frozen=True)
 class LinearModelEvaluation:
-    loss: object
+    loss: Loss
 
     def shard_parts(self, params: np.ndarray, fed) -> dict:
         """Per-silo aggregates of ``params`` (P, d, C) on the federation part ``fed``."""
@@ -39,3 +41,19 @@ class LinearModelEvaluation:
         if counts.sum() > 0:            # data of sufficient statistics hold no test records
             metrics["test_error"] = Metric(errors.sum(axis=1) / counts.sum(), released=False)
         return metrics
+
+
+class LinearModels(NamedTuple):
+    """What a round protocol over linear models on the silos' records is built from, in the order
+    ``fedray.core.planning.CuratorRoundsPlan`` (and ``SampledRounds``) takes them."""
+
+    evaluation: LinearModelEvaluation
+    shard_view: Callable[[Any, np.ndarray], SiloArrays]        # the units' training records
+    params0: np.ndarray                                        # (P, d, C) zeros: every replica starts at 0
+    num_units: int
+
+
+def linear_models(loss: Loss, shape: FederationShape, num_replicas: int) -> LinearModels:
+    """Linear models (P, d, C) of ``loss`` over the silos of ``shape``, starting at 0."""
+    return LinearModels(LinearModelEvaluation(loss), SiloArrays.of,
+                        np.zeros((num_replicas, shape.dim, loss.num_outputs)), shape.num_silos)

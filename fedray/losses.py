@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -27,8 +28,39 @@ def _special():
     return special
 
 
+class Loss:
+    """What fedray reads of a loss (``data.loss``); every loss subclasses it, so the flags below
+    hold as declared where a loss says nothing.
+
+    A loss is a frozen dataclass of numeric settings with ``num_outputs`` (C) and, per example,
+    ``value(z, y)``, ``residual(z, y)`` (dl/dz, (..., C)) and ``error(z, y)``; a twice
+    differentiable one adds ``curvature(z, y, u)``. Flags:
+
+    - ``linear_in_record``: the loss is linear in the record, so a record that is the mean of m
+      items has the items' average loss (data of user means, ``FederationShape.summarised_items``);
+    - ``needs_x_norms``: ``residual`` also takes the per-example norms ||x|| (a Moreau envelope,
+      whose width is ||x||^2 / beta; ``loss_residual`` passes them).
+    """
+
+    linear_in_record: ClassVar[bool] = False
+    needs_x_norms: ClassVar[bool] = False
+
+    @property
+    def num_outputs(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} declares no num_outputs")
+
+    def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} defines no value")
+
+    def residual(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} defines no residual")
+
+    def error(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} defines no error")
+
+
 @dataclass(frozen=True)
-class Logistic:
+class Logistic(Loss):
     """Binary cross-entropy, labels in {0, 1}, with the margin clipped to [-margin_clip, margin_clip].
 
     Clipping the margin (seed-004 E1: "clipped <w,x> to [-15,15]") keeps log terms finite;
@@ -61,7 +93,7 @@ class Logistic:
 
 
 @dataclass(frozen=True)
-class Squared:
+class Squared(Loss):
     """Half squared error (y - z)^2 / 2 for regression; the residual is unbounded, so clip."""
 
     num_outputs: int = 1
@@ -83,7 +115,7 @@ class Squared:
 
 
 @dataclass(frozen=True)
-class Linear:
+class Linear(Loss):
     """The negative score -y z, labels clipped to [-1, 1] (a record-by-record map, as the feature
     bound is). With the ridge term (mu / 2) ||W||^2 of a strongly convex program the minimiser is
     the mean of the records y x over mu: mean estimation, where each record may be a user's mean
@@ -93,7 +125,7 @@ class Linear:
     num_outputs: int = 1
     residual_bound = 1.0
     curvature_bound = 0.0
-    linear_in_record = True
+    linear_in_record: ClassVar[bool] = True
 
     def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         return -np.clip(y, -1.0, 1.0) * z[..., 0]
@@ -110,7 +142,7 @@ class Linear:
 
 
 @dataclass(frozen=True)
-class Huber:
+class Huber(Loss):
     """The half squared error with its residual clipped at ``threshold``: (z - y)^2 / 2 where |z - y|
     <= threshold, threshold |z - y| - threshold^2 / 2 beyond. Equal to ``Squared`` wherever the
     residual stays within the threshold (on P1's ball of radius 1, |z - y| <= 2), with a bounded
@@ -140,7 +172,7 @@ class Huber:
 
 
 @dataclass(frozen=True)
-class Softmax:
+class Softmax(Loss):
     """Multiclass cross-entropy; y holds class indices. ||dl/dz|| <= sqrt(2)."""
 
     num_outputs: int = 2
@@ -303,9 +335,10 @@ def clipped_example_gradients(
     return xb[..., :, None] * coef[..., None, :]
 
 
-def loss_residual(loss, z: np.ndarray, y: np.ndarray, x_norms: np.ndarray) -> np.ndarray:
+def loss_residual(loss: Loss, z: np.ndarray, y: np.ndarray, x_norms: np.ndarray) -> np.ndarray:
     """dl/dz of ``loss``; a loss whose value depends on ||x|| too (``needs_x_norms``, e.g. a
     Moreau envelope, see ``fedray.smoothing``) also receives the per-example norms."""
-    if getattr(loss, "needs_x_norms", False):
-        return loss.residual(z, y, x_norms)
+    if loss.needs_x_norms:
+        with_norms: Callable[..., np.ndarray] = loss.residual      # residual(z, y, x_norms): the flag's promise
+        return with_norms(z, y, x_norms)
     return loss.residual(z, y)

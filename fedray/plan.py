@@ -28,10 +28,11 @@ from fedray.core.planning import (
     PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe, Replicas,
 )
 from fedray.core.terms import TrustModel, as_terms
-from fedray.data.federation import FederationShape
+from fedray.data.federation import DataSpec, FederationShape
 from fedray.errors import ConfigError
+from fedray.losses import Loss
 from fedray.privacy.accounting import accountant_store
-from fedray.privacy.ledger import check_budget
+from fedray.privacy.ledger import PlansWithoutCounts, check_budget
 from fedray.privacy.statement import PrivacyPlan
 from fedray.rng import setting_word_rows
 from fedray.smoothing import MoreauEnvelope
@@ -55,9 +56,9 @@ class Plan:
     trial: int
     num_rounds: int                 # R, or the most rounds a halting protocol may run
     dataset_name: str
-    dataset: object
+    dataset: DataSpec
     shape: FederationShape
-    loss: object
+    loss: Loss | None
     algorithm_name: str
     replicas: Replicas
     sampler: object
@@ -320,12 +321,14 @@ def _list_fields_as_arrays(dataset):
     return replace(dataset, **arrays) if arrays else dataset
 
 
-def _loss(data: dict):
+def _loss(data: dict) -> Loss | None:
     """The data's loss, or None for data that define their own objective (a game's payoffs). Its
     settings (a margin clip, a Huber threshold, the number of outputs) are positive numbers."""
     if data.get("loss") is None:
         return None
     loss = _instantiate("data.loss", data["loss"])
+    if not isinstance(loss, Loss) or not is_dataclass(loss):
+        raise ConfigError("data.loss", type(loss).__name__, "a loss: a dataclass subclassing fedray.losses.Loss")
     for setting in fields(loss):        # the numeric settings (a smoothed loss's base loss is not one)
         if isinstance(setting.default, (int, float)) and not isinstance(setting.default, bool):
             positive(f"data.loss.{setting.name}", getattr(loss, setting.name), type(setting.default))
@@ -342,9 +345,10 @@ def _guard(privacy: PrivacyPlan, sampler, replicas: Replicas, seed: int, num_rou
         raise ValueError(f"a private plan needs a ledger and target epsilons; got ledger={ledger}, target={target}")
     accountant = ledger.accountant
     # An accountant that prices phases, not rounds, needs no replay of the sampler's draws (10^5 rounds of them)
-    counts = sampler.counts(seed, replicas.repetitions, num_rounds, num_units) \
-        if getattr(accountant, "reads_counts", True) else np.zeros((replicas.count, num_units), dtype=np.int64)
-    counts = accountant.planned(counts, num_rounds)
+    if isinstance(accountant, PlansWithoutCounts):
+        counts = accountant.planned_without_counts((replicas.count, num_units), num_rounds)
+    else:
+        counts = accountant.planned(sampler.counts(seed, replicas.repetitions, num_rounds, num_units), num_rounds)
     if enforce:
         planned = check_budget(ledger, counts, target, privacy.delta)
     else:
@@ -367,6 +371,9 @@ def _resolved(config: dict) -> Plan:
     natural("seed", config.get("seed"))
     natural("trial", config.get("trial"))
     dataset = _list_fields_as_arrays(_instantiate("data.spec", config["data"]["spec"]))
+    if not isinstance(dataset, DataSpec):
+        raise ConfigError("data.spec", type(dataset).__name__, "a data spec (validate, describe and load: "
+                          "fedray.data.DataSpec)")
     dataset.validate()
     shape = dataset.describe()
     loss = _loss(config["data"])
@@ -380,7 +387,7 @@ def _resolved(config: dict) -> Plan:
     if loss is None and recipe.needs_loss:
         raise ConfigError("data.loss", None, f"a loss for {config['algorithm'].get('name')} (data={config['data'].get('name')} "
                           "defines none)")
-    if shape.summarised_items is not None and not getattr(loss, "linear_in_record", False):
+    if shape.summarised_items is not None and not (loss is not None and loss.linear_in_record):
         raise ConfigError("data.loss", type(loss).__name__, f"a loss linear in the record (Linear) for data="
                           f"{config['data'].get('name')}: each record is the mean of {shape.summarised_items} items, "
                           "which gives the items' average loss only for such a loss")

@@ -36,8 +36,11 @@ raises a TypeError with a smoothed loss rather than silently using the non-smoot
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
+
+from fedray.losses import Loss
 
 
 def _huber_slope(excess: np.ndarray, width: np.ndarray, low: float, high: float) -> np.ndarray:
@@ -49,7 +52,7 @@ def _huber_slope(excess: np.ndarray, width: np.ndarray, low: float, high: float)
 
 
 @dataclass(frozen=True)
-class Hinge:
+class Hinge(Loss):
     """max(0, 1 - s z) with s = 2y - 1 (labels {0, 1} mapped to -1, +1); 1-Lipschitz in z."""
 
     num_outputs: int = 1
@@ -74,7 +77,7 @@ class Hinge:
 
 
 @dataclass(frozen=True)
-class Absolute:
+class Absolute(Loss):
     """|z - y| for regression (least absolute deviations); 1-Lipschitz in z."""
 
     num_outputs: int = 1
@@ -98,13 +101,13 @@ class Absolute:
 
 
 @dataclass(frozen=True)
-class MoreauEnvelope:
+class MoreauEnvelope(Loss):
     """The beta-Moreau envelope over R^d of ``base`` (module docstring); beta = ``smoothing`` > 0."""
 
     base: object
     smoothing: float
 
-    needs_x_norms = True  # fedray.losses passes per-example ||x|| to residual
+    needs_x_norms: ClassVar[bool] = True  # fedray.losses passes per-example ||x|| to residual
 
     @property
     def num_outputs(self) -> int:

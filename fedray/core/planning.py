@@ -11,15 +11,16 @@ value (``PrivacySettings``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import Any, Callable, ClassVar, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 import numpy as np
 
 from fedray.core.oracle import Oracle
 from fedray.core.program import CentralProgram
-from fedray.core.protocol import RoundProtocol, Routing
+from fedray.core.mechanism import ReportsMetrics
+from fedray.core.protocol import CuratorRoundsAlgorithm, CuratorSampledRounds, RoundProtocol, Routing
 from fedray.core.terms import Accountant, Calibration, Composition, TrustModel
 
 # ``privacy.epsilon`` or ``privacy.delta`` as written: one number, one per unit, or (epsilon only)
@@ -142,15 +143,18 @@ class ProtocolRecipe(Protocol):
     subclass this class, so the declared defaults below hold where they say nothing."""
 
     trust_models: tuple[TrustModel, ...]
-    privacy_keys: tuple[str, ...]      # privacy config keys of its own, beyond the planner's
-    config_keys: tuple[str, ...]       # top-level config keys of its own (a theorem preset's inputs)
+    privacy_keys: tuple[str, ...] = ()     # privacy config keys of its own, beyond the planner's
+    config_keys: tuple[str, ...] = ()      # top-level config keys of its own (a theorem preset's inputs)
     clip_grid: bool = False            # privacy.l2_clip may be a list (one clip per block of replicas)
     budget_grid: bool = False          # privacy.epsilon_grid may be a list (one budget per block of replicas)
     sets_participation: bool = False   # ``resolve`` writes the participation group (checked after it)
     needs_loss: bool = True            # the data must name a loss (a game defines its own objective)
 
     def resolve(self, algorithm_class: type[PlannedAlgorithm], config: dict, dataset: Any, shape: Any, loss: Any,
-                sampler: Any, privacy: PrivacySettings) -> dict: ...
+                sampler: Any, privacy: PrivacySettings) -> dict:
+        """The config with the values the recipe derives filled in (a theory preset's budget and
+        calibration, the sampler's size); by default the config as written."""
+        return config
 
     def plan(self, algorithm_class: type[PlannedAlgorithm], config: dict, context: PlanContext) -> PlannedProtocol: ...
 
@@ -160,3 +164,32 @@ class PlannedAlgorithm(Protocol):
     """What ``algorithm._target_`` names: a class carrying its package's ``recipe``."""
 
     recipe: ClassVar[ProtocolRecipe]
+
+
+@dataclass(frozen=True)
+class CuratorRoundsPlan(PlannedProtocol):
+    """Sampled rounds at a trusted server (``CuratorSampledRounds``) resolved against their data,
+    for any protocol package: the algorithm's halves (a ``CuratorRoundsAlgorithm``), the sampler,
+    the evaluation, shard view and start (``params0``, (P, ...)) of its models over ``num_units``
+    units (``fedray.evaluation.linear_models`` gives the last four for linear models on the
+    silos' records), and the privacy plan whose ledger prices the server's step.
+    ``server_step_metrics``: the server-placed step the algorithm applies (the same value), whose
+    report of each round is logged with the round's metrics (None: no report)."""
+
+    algorithm: CuratorRoundsAlgorithm
+    sampler: Any
+    evaluation: Any
+    shard_view: Callable[[Any, np.ndarray], Any]
+    params0: np.ndarray
+    num_units: int
+    num_rounds: int
+    privacy: Any
+    resolved: dict = field(default_factory=dict)
+    constants: dict = field(default_factory=dict)
+    routing: Routing = Routing.DIRECT
+    server_step_metrics: ReportsMetrics | None = None
+
+    def build(self, oracle: Oracle) -> CuratorSampledRounds:
+        return CuratorSampledRounds(self.algorithm, self.sampler, self.evaluation, self.shard_view, self.params0,
+                                    self.num_rounds, self.num_units, self.routing, dict(self.constants),
+                                    server_step_metrics=self.server_step_metrics)

@@ -17,7 +17,8 @@ from fedray._lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "fedray.data.download": ("ChecksumError", "DownloadError", "fetch", "resolve_directory"),
-    "fedray.data.federation": ("Federation", "FederationShape", "SiloArrays", "stack_silos"),
+    "fedray.data.federation": ("DataSpec", "Federation", "FederationShape", "KnownPopulation", "PreparedFiles", "SiloArrays",
+                               "stack_silos"),
     "fedray.data.insurance": ("InsuranceSorted",),
     "fedray.data.logistic_tasks": ("LogisticTasks", "TaskSamples"),
     "fedray.data.matrix_game": ("DenseMatrixGame", "GameSamples", "PaddedMatrixGame"),

@@ -11,12 +11,15 @@ Shapes (N silos, d features, C model outputs: 1 for binary/regression, #classes 
     n_train (N,) int64                x_test  (N, m_max, d), y_test (N, m_max), n_test (N,)
 
 A ``Federation`` is built inside silo actors from a dataset spec (see ``fedray.data``); the
-driver only ever sees a ``FederationShape``, which holds sizes and no records.
+driver only ever sees a ``FederationShape``, which holds sizes and no records. What the planner
+and the runtime read of a spec is declared here (``DataSpec``, and the optional capabilities
+``KnownPopulation`` and ``PreparedFiles``, checked with ``isinstance``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -168,3 +171,33 @@ def stack_silos(
     x_tr, y_tr, n_tr = _stack(train)
     x_te, y_te, n_te = _stack(test)
     return Federation(x_tr, y_tr, n_tr, x_te, y_te, n_te, task=task, num_outputs=num_outputs)
+
+
+@runtime_checkable
+class DataSpec(Protocol):
+    """What the planner and the runtime read of a data spec (``data.spec``): it checks its own
+    settings (``validate``, one line naming the bad value), says what the planner may know before
+    any record is loaded (``describe``), and builds the records of some units inside the actor that
+    holds them (``load``: a ``Federation``, or generated samples a protocol's shard view reads)."""
+
+    def validate(self) -> None: ...
+
+    def describe(self) -> FederationShape: ...
+
+    def load(self, seed: int, trial: int = 0, silo_ids: Any = None) -> Any: ...
+
+
+@runtime_checkable
+class KnownPopulation(Protocol):
+    """A data spec whose population risk is known in closed form: each released output's excess
+    risk over the population optimum ((P,), or None where it does not apply to the run's loss), a
+    diagnostic (no server knows the population's optimum)."""
+
+    def population_excess_risk(self, params: np.ndarray, seed: int, trial: int, loss: Any) -> np.ndarray | None: ...
+
+
+@runtime_checkable
+class PreparedFiles(Protocol):
+    """A data spec read from public files it fetches (and checks) once, before any actor starts."""
+
+    def prepare(self) -> Any: ...

@@ -12,5 +12,6 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
                                "PoissonGaussianAccountant", "GroupPrivacyAccountant", "check_budget", "silo_ledger",
                                "central_gaussian_ledger", "poisson_gaussian_ledger"),
     "fedray.privacy.vector_sum": ("VectorSumParameters", "vector_sum_parameters"),
-    "fedray.privacy.mechanisms": ("GaussianNoise", "ServerGaussianNoise", "NoNoise", "PerExampleClip"),
+    "fedray.privacy.central_rounds": ("ServerGaussianRounds", "poisson_noise_multiplier", "server_gaussian_rounds"),
+    "fedray.privacy.mechanisms": ("GaussianNoise", "ServerGaussianNoise", "NoNoise", "PerExampleClip", "UnitClip"),
 })

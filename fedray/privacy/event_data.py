@@ -15,6 +15,8 @@ dataset sizes), refuses any event the sampled-Gaussian accountant was not writte
 
 from __future__ import annotations
 
+import numpy as np
+
 from fedray.privacy.accounting import participation_epsilon
 
 _MODULE = "dp_accounting.dp_event"
@@ -28,6 +30,18 @@ def gaussian(noise_multiplier: float) -> dict:
 def non_private() -> dict:
     """``NonPrivateDpEvent()``."""
     return {"module_name": _MODULE, "class_name": "NonPrivateDpEvent"}
+
+
+def gaussian_step(noise_multiplier: float | np.ndarray, replica: int, unit: int) -> dict:
+    """One application of a Gaussian step to the (replica, unit) cell: ``gaussian`` of the cell's
+    noise multiplier (noise std over the message's l2 sensitivity), or ``non_private`` where the
+    multiplier is 0 (no noise added: a non-private baseline). ``noise_multiplier`` is a number,
+    (P,) one per replica or (P, N) one per cell, left-aligned on (replica, unit) as the steps
+    broadcast it against their messages; an axis of length 1 holds for every replica (unit)."""
+    z = np.asarray(noise_multiplier, dtype=np.float64)
+    z = z.reshape(z.shape + (1,) * (2 - z.ndim))
+    z_cell = float(z[replica if z.shape[0] > 1 else 0, unit if z.shape[1] > 1 else 0])
+    return gaussian(z_cell) if z_cell > 0 else non_private()
 
 
 def sampled_without_replacement(dataset_size: int, sample_size: int, event: dict) -> dict:

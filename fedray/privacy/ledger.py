@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -66,6 +66,16 @@ class CountAccountant(Protocol):
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray: ...
 
     def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str: ...
+
+
+@runtime_checkable
+class PlansWithoutCounts(Protocol):
+    """An accountant whose plan does not read how often units take part (a phase accountant: each
+    unit of a phase that starts is charged once): ``planned_without_counts(shape, num_rounds)`` is
+    ``planned(counts, num_rounds)`` for any (P, N) ``counts``, so the planner replays no sampler
+    draws (10^5 rounds of them) for it."""
+
+    def planned_without_counts(self, shape: tuple[int, int], num_rounds: int) -> np.ndarray: ...
 
 
 @runtime_checkable
@@ -514,12 +524,16 @@ class PhaseAccountant(ComposedAccountant):
 
     unit_phase: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     phase_starts: tuple = ()
-    reads_counts: ClassVar[bool] = False      # ``planned`` reads the phases, not how often units took part
 
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
+        return self.planned_without_counts(counts.shape, num_rounds).astype(counts.dtype)
+
+    def planned_without_counts(self, shape: tuple[int, int], num_rounds: int) -> np.ndarray:
+        """(P, N) charges of a plan of ``num_rounds`` rounds: the phases it starts, not how often
+        units take part (``PlansWithoutCounts``)."""
         started = np.flatnonzero(np.asarray(self.phase_starts) < num_rounds)
         charged = np.isin(self.unit_phase, started)
-        return np.broadcast_to(charged, counts.shape).astype(counts.dtype)
+        return np.broadcast_to(charged, shape).astype(np.int64)
 
     def advice(self, replica: int, unit: int, count: int, target: float, shape: tuple) -> str:
         return "each phase is one release at the run's (eps, delta)"

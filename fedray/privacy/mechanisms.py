@@ -80,10 +80,7 @@ class GaussianNoise:
 
     def event_data(self, replica: int, unit: int) -> dict:
         """``event(replica, unit)`` as data (``fedray.privacy.event_data``), without dp-accounting."""
-        z = np.asarray(self.noise_multiplier, dtype=np.float64)
-        z = z.reshape(z.shape + (1,) * (2 - z.ndim))      # left-aligned on (replica, unit), as in apply
-        z = float(z[replica if z.shape[0] > 1 else 0, unit if z.shape[1] > 1 else 0])
-        return event_data.gaussian(z) if z > 0 else event_data.non_private()
+        return event_data.gaussian_step(self.noise_multiplier, replica, unit)
 
     def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
         from fedray.privacy.events import event_from_json     # imports dp-accounting (a second): only here
@@ -208,14 +205,37 @@ class CalibratedGaussianNoise:
         return np.array(epsilons)[:, None], float(self.delta)
 
     def event_data(self, replica: int, unit: int) -> dict:
-        std = float(np.asarray(self.noise_std, dtype=np.float64)[replica]) if np.ndim(self.noise_std) \
-            else float(self.noise_std)
-        return event_data.gaussian(std / float(self.sensitivity)) if std > 0 else event_data.non_private()
+        return event_data.gaussian_step(self.noise_multiplier, replica, unit)
 
     def event(self, replica: int, unit: int) -> dp_accounting.DpEvent:
         from fedray.privacy.events import event_from_json     # imports dp-accounting (a second): only here
 
         return event_from_json(self.event_data(replica, unit))
+
+
+@dataclass(frozen=True)
+class PhaseLaplaceTest:
+    """The Laplace noise a trusted server adds to a phase's test statistic before comparing it with
+    a threshold (seed 002's Alg. 1: s = ConcScore(iterates, tau_i), halt if s + Lap(b) < 4 C / 5,
+    b = 20 / eps as printed, 8 / eps in profile derived).
+
+    Trust model: the server (curator) computes the score and adds the noise itself (central DP);
+    placement ``SERVER``. Unit and relation: the plan's (a user; replace one user's items): the
+    score's sensitivity is below 2 (App. B), so the test is 2 / b-DP (eps / 10 at b = 20 / eps).
+    Calibration: the paper's (or the profile's) ``required_scale``; ``scale`` is the b added. It
+    names no dp-accounting event: it is one part of the phase's theorem, priced with the phase's
+    Gaussian (``PhaseGaussianNoise.test``), which certifies nothing unless ``scale`` is at least
+    ``required_scale``. Randomness: ``apply`` draws one Laplace per replica from that replica's
+    generator (the phase's SERVER stream), first: the filter's uniforms and the Gaussian continue it.
+    """
+
+    scale: float
+    required_scale: float
+    placement: ClassVar[Placement] = Placement.SERVER
+
+    def apply(self, x: np.ndarray, generators) -> tuple[np.ndarray, dict]:
+        """``x`` (R,), one score per running replica, plus Lap(scale) drawn from its generator."""
+        return x + np.array([g.laplace(0.0, self.scale) for g in generators]), {"laplace_scale": self.scale}
 
 
 @dataclass(frozen=True)
@@ -237,12 +257,15 @@ class PhaseGaussianNoise:
     Randomness: ``at(phase, replicas)`` is the phase's step, a ``ServerGaussianNoise`` whose
     multiplier is the std on a unit sensitivity; its ``apply`` continues each replica's generator
     (after the test's Laplace and the filter's uniforms).
+    ``test``: the phase's Laplace test where the theorem has one (Alg. 1's ``PhaseLaplaceTest``),
+    priced with the Gaussian: the claim needs both at their required scale. None: no test to price.
     """
 
     noise_std: np.ndarray
     required_std: np.ndarray
     epsilon: float | np.ndarray        # the theorem's target, or (P,) one per replica (a grid of budgets)
     delta: float
+    test: PhaseLaplaceTest | None = None
     placement: ClassVar[Placement] = Placement.SERVER
 
     def at(self, phase: int, replicas: np.ndarray) -> ServerGaussianNoise:
@@ -252,6 +275,7 @@ class PhaseGaussianNoise:
     def guarantee(self) -> tuple[np.ndarray, float]:
         """((P, 1) epsilon per replica, delta) of one phase (class docstring)."""
         covered = np.all(np.asarray(self.noise_std) >= np.asarray(self.required_std), axis=1)
+        covered &= self.test is None or self.test.scale >= self.test.required_scale
         target = np.broadcast_to(np.asarray(self.epsilon, dtype=np.float64), covered.shape)
         return np.where(covered, target, np.inf)[:, None], float(self.delta)
 
@@ -327,3 +351,36 @@ class PerExampleClip:
         if relation == Relation.ADD_REMOVE:
             return self.l2_clip / records
         raise ValueError(f"relation must be one of {tuple(Relation)}; got {relation!r}")
+
+
+@dataclass(frozen=True)
+class UnitClip:
+    """Scale each unit's whole message (a client's model delta, a user's mean gradient) to l2 norm
+    at most ``l2_clip``, before a trusted server sums the messages and adds its noise.
+
+    Placement: ``CLIENT`` (each unit clips its own message in its actor). Unit and relation: the
+    plan's unit is the unit whose message this is (a client and all its records). Sensitivity of
+    the SUM of the clipped messages of the units taking part: replace one unit's data and the sum
+    moves by at most 2 l2_clip (REPLACE_ONE); add or remove one unit (Poisson sampling) and by
+    l2_clip (ADD_OR_REMOVE_ONE). A zero message stays zero (no division by its norm).
+    """
+
+    l2_clip: float
+    placement: ClassVar[Placement] = Placement.CLIENT
+
+    def sum_sensitivity(self, relation: Relation) -> float:
+        """The l2 sensitivity of the sum of the clipped messages under ``relation`` (class docstring)."""
+        if relation == Relation.REPLACE_ONE:
+            return 2.0 * self.l2_clip
+        if relation == Relation.ADD_REMOVE:
+            return 1.0 * self.l2_clip
+        raise ValueError(f"relation must be one of {tuple(Relation)}; got {relation!r}")
+
+    def apply(self, x: np.ndarray, participation: np.ndarray) -> tuple[np.ndarray, dict]:
+        """``x`` (P, U, ...) with each (replica, unit) message clipped, and zero where
+        ``participation`` (P, U) is False; metrics: ``fraction_clipped`` (P,), over the taking part."""
+        norms = np.sqrt((x ** 2).sum(axis=tuple(range(2, x.ndim))))
+        factor = np.where(participation, np.minimum(1.0, self.l2_clip / np.maximum(norms, 1e-300)), 0.0)
+        clipped = participation & (norms > self.l2_clip)
+        fraction = clipped.sum(axis=1) / np.maximum(participation.sum(axis=1), 1)
+        return x * factor.reshape(factor.shape + (1,) * (x.ndim - 2)), {"fraction_clipped": fraction}

@@ -10,7 +10,7 @@ stop, and the run then ends with the rounds already started, the reason recorded
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -21,6 +21,17 @@ if TYPE_CHECKING:
     from fedray.plan import Plan
     from fedray.privacy.ledger import Ledger
     from fedray.runtime.strategies import PerRound
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """What the driver loop reads of a run's tracker (``fedray.tracking.MlflowTracker`` is one):
+    ``log_round`` takes every entry's metrics at its step, and ``run_id`` names the run the rounds
+    are logged to (None before one is open), which a checkpoint keeps so a resumed run logs to it."""
+
+    run_id: str | None
+
+    def log_round(self, round_index: int, metrics: dict) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -55,7 +66,7 @@ class Tracking(Callback):
     """Every entry's metrics to the tracker (``log_round``); a tracker resuming the same run skips
     the steps it holds."""
 
-    def __init__(self, tracker: Any):
+    def __init__(self, tracker: Tracker):
         self.tracker = tracker
 
     def after_round(self, entry: Entry) -> str | None:
@@ -80,7 +91,8 @@ class Progress(Callback):
 class Checkpointing(Callback):
     """A checkpoint (state, ledger, history) after every ``every``-th entry, at ``path``."""
 
-    def __init__(self, path: str, every: int, config: dict, ledger: Ledger | None, history: list, tracker: Any):
+    def __init__(self, path: str, every: int, config: dict, ledger: Ledger | None, history: list,
+                 tracker: Tracker | None):
         self.path, self.every, self.fingerprint = path, every, checkpoint.fingerprint(config)
         self.ledger, self.history, self.tracker = ledger, history, tracker
         self.steps: list[int] = []         # the step each history entry is logged at
@@ -90,7 +102,7 @@ class Checkpointing(Callback):
         if not entry.replayed and (entry.index + 1) % self.every == 0:
             checkpoint.save(self.path, checkpoint.Checkpoint(
                 entry.index + 1, entry.state, self.ledger.state() if self.ledger else {}, self.history,
-                self.fingerprint, list(self.steps), getattr(self.tracker, "run_id", None)))
+                self.fingerprint, list(self.steps), None if self.tracker is None else self.tracker.run_id))
         return None
 
 
@@ -143,7 +155,7 @@ class BudgetStop(Callback):
         return len(charges), None
 
 
-def built_in(plan: Plan, ledger: Ledger | None, history: list, tracker: Any,
+def built_in(plan: Plan, ledger: Ledger | None, history: list, tracker: Tracker | None,
              progress: Callable[[int, dict], Any] | None) -> list[Callback]:
     """The plan's callbacks, in the order they run: budget stop, tracking, progress, checkpoints."""
     hooks: list[Callback] = []

@@ -29,9 +29,10 @@ from fedray.core.evaluation import Metric, split
 from fedray.core.oracle import sum_partials
 from fedray.core.program import CentralProgram
 from fedray.core.protocol import Messages, RoundKeys, RoundProtocol, RoundSpec, Routing
+from fedray.data.federation import KnownPopulation
 from fedray.privacy.stored import accountant_store
 from fedray.runtime import checkpoint, interrupts, strategies
-from fedray.runtime.callbacks import Callback, Entry, Progress, Tracking, built_in
+from fedray.runtime.callbacks import Callback, Entry, Progress, Tracker, Tracking, built_in
 from fedray.runtime.shuffler import Shuffler, ShufflerActor
 from fedray.runtime.silo_group import ActorRestarted, RoundPayload, RoundsReply, SiloGroup, SiloGroupActor
 from fedray.runtime.strategies import Call
@@ -461,7 +462,7 @@ def start(plan: Plan, pool: ActorPool | None = None) -> RayGroups:
     return groups
 
 
-def run(plan: Plan, tracker=None, progress=None, inline: bool = False,
+def run(plan: Plan, tracker: Tracker | None = None, progress=None, inline: bool = False,
         groups: RayGroups | InlineGroups | None = None, pool: ActorPool | None = None,
         callbacks: Sequence[Callback] = ()) -> RunResult:
     """Run ``plan`` on Ray (local or the cluster at ``runtime.address``), or in-process if ``inline``.
@@ -643,11 +644,11 @@ def _finish(plan: Plan, protocol: RoundProtocol | CentralProgram, groups, output
     evaluated, diagnostics = _evaluate_stacked(protocol, groups, list(outputs.values()), plan.num_replicas)
     # Data whose population risk is known in closed form (``population_excess_risk``) give each
     # output's excess risk, a diagnostic (it reads the population's optimum, which no server knows).
-    excess_risk = getattr(plan.dataset, "population_excess_risk", None)
+    known = plan.dataset if isinstance(plan.dataset, KnownPopulation) else None
     for i, (name, values) in enumerate(zip(outputs, evaluated)):
         suffix = "" if i == 0 else f"_{name}"
         result.final.update({f"{key}{suffix}": value for key, value in values.items()})
-        excess = None if excess_risk is None else excess_risk(outputs[name], plan.seed, plan.trial, plan.loss)
+        excess = None if known is None else known.population_excess_risk(outputs[name], plan.seed, plan.trial, plan.loss)
         if excess is not None:
             result.final[f"excess_risk{suffix}"] = np.asarray(excess, dtype=np.float64)
             result.diagnostics = result.diagnostics | {f"excess_risk{suffix}"}

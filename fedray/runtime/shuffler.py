@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import ray
@@ -47,7 +48,7 @@ import ray
 from fedray.errors import invalid_argument
 from fedray.rng import Stream, generator, stream_rows
 
-__all__ = ["ShuffledMessages", "Shuffler", "ShufflerActor"]
+__all__ = ["MessageBlock", "ShuffledMessages", "Shuffler", "ShufflerActor"]
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,22 @@ class ShuffledMessages:
         return np.arange(self.messages.shape[1])[None, :] < self.counts[:, None]
 
 
-def _as_block(block, index: int) -> tuple[np.ndarray, np.ndarray]:
+@runtime_checkable
+class MessageBlock(Protocol):
+    """One silo group's part of a round as the shuffler reads it (a ``RoundReply``): ``messages``
+    (P, S_g, ...) and ``mask`` (P, S_g); anything else it carries is ignored."""
+
+    @property
+    def messages(self) -> np.ndarray: ...
+
+    @property
+    def mask(self) -> np.ndarray: ...
+
+
+def _as_block(block: MessageBlock | tuple[np.ndarray, np.ndarray], index: int) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(block, tuple) and len(block) == 2:
         messages, mask = block
-    elif hasattr(block, "messages") and hasattr(block, "mask"):
+    elif isinstance(block, MessageBlock):
         messages, mask = block.messages, block.mask
     else:
         raise invalid_argument(
@@ -107,7 +120,7 @@ class Shuffler:
             raise invalid_argument("shuffler output", output, f"one of {self.OUTPUTS}")
         self.output = output
 
-    def shuffle(self, round_index: int, *blocks) -> ShuffledMessages:
+    def shuffle(self, round_index: int, *blocks: MessageBlock | tuple[np.ndarray, np.ndarray]) -> ShuffledMessages:
         """The permuted multiset of the participating messages of round ``round_index``.
 
         Parameters

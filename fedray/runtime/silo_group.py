@@ -28,6 +28,7 @@ import ray
 from fedray.core.oracle import block_partials
 from fedray.core.program import CentralProgram
 from fedray.core.protocol import Messages, OneStep, RoundBlock, RoundProtocol, RoundSpec, StepBlock, client_operation
+from fedray.data.federation import DataSpec, Federation
 from fedray.rng import SiloDraws
 
 
@@ -129,13 +130,13 @@ class SiloGroup:
             self.set_protocol(protocol)
         return True
 
-    def load(self, dataset, seed: int, trial: int, silo_ids: np.ndarray) -> None:
+    def load(self, dataset: DataSpec, seed: int, trial: int, silo_ids: np.ndarray) -> None:
         """(Re)load this group's units: a sweep's next trial reuses the actor process."""
         self.silo_ids = np.asarray(silo_ids, dtype=np.int64)
         self.seed = int(seed)
         self._fed = dataset.load(seed, trial, silo_ids=self.silo_ids)  # only this group's units are built
-        # The record axis SiloDraws keys minibatch draws over (none for generated samples).
-        self._width = self._fed.x_train.shape[1] if hasattr(self._fed, "x_train") else None
+        # The record axis SiloDraws keys minibatch draws over: a Federation's (generated samples have none).
+        self._width = self._fed.x_train.shape[1] if isinstance(self._fed, Federation) else None
         self.protocol, self._shard = None, None
 
     def configure(self, streams: np.ndarray, secret_draws: bool = False) -> None:

@@ -93,3 +93,22 @@ def test_event_data_is_dp_accountings_own_json_form(noise):
         100, 10, noise.event(1, 0)), 4)
     assert event_data.self_composed(event_data.sampled_without_replacement(100, 10, noise.event_data(1, 0)), 4) \
         == event_to_json(sampled)
+
+
+def test_both_gaussian_steps_name_their_event_by_one_rule():
+    """``event_data.gaussian_step``: the cell's noise std over sensitivity, non-private at std 0.
+    The client's step (multipliers per cell) and the server's calibrated step (stds per replica)
+    give the same data for the same multipliers; values by hand: std 0.5 on sensitivity 0.25 is a
+    Gaussian of multiplier 2 (0.5 / 0.25, exact in binary), std 0 none."""
+    from fedray.privacy.gaussian import analytic_sigma
+    from fedray.privacy.mechanisms import CalibratedGaussianNoise
+
+    calibrated = CalibratedGaussianNoise(np.array([0.5, 0.0]), 0.25, 1.0, 1e-5, analytic_sigma)
+    assert calibrated.event_data(0, 7) == event_data.gaussian(2.0) == event_data.gaussian_step(2.0, 4, 2)
+    assert calibrated.event_data(1, 0) == event_data.non_private()
+    client = GaussianNoise(np.array([[2.0], [0.0]]), sensitivity=0.25)
+    for replica in (0, 1):
+        assert client.event_data(replica, 3) == calibrated.event_data(replica, 3)
+    scalar = CalibratedGaussianNoise(0.3, 0.2, 1.0, 1e-5, analytic_sigma)
+    assert scalar.event_data(5, 0) == event_data.gaussian(0.3 / 0.2)      # the std over the sensitivity, as divided
+    assert event_data.gaussian_step(np.array([[1.0, 0.0]]), 9, 1) == event_data.non_private()

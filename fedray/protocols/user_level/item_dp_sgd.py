@@ -33,19 +33,20 @@ import numpy as np
 
 from fedray.checks import number_in, positive
 from fedray.core.evaluation import Metric
-from fedray.core.planning import PlanContext, PlannedAlgorithm, PrivacySettings, ProtocolRecipe
+from fedray.core.planning import CuratorRoundsPlan, PlanContext, PlannedAlgorithm, PrivacySettings, ProtocolRecipe
 from fedray.core.protocol import RoundKeys
 from fedray.core.sampling import AllUnits
 from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
+from fedray.evaluation import linear_models
 from fedray.gradient_descent import GradientState, ProjectedGradient
 from fedray.losses import clipped_weighted_gradients
 from fedray.privacy.accounting import calibrate_noise_multiplier, participation_epsilon
 from fedray.privacy.ledger import CentralGaussianAccountant, GroupPrivacyAccountant, Ledger
 from fedray.privacy.mechanisms import ServerGaussianNoise
 from fedray.privacy.statement import PrivacyPlan
-from fedray.protocols.user_level.planning import USER, CuratorRoundsPlan, _levels, check_curator_rounds, not_private
+from fedray.protocols.user_level.planning import USER, _levels, check_curator_rounds, not_private
 from fedray.rng import Stream, generators
 
 FIELDS = ("_target_", "name", "step_size", "l2_clip", "radius", "batch_size")
@@ -98,8 +99,8 @@ class ItemSampledGaussian(ProtocolRecipe):
             return algorithm_class(context.loss, solver, clip, noise, rounds, m, users, batch)
 
         if not priv.private:
-            return CuratorRoundsPlan(build(ServerGaussianNoise(np.zeros(replicas.count), 0.0)), context.sampler, context.loss, shape, replicas,
-                                     rounds, not_private(cells), resolved)
+            return CuratorRoundsPlan(build(ServerGaussianNoise(np.zeros(replicas.count), 0.0)), context.sampler,
+                                     *linear_models(context.loss, shape, replicas.count), rounds, not_private(cells), resolved)
         if priv.calibration != Calibration.ACCOUNTANT:
             raise ConfigError("privacy.calibration", priv.calibration, f"accountant for {name} (the PLD "
                               "accountant's noise for the subsampled Gaussian)")
@@ -123,7 +124,7 @@ class ItemSampledGaussian(ProtocolRecipe):
             details={"noise_multiplier": z, "item_epsilon": item_epsilon, "item_delta": item_delta},
             non_private_inputs=("the subsampling credit needs each round's items to stay secret (a simulation keys "
                                 "them by the run seed)",))
-        return CuratorRoundsPlan(build(noise), context.sampler, context.loss, shape, replicas, rounds, privacy,
+        return CuratorRoundsPlan(build(noise), context.sampler, *linear_models(context.loss, shape, replicas.count), rounds, privacy,
                                  resolved, {"l2_clip": clip, "noise_std_max": float(noise_std.max())},
                                  server_step_metrics=noise)
 

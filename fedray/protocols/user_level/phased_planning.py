@@ -38,15 +38,16 @@ import numpy as np
 
 from fedray.acsa import AcSa, Phases
 from fedray.checks import check_bool, known_keys, number_in, positive
-from fedray.core.planning import PlanContext, PlannedAlgorithm, PrivacySettings, ProtocolRecipe
+from fedray.core.planning import CuratorRoundsPlan, PlanContext, PlannedAlgorithm, PrivacySettings, ProtocolRecipe
 from fedray.core.sampling import AllUnits, UniformParticipation
 from fedray.core.terms import Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
+from fedray.evaluation import linear_models
 from fedray.gradient_descent import ProjectedGradient
 from fedray.privacy.ledger import CertifiedReleases, Ledger, PhaseAccountant
 from fedray.privacy.mechanisms import PhaseGaussianNoise
 from fedray.privacy.statement import PrivacyPlan
-from fedray.protocols.user_level.planning import USER, CuratorRoundsPlan, not_private
+from fedray.protocols.user_level.planning import USER, not_private
 from fedray.protocols.user_level.phased_parameters import (
     COUPLING_CONSTANT, AcceleratedSchedule, PhaseLayout, Problem, accelerated_notes, accelerated_schedule, derived_batch,
     derived_noise, good_event_failures, layout_noise_std, phase_layout, privacy_conditions, restarts, smoothed,
@@ -270,7 +271,7 @@ class AcceleratedErm(ProtocolRecipe):
         cells = (replicas.count, shape.num_silos)
         privacy = _phase_privacy(problem, layout, unit_phase, multiplier, cells, constants,
                                  failed, algorithm.noise) if private else not_private(cells)
-        return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, context.num_rounds,
+        return CuratorRoundsPlan(algorithm, context.sampler, *linear_models(context.loss, shape, replicas.count), context.num_rounds,
                                  privacy, resolved, _constants(algorithm))
 
 
@@ -418,7 +419,7 @@ class FullBatchFiltered(ProtocolRecipe):
         cells = (replicas.count, shape.num_silos)
         privacy = _phase_privacy(problem, layout, algorithm.unit_phase, multiplier, cells,
                                  constants, failed, algorithm.noise) if private else not_private(cells)
-        return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, steps, privacy, resolved,
+        return CuratorRoundsPlan(algorithm, context.sampler, *linear_models(context.loss, shape, replicas.count), steps, privacy, resolved,
                                  _constants(algorithm))
 
 

@@ -133,12 +133,11 @@ class PhasedSgd:
     group_users: tuple           # N_i
     step_sizes: np.ndarray       # (P, l) eta_i
     thresholds: np.ndarray       # (P, l) tau_i
-    noise: PhaseGaussianNoise    # sigma_i (P, l), the step the ledger prices (zeros without privacy)
+    noise: PhaseGaussianNoise    # sigma_i (P, l) and the test's Lap(b), the steps the ledger prices (zeros without privacy):
+                                 # b = 20 / eps as printed, 8 / eps in profile derived
     group_of: tuple              # (N,) per phase: each unit's group (-1: not in the phase)
     items: int                   # m
     radius: float                # X = B(0, radius)
-    epsilon: float
-    test_scale: float            # the score's Laplace noise is Lap(test_scale / eps): 20 as printed, 8 in profile derived
     private: bool
     num_units: int
     model_shape: tuple           # (d, k)
@@ -164,7 +163,9 @@ class PhasedSgd:
         tau = self.thresholds[replicas, phase]
         rngs = [keys.at(phase).generator(Stream.SERVER, p) for p in replicas]
         score = concentration_score(points, tau)
-        noisy = score + np.array([rng.laplace(0.0, self.test_scale / self.epsilon) for rng in rngs])
+        if self.noise.test is None:
+            raise ValueError("a private PhasedSgd tests with the Laplace step its ledger prices (noise.test); got none")
+        noisy, _ = self.noise.test.apply(score, rngs)          # the test's Laplace first from each generator
         halted = noisy < PASS_FRACTION * c
         uniforms = np.stack([rng.random(c) for rng in rngs])
         kept, mean = outlier_filter(points, 2 * tau, uniforms, previous.reshape(r, -1))

@@ -37,7 +37,7 @@ from fedray.core.protocol import Routing
 from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
 from fedray.privacy.ledger import CertifiedReleases, ComposedAccountant, Ledger
-from fedray.privacy.mechanisms import PhaseGaussianNoise
+from fedray.privacy.mechanisms import PhaseGaussianNoise, PhaseLaplaceTest
 from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.phased_parameters import (
     COUPLING_CONSTANT, PhasedSgdLayout, Problem, coupled_sensitivity, coupling_log_failure, feasibility,
@@ -114,11 +114,13 @@ class PhasedSgdRecipe(ProtocolRecipe):
         group_of = tuple(np.where(unit_phase == i, places // max(n, 1), -1) for i, n in enumerate(layout.group_users))
         # sigma_i scales with eta_i (as tau_i): the formula asks multiplier x the layout's sigma_i.
         required = multiplier * layout.noise_std
-        noise = PhaseGaussianNoise(required * private, required, problem.epsilon, problem.delta)
+        test_scale = layout.test_scale / problem.epsilon          # the score's Lap(b): b = test_scale / eps
+        noise = PhaseGaussianNoise(required * private, required, problem.epsilon, problem.delta,
+                                   PhaseLaplaceTest(test_scale * private, test_scale))
         algorithm = algorithm_class(
             context.loss, layout.groups, layout.group_users, multiplier * layout.step_sizes,
             multiplier * layout.thresholds, noise,
-            group_of, problem.items, problem.diameter / 2, problem.epsilon, layout.test_scale, private,
+            group_of, problem.items, problem.diameter / 2, private,
             shape.num_silos, (shape.dim, context.loss.num_outputs),
             {"groups": layout.groups, "noise_std_first_phase": float(layout.noise_std[0] * multiplier.max())})
         failed = conditions(problem, layout, constants["profile"]) if private else []

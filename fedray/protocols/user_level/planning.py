@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedray.checks import check_bool, known_keys, number_in, positive
-from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe
-from fedray.core.protocol import CuratorSampledRounds, Routing
+from fedray.core.planning import (
+    CuratorRoundsPlan, PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe,
+)
+from fedray.core.protocol import Routing
 from fedray.core.sampling import AllUnits, UniformParticipation
 from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
-from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
-from fedray.evaluation import LinearModelEvaluation
+from fedray.evaluation import linear_models
 from fedray.gradient_descent import ProjectedGradient
 from fedray.objectives import LinearModelObjective
 from fedray.privacy.accounting import calibrate_noise_multiplier
@@ -167,7 +168,7 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
         mode = alg.get("mode", "certificate")
         if mode not in MODES:
             raise ConfigError("algorithm.mode", mode, f"one of {MODES}")
-        if mode == "exact" and not (getattr(context.loss, "linear_in_record", False)
+        if mode == "exact" and not (context.loss.linear_in_record
                                     and shape.dim * context.loss.num_outputs == 1):
             raise ConfigError("algorithm.mode", mode, "certificate, unless the loss is Linear in one dimension (a "
                               f"1-D mean, whose deletion sensitivity has an exact formula); here {type(context.loss).__name__}"
@@ -343,30 +344,6 @@ def check_curator_rounds(recipe, config: dict, context: PlanContext, fields: tup
 
 
 @dataclass(frozen=True)
-class CuratorRoundsPlan(PlannedProtocol):
-    """A user-level round protocol at a trusted server resolved against its data
-    (``PlannedProtocol``): ``CuratorSampledRounds`` over the users' records, starting at 0."""
-
-    algorithm: Any
-    sampler: Any
-    loss: Any
-    shape: Any
-    replicas: Any
-    num_rounds: int
-    privacy: PrivacyPlan
-    resolved: dict = field(default_factory=dict)
-    constants: dict = field(default_factory=dict)
-    routing: Routing = Routing.DIRECT
-    server_step_metrics: Any = None      # the server-placed step the algorithm applies, whose report is logged
-
-    def build(self, oracle):
-        params0 = np.zeros((self.replicas.count, self.shape.dim, self.loss.num_outputs))
-        return CuratorSampledRounds(self.algorithm, self.sampler, LinearModelEvaluation(self.loss), SiloArrays.of,
-                                    params0, self.num_rounds, self.shape.num_silos, self.routing, dict(self.constants),
-                                    server_step_metrics=self.server_step_metrics)
-
-
-@dataclass(frozen=True)
 class UserSampledGaussian(ProtocolRecipe):
     """B1 (``user_dp_sgd``): K users per round (``participation=uniform``), each user's mean
     gradient clipped to L, the mean's Gaussian noise z 2 L / K with z calibrated by the RDP
@@ -399,7 +376,7 @@ class UserSampledGaussian(ProtocolRecipe):
         if not priv.private:
             algorithm = algorithm_class(context.loss, solver, math.inf, ServerGaussianNoise(np.zeros(replicas.count), 0.0),
                                         rounds, items)
-            return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, rounds,
+            return CuratorRoundsPlan(algorithm, context.sampler, *linear_models(context.loss, shape, replicas.count), rounds,
                                      not_private(cells), resolved)
         if priv.calibration != Calibration.ACCOUNTANT:
             raise ConfigError("privacy.calibration", priv.calibration, f"accountant for {name} (the RDP "
@@ -421,6 +398,6 @@ class UserSampledGaussian(ProtocolRecipe):
             details={"noise_multiplier": float(first)},
             non_private_inputs=("the subsampling credit needs each round's users to stay secret (a simulation keys "
                                 "them by the run seed)",))
-        return CuratorRoundsPlan(algorithm, context.sampler, context.loss, shape, replicas, rounds, privacy, resolved,
+        return CuratorRoundsPlan(algorithm, context.sampler, *linear_models(context.loss, shape, replicas.count), rounds, privacy, resolved,
                                  {"l2_clip": clip, "noise_std_max": float(noise.noise_std.max())},
                                  server_step_metrics=noise)

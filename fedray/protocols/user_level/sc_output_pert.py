@@ -91,7 +91,7 @@ class SCOutputPert(LinearModelProgram):
         data = DataObjective(oracle, self.objective, self.num_units)
         mu = self.strong_convexity
         zero = np.zeros((1,) + self.model_shape)
-        linear = getattr(self.objective.loss, "linear_in_record", False)
+        linear = self.objective.loss.linear_in_record      # ``fedray.losses.Loss`` declares it
         if linear:
             # each user's gradient is constant, so the minimiser over any sub-dataset is the mean of
             # the points a_u = -grad f_u / mu (spec §2.3b: quadratic problems in closed form); the

@@ -14,6 +14,7 @@ import pytest
 from fedray.core.protocol import RoundKeys
 from fedray.errors import ConfigError
 from fedray.plan import make_plan
+from fedray.privacy.mechanisms import PhaseLaplaceTest
 from fedray.protocols.user_level.phased_parameters import Problem, phased_sgd_layout, phased_sgd_schedule
 from fedray.protocols.user_level import phased_sgd
 from fedray.protocols.user_level.phased_sgd import Chains, advance_chains
@@ -290,7 +291,8 @@ def test_profile_d_runs_its_test_at_lap_8_over_eps_and_spends_the_target():
 
     plan = _plan(*DERIVED)
     program = plan.protocol.build(None)
-    assert program.groups == 81 and program.test_scale == 8.0 and plan.privacy.calibration == "accountant"
+    assert program.groups == 81 and program.noise.test.scale == 8.0 / program.noise.epsilon
+    assert plan.privacy.calibration == "accountant"
     assert any("c_Delta = 120" in caveat and "nominal" not in caveat for caveat in plan.privacy.non_private_inputs)
     # identical iterates score s = C; the test halts when Lap(8 / eps) < -C / 5: at eps = 1 that is
     # 0.5 exp(-C / 40) = 0.066 (Lap(20 / eps) would halt 0.222 of the time)
@@ -298,7 +300,8 @@ def test_profile_d_runs_its_test_at_lap_8_over_eps_and_spends_the_target():
     same = np.zeros((3, c, 5, 1))
     halts = [program.curator(same, np.zeros((3, 5, 1)), np.arange(3), phase, _keys(plan, seed))[0]
              for seed in range(60) for phase in range(phases)
-             for program in [dataclasses.replace(plan.protocol.build(None), epsilon=1.0)]]
+             for built in [plan.protocol.build(None)]       # the priced test's Lap(8 / eps) at eps = 1
+             for program in [dataclasses.replace(built, noise=dataclasses.replace(built.noise, test=PhaseLaplaceTest(8.0, 8.0)))]]
     rate, expected = np.mean(halts), 0.5 * math.exp(-c / 40)
     assert abs(rate - expected) < 4 * math.sqrt(expected * (1 - expected) / np.size(halts))
     result = run(plan, inline=True)          # T6 (d): each user charged one phase's eps, at most the target
@@ -315,3 +318,28 @@ def test_profile_d_refusals_name_the_key(override, key):
     with pytest.raises(ConfigError) as err:
         _plan(*DERIVED, *override)
     assert err.value.key == key
+
+
+def test_the_tests_laplace_is_a_step_the_ledger_prices():
+    """The score's Lap(b) is drawn by the priced value (``PhaseGaussianNoise.test``): the program
+    draws exactly Lap(b) from each replica's SERVER generator of the phase, first; a variant with
+    half the scale certifies nothing (epsilon inf), as one with half the Gaussian does."""
+    import dataclasses
+
+    from fedray.rng import Stream
+
+    plan = _plan(*QUIET)
+    program, accountant = plan.protocol.build(None), plan.privacy.ledger.accountant
+    test = program.noise.test
+    assert accountant.priced_noise() is program.noise and test.scale == test.required_scale == 20.0 / 1e8
+    scores = np.zeros(3)
+    keys = _keys(plan).at(1)
+    drawn, _ = test.apply(scores, [keys.generator(Stream.SERVER, p) for p in range(3)])
+    by_hand = [keys.generator(Stream.SERVER, p).laplace(0.0, 20.0 / 1e8) for p in range(3)]
+    np.testing.assert_array_equal(drawn, by_hand)
+    counts = np.ones((3, 1000), dtype=np.int64)
+    assert np.isfinite(accountant.epsilons(counts)).all()
+    for weak in (dataclasses.replace(program.noise, test=dataclasses.replace(test, scale=test.scale / 2)),
+                 dataclasses.replace(program.noise, noise_std=program.noise.noise_std / 2)):
+        priced = dataclasses.replace(accountant, rule=dataclasses.replace(accountant.rule, noise=weak))
+        assert np.isinf(priced.epsilons(counts)).all()
