@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache, partial
-from typing import Any, ClassVar, NamedTuple
+from typing import Annotated, Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from fedray.checks import known_keys, number_in, positive
-from fedray.core.planning import PlanContext, PrivacySettings, ProtocolRecipe
+from fedray.checks import number_in, positive
+from fedray.core.planning import AlgorithmSettings, PlanContext, Positive, PrivacySettings, ProtocolRecipe, Stepped, settings_of
 from fedray.core.protocol import RoundKeys
 from fedray.core.sampling import PoissonParticipation, UniformParticipation
 from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
@@ -43,7 +43,6 @@ from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.planning import CuratorRoundsPlan
 from fedray.rng import Stream
 
-FIELDS = ("_target_", "name", "step_size", "local_steps", "server_lr", "l2_clip")
 UNIT = "client (all records of one silo)"
 
 
@@ -53,24 +52,32 @@ class FedAvgState(NamedTuple):
     noisy_sum: np.ndarray        # (P, d, C) the last released sum of deltas (diagnostic for the test kit)
 
 
+@dataclass(frozen=True, kw_only=True)
+class FedAvgSettings(Stepped):
+    """The ``algorithm`` section (its YAML); the planner checks each value before ``plan``."""
+
+    local_steps: Annotated[int, Positive()]
+    server_lr: Annotated[float, Positive()]
+    l2_clip: Annotated[float, Positive()]
+
+
 @dataclass(frozen=True)
 class FedAvgRecipe(ProtocolRecipe):
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = FedAvgSettings
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class, config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
+    def resolve(self, algorithm_class, config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
+                algorithm: AlgorithmSettings) -> dict:
         return config
 
     def plan(self, algorithm_class, config: dict, context: PlanContext) -> CuratorRoundsPlan:
-        alg, priv, replicas = config["algorithm"], context.privacy, context.replicas
-        known_keys("algorithm", alg, FIELDS)
+        alg, priv, replicas = settings_of(FedAvgSettings, context.algorithm), context.privacy, context.replicas
         poisson = isinstance(context.sampler, PoissonParticipation)
         if not (poisson or isinstance(context.sampler, UniformParticipation)):
             raise ConfigError("participation", type(context.sampler).__name__, "uniform or poisson for dp_fedavg")
-        clip = positive("algorithm.l2_clip", alg.get("l2_clip"))
-        steps = positive("algorithm.local_steps", alg.get("local_steps"), int)
-        server_lr = positive("algorithm.server_lr", alg.get("server_lr"))
+        clip, steps, server_lr = alg.l2_clip, alg.local_steps, alg.server_lr
         clients, rounds = context.shape.num_silos, context.num_rounds
         q = float(context.sampler.probability) if poisson else None
         k = q * clients if q is not None else int(context.sampler.silos_per_round)
