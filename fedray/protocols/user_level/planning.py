@@ -55,7 +55,6 @@ CALIBRATIONS = (Calibration.ACCOUNTANT, Calibration.PAPER)
 # refused at planning when it would evaluate more than algorithm.max_fallback_solves sub-datasets);
 # ABORT releases nothing instead (spec A16), which is NOT DP: one user can flip whether it releases
 ABORT = "abort_not_private"
-ON_UNSTABLE = ("search", ABORT)
 MAX_FALLBACK_SOLVES = 100_000
 
 
