@@ -146,3 +146,25 @@ def dict_reads(root: Path) -> list[str]:
 def test_no_recipe_reads_the_algorithm_section_as_a_dict():
     """Such a read would bypass the one place that checks the section (``with_algorithm`` writes)."""
     assert dict_reads(REPO) == []
+
+
+def test_the_settings_a_recipe_passes_on_are_constructor_fields_with_the_same_defaults():
+    """The ISRL-DP and P_vec recipes hand their settings (but the planner's own) to the algorithm
+    class, where a key the config leaves out used to take the class's default: the settings'
+    default must be that default, or a run without the key would change."""
+    import fedray.protocols.isrl_dp as isrl_dp
+    import fedray.protocols.shuffle_sco as shuffle_sco
+    from fedray.protocols.isrl_dp.planning import RESOLVED_SETTINGS
+    from fedray.protocols.shuffle_sco.planning import OWN_FIELDS
+
+    classes = [getattr(isrl_dp, name) for name in ("MinibatchSGD", "LocalSGD", "ShuffledSGD", "AcceleratedMinibatchSGD",
+                                                   "OnePassAcceleratedSGD", "MultiStageAcceleratedSGD",
+                                                   "MultiStageOnePassSGD", "ShuffledOnePassAcceleratedSGD")]
+    classes += [shuffle_sco.PSGD, shuffle_sco.PAGD, shuffle_sco.PGD]
+    for algorithm in classes:
+        own = {f.name: f.default for f in dataclasses.fields(algorithm)}
+        passed = [f for f in dataclasses.fields(algorithm.recipe.settings)
+                  if f.name not in RESOLVED_SETTINGS and (algorithm not in classes[-3:] or f.name in OWN_FIELDS)]
+        assert passed, algorithm
+        for setting in passed:
+            assert setting.name in own and own[setting.name] == setting.default, (algorithm.__name__, setting.name)
