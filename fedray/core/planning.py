@@ -226,7 +226,10 @@ class ProtocolRecipe(Protocol):
     needs_loss: bool = True            # the data must name a loss (a game defines its own objective)
 
     def resolve(self, algorithm_class: type[PlannedAlgorithm], config: dict, dataset: Any, shape: Any, loss: Any,
-                sampler: Any, privacy: PrivacySettings, algorithm: AlgorithmSettings) -> dict: ...
+                sampler: Any, privacy: PrivacySettings, algorithm: AlgorithmSettings) -> dict:
+        """The config with the values the recipe derives filled in (a rule's step size, a theory
+        preset's budget, the phases as participation); by default none: the config as given."""
+        return config
 
     def plan(self, algorithm_class: type[PlannedAlgorithm], config: dict, context: PlanContext) -> PlannedProtocol: ...
 

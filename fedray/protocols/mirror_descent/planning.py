@@ -606,10 +606,6 @@ class Boosted(ProtocolRecipe):
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
-                algorithm: AlgorithmSettings) -> dict:
-        return config
-
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> ProgramPlan:
         alg, priv = settings_of(BoostedSettings, context.algorithm), context.privacy
         name, game = _checked(config, context, AllUnits, "all")

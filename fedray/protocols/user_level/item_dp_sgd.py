@@ -34,7 +34,7 @@ import numpy as np
 from fedray.checks import number_in
 from fedray.core.evaluation import Metric
 from fedray.core.planning import (
-    AlgorithmSettings, PlanContext, PlannedAlgorithm, Positive, PrivacySettings, ProtocolRecipe, Stepped, settings_of,
+    AlgorithmSettings, PlanContext, PlannedAlgorithm, Positive, ProtocolRecipe, Stepped, settings_of,
 )
 from fedray.core.protocol import RoundKeys
 from fedray.core.sampling import AllUnits
@@ -85,10 +85,6 @@ class ItemSampledGaussian(ProtocolRecipe):
     settings: type[AlgorithmSettings] = ItemDpSgdSettings
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
-
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
-                algorithm: AlgorithmSettings) -> dict:
-        return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext):
         alg, priv, shape, replicas = settings_of(ItemDpSgdSettings, context.algorithm), context.privacy, context.shape, \

@@ -29,7 +29,7 @@ from scipy.optimize import minimize_scalar
 
 from fedray.checks import number_in, positive
 from fedray.core.planning import (
-    AlgorithmSettings, PlanContext, PlannedAlgorithm, PlannedProtocol, Positive, PrivacySettings, ProtocolRecipe,
+    AlgorithmSettings, PlanContext, PlannedAlgorithm, PlannedProtocol, Positive, ProtocolRecipe,
     Within, settings_of,
 )
 from fedray.core.protocol import Routing
@@ -162,10 +162,6 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
     privacy_keys: tuple[str, ...] = ()
     budget_grid: bool = True           # privacy.epsilon_grid: one noise per budget, as replicas
     config_keys: tuple[str, ...] = ()
-
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
-                algorithm: AlgorithmSettings) -> dict:
-        return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PhasedPlan:
         alg, priv, shape, replicas = settings_of(PhasedOutputPertSettings, context.algorithm), context.privacy, \

@@ -387,10 +387,6 @@ class FullBatchFiltered(ProtocolRecipe):
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
-                algorithm: AlgorithmSettings) -> dict:
-        return config
-
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
         alg, shape, replicas = settings_of(FullBatchSettings, context.algorithm), context.shape, context.replicas
         name = alg.name

@@ -130,10 +130,6 @@ class OutputPerturbationRecipe(ProtocolRecipe):
     budget_grid: bool = True           # privacy.epsilon_grid: one noise per budget, as replicas
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
-                algorithm: AlgorithmSettings) -> dict:
-        return config
-
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> OutputPerturbationPlan:
         alg, priv, shape = settings_of(OutputPerturbationSettings, context.algorithm), context.privacy, context.shape
         _check_program(config, context, alg.feature_bound)
@@ -202,10 +198,6 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
     privacy_keys: tuple[str, ...] = ()
     budget_grid: bool = True           # privacy.epsilon_grid: one noise per budget, as replicas
     config_keys: tuple[str, ...] = ()
-
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
-                algorithm: AlgorithmSettings) -> dict:
-        return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CertifiedPlan:
         alg, priv, shape, replicas = settings_of(CertifiedSettings, context.algorithm), context.privacy, context.shape, \
@@ -402,10 +394,6 @@ class UserSampledGaussian(ProtocolRecipe):
     settings: type[AlgorithmSettings] = UserDpSgdSettings
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
-
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
-                algorithm: AlgorithmSettings) -> dict:
-        return config
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
         alg, priv, shape, replicas = settings_of(UserDpSgdSettings, context.algorithm), context.privacy, context.shape, \
