@@ -15,17 +15,19 @@ import json
 import math
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, is_dataclass, replace
-from typing import cast
+from dataclasses import MISSING, dataclass, fields, is_dataclass, replace
+from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin, get_type_hints
+from types import UnionType
 
 import numpy as np
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fedray.checks import MAX_CLIP, check_bool, known_keys, natural, positive
+from fedray.checks import MAX_CLIP, MAX_SETTING, check_bool, known_keys, natural, number_in, positive
 from fedray.core.planning import (
-    PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe, Replicas,
+    AlgorithmSettings, Because, PlanContext, PlannedAlgorithm, PlannedProtocol, Positive, PrivacySettings,
+    ProtocolRecipe, Replicas, Stepped, Within,
 )
 from fedray.core.terms import TrustModel, as_terms
 from fedray.data.federation import DataSpec, FederationShape
@@ -212,6 +214,70 @@ def privacy_settings(config: dict, recipe: ProtocolRecipe) -> PrivacySettings:
         composition=words.get("composition"), silo_level=section.get("silo_level"))
 
 
+def algorithm_settings(config: dict, recipe: ProtocolRecipe) -> AlgorithmSettings:
+    """The ``algorithm`` section as the typed value its recipe declares (``recipe.settings``, an
+    ``AlgorithmSettings``), checked here once for every protocol: the keys (with a did-you-mean),
+    then each field in declaration order against its annotation (``AlgorithmSettings``). Run
+    before the recipe's ``resolve`` (which reads it) and again after it (a rule fills in a step
+    size, draws, phases)."""
+    kind = recipe.settings
+    section = config["algorithm"]
+    declared = [f for f in fields(kind) if f.init]
+    known_keys("algorithm", {k: v for k, v in section.items() if k != "_target_"}, [f.name for f in declared])
+    hints = _hints(kind)
+    values = {}
+    for spec in declared:
+        if spec.name in section:
+            values[spec.name] = _checked_value(f"algorithm.{spec.name}", section[spec.name], hints[spec.name])
+        elif spec.default is MISSING and spec.default_factory is MISSING:
+            values[spec.name] = _checked_value(f"algorithm.{spec.name}", None, hints[spec.name])
+    return kind(**values)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(kind: type) -> dict[str, Any]:
+    """The settings type's field annotations, resolved (once per type)."""
+    if kind not in _HINTS:
+        _HINTS[kind] = get_type_hints(kind, include_extras=True)
+    return _HINTS[kind]
+
+
+def _checked_value(key: str, value: Any, hint: Any) -> Any:
+    """``value`` checked against a settings field's annotation (``AlgorithmSettings``): a
+    ``Positive`` or ``Within`` number converted to the field's kind, anything else as given."""
+    marks: tuple = ()
+    if get_origin(hint) is Annotated:
+        hint, *extra = get_args(hint)
+        marks = tuple(extra)
+    kinds = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+    if value is None and type(None) in kinds:
+        return None
+    kinds = tuple(k for k in kinds if k is not type(None))
+    kind = kinds[0] if len(kinds) == 1 else None
+    reason = next((f" {m.reason}" for m in marks if isinstance(m, Because)), "")
+    for mark in marks:
+        if isinstance(mark, Positive):
+            return positive(key, value, int if kind is int else float,
+                            largest=MAX_SETTING if mark.largest is None else mark.largest)
+        if isinstance(mark, Within):
+            return number_in(key, value, mark.low, mark.high, mark.allowed, closed_high=mark.closed_high)
+    if get_origin(kind) is Literal:
+        words = get_args(kind)
+        if isinstance(value, bool) or value not in words:
+            raise ConfigError(key, value, f"one of {words}{reason}")
+    elif kind is bool:
+        check_bool(key, value)
+    elif kind is int:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ConfigError(key, value, "an integer")
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ConfigError(key, value, "a number")
+    return value
+
+
 def _check_faults(runtime: dict) -> None:
     """``runtime.max_restarts`` (per actor)."""
     restarts = runtime.get("max_restarts", 3)
@@ -219,15 +285,14 @@ def _check_faults(runtime: dict) -> None:
         raise ConfigError("runtime.max_restarts", restarts, f"an integer from 0 to {MAX_RESTARTS}")
 
 
-def _replicas(config: dict, privacy: PrivacySettings) -> Replicas:
+def _replicas(config: dict, privacy: PrivacySettings, algorithm: AlgorithmSettings) -> Replicas:
     """Replica order: budget level (slowest), clip, repetition, step size (fastest)."""
     repetitions = positive("repetitions", config.get("repetitions"), int)
     if repetitions > MAX_REPLICAS:
         raise ConfigError("repetitions", repetitions, f"at most {MAX_REPLICAS:,} (the driver holds per-replica, "
                           "per-unit arrays)")
     # A protocol without a step size (a driver-side solver) has one setting per repetition and budget.
-    alg = config["algorithm"]
-    base_steps = _step_sizes(alg["step_size"]) if "step_size" in alg else np.zeros(1)
+    base_steps = _step_sizes(algorithm.step_size) if isinstance(algorithm, Stepped) else np.zeros(1)
     grid = None if privacy.epsilon_grid is None else np.asarray(privacy.epsilon_grid, dtype=np.float64)
     clips = np.asarray(privacy.l2_clip, dtype=np.float64) if isinstance(privacy.l2_clip, (list, tuple)) else None
     blocks = (1 if grid is None else len(grid)) * (1 if clips is None else len(clips))
@@ -391,10 +456,13 @@ def _resolved(config: dict) -> Plan:
         raise ConfigError("data.loss", type(loss).__name__, f"a loss linear in the record (Linear) for data="
                           f"{config['data'].get('name')}: each record is the mean of {shape.summarised_items} items, "
                           "which gives the items' average loss only for such a loss")
-    config = recipe.resolve(algorithm_class, config, dataset, shape, loss, sampler, given)
-    # resolve may have filled some (a theory preset's budget and calibration): the settings as resolved
+    config = recipe.resolve(algorithm_class, config, dataset, shape, loss, sampler, given,
+                            algorithm_settings(config, recipe))
+    # resolve may have filled some (a theory preset's budget and calibration, a rule's step size):
+    # the settings as resolved
     config["privacy"] = as_terms(config["privacy"])
     settings = privacy_settings(config, recipe)
+    algorithm = algorithm_settings(config, recipe)
     # resolve may have set the sampler's size or the loss's smoothing
     sampler = _instantiate("participation", config["participation"])
     loss = _loss(config["data"])
@@ -409,7 +477,7 @@ def _resolved(config: dict) -> Plan:
     max_rounds = sampler.max_rounds(shape.num_silos)
     if max_rounds is not None and num_rounds > max_rounds:
         raise ConfigError("num_rounds", num_rounds, f"at most {max_rounds} with {type(sampler).__name__}")
-    replicas = _replicas(config, settings)
+    replicas = _replicas(config, settings, algorithm)
     if replicas.count * shape.num_silos > 2**31:
         raise ConfigError("repetitions", config["repetitions"], f"fewer replicas: {replicas.count:,} replicas x "
                           f"{shape.num_silos:,} units exceed 2^31 ledger cells")
@@ -429,7 +497,7 @@ def _resolved(config: dict) -> Plan:
     positive("tracking.log_every", tracking.get("log_every"), int)
     positive("tracking.replica_curves", tracking.get("replica_curves", 30), int)
 
-    context = PlanContext(int(config["seed"]), num_rounds, dataset, shape, loss, sampler, replicas, settings)
+    context = PlanContext(int(config["seed"]), num_rounds, dataset, shape, loss, sampler, replicas, settings, algorithm)
     planned = recipe.plan(algorithm_class, config, context)
     enforce = settings.enforce_budget
     privacy = _guard(planned.privacy, sampler, replicas, context.seed, num_rounds, shape.num_silos, enforce is True)

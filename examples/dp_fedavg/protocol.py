@@ -24,12 +24,11 @@ the runtime hands to ``server_step``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Annotated, Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from fedray.checks import known_keys, positive
-from fedray.core.planning import CuratorRoundsPlan, PlanContext, ProtocolRecipe
+from fedray.core.planning import AlgorithmSettings, CuratorRoundsPlan, PlanContext, Positive, ProtocolRecipe, Stepped, settings_of
 from fedray.core.protocol import RoundKeys
 from fedray.core.terms import TrustModel
 from fedray.data.federation import SiloArrays
@@ -39,7 +38,6 @@ from fedray.privacy.central_rounds import server_gaussian_rounds
 from fedray.privacy.mechanisms import ServerGaussianNoise, UnitClip
 from fedray.rng import Stream
 
-FIELDS = ("_target_", "name", "step_size", "local_steps", "server_lr", "l2_clip")
 UNIT = "client (all records of one silo)"
 
 
@@ -49,25 +47,32 @@ class FedAvgState(NamedTuple):
     noisy_sum: np.ndarray        # (P, d, C) the last released sum of deltas (diagnostic for the test kit)
 
 
+@dataclass(frozen=True, kw_only=True)
+class FedAvgSettings(Stepped):
+    """The ``algorithm`` section (its YAML); the planner checks each value before ``plan``."""
+
+    local_steps: Annotated[int, Positive()]
+    server_lr: Annotated[float, Positive()]
+    l2_clip: Annotated[float, Positive()]
+
+
 @dataclass(frozen=True)
 class FedAvgRecipe(ProtocolRecipe):
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = FedAvgSettings
 
     def plan(self, algorithm_class, config: dict, context: PlanContext) -> CuratorRoundsPlan:
-        alg, replicas = config["algorithm"], context.replicas
-        known_keys("algorithm", alg, FIELDS)
-        clip = positive("algorithm.l2_clip", alg.get("l2_clip"))
-        steps = positive("algorithm.local_steps", alg.get("local_steps"), int)
-        server_lr = positive("algorithm.server_lr", alg.get("server_lr"))
+        alg, replicas = settings_of(FedAvgSettings, context.algorithm), context.replicas
+        clip = UnitClip(alg.l2_clip)
         # the server's Gaussian on the sum of clipped deltas: calibrated, priced, stated (uniform or poisson)
-        rounds = server_gaussian_rounds(context.privacy, context.sampler, UnitClip(clip), context.shape.num_silos,
+        rounds = server_gaussian_rounds(context.privacy, context.sampler, clip, context.shape.num_silos,
                                         context.num_rounds, replicas.count, UNIT, "dp_fedavg")
-        algorithm = algorithm_class(context.loss, replicas.step_sizes, steps, server_lr, UnitClip(clip),
+        algorithm = algorithm_class(context.loss, replicas.step_sizes, alg.local_steps, alg.server_lr, clip,
                                     rounds.expected_units, rounds.noise, context.num_rounds)
-        resolved = {"l2_clip": clip, "clients_per_round": rounds.expected_units, **rounds.resolved}
+        resolved = {"l2_clip": alg.l2_clip, "clients_per_round": rounds.expected_units, **rounds.resolved}
         return CuratorRoundsPlan(algorithm, context.sampler, *linear_models(context.loss, context.shape, replicas.count),
                                  context.num_rounds, rounds.privacy, resolved,
-                                 {"l2_clip": clip, "noise_std": float(rounds.noise.noise_std.max())},
+                                 {"l2_clip": alg.l2_clip, "noise_std": float(rounds.noise.noise_std.max())},
                                  server_step_metrics=rounds.noise if rounds.privacy.private else None)
 
 

@@ -5,8 +5,8 @@ participation, runtime, tracking), then asks the algorithm class's ``recipe`` (a
 ``ProtocolRecipe``) to resolve derived config values and to plan the protocol: its fields, its
 privacy plan with a ledger, and how to build the protocol once the actors are up. It then checks
 the ledger against the sampler's counts (the budget guard). Everything here is plain data:
-configs arrive as dicts, never as Hydra objects, and the privacy section as one typed, checked
-value (``PrivacySettings``).
+configs arrive as dicts, never as Hydra objects, and the privacy and algorithm sections each as
+one typed, checked value (``PrivacySettings``; the recipe's ``settings``, an ``AlgorithmSettings``).
 """
 
 from __future__ import annotations
@@ -77,6 +77,80 @@ def checked_term(kind: type[Term], value: object) -> Term:
     return value
 
 
+@dataclass(frozen=True, kw_only=True)
+class AlgorithmSettings:
+    """A run's ``algorithm`` config section as one typed value: each recipe declares its subclass
+    (``ProtocolRecipe.settings``), a frozen dataclass whose fields are the section's keys (besides
+    ``_target_``, which names the class) with the YAML's defaults. The planner builds and checks it
+    once (``fedray.plan.algorithm_settings``) and hands it to the recipe (``resolve``'s
+    ``algorithm`` and ``PlanContext.algorithm``); recipes read its attributes, never the dict.
+
+    The planner has checked: every key is a field (a did-you-mean names the closest); a field
+    without a default is given; and each given value against its annotation: ``bool`` is true or
+    false; ``int`` and ``float`` are numbers of that kind; ``Positive`` (in ``Annotated``) a
+    positive one, ``Within`` one in its interval; a ``Literal`` one of its words (``Because``
+    adds the refusal's reason); None only where the type allows it. Other types (a number or a
+    word, a step-size grid, an interpolated value) are the recipe's to check, as are the checks
+    that read other settings, the data or the privacy settings. A ``Positive`` or ``Within``
+    number is converted to its field's kind; other values stay as written (words stay the YAML's,
+    which MLflow logs).
+    """
+
+    name: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stepped(AlgorithmSettings):
+    """Settings with ``algorithm.step_size``: one positive number or a non-empty list of them (one
+    replica per value; the planner checks it where it builds the replicas). None only before
+    ``resolve`` where a rule sets it."""
+
+    step_size: float | list[float] | None = None
+
+
+@dataclass(frozen=True)
+class Positive:
+    """``Annotated[int, Positive()]``: a positive number of the field's kind, at most ``largest``
+    (``fedray.checks.positive``)."""
+
+    largest: float | None = None
+
+
+@dataclass(frozen=True)
+class Within:
+    """``Annotated[float, Within(0, 1, "a number in (0, 1)")]``: a number in (low, high), or
+    (low, high] with ``closed_high``; ``allowed`` words the refusal."""
+
+    low: float
+    high: float
+    allowed: str
+    closed_high: bool = False
+
+
+@dataclass(frozen=True)
+class Because:
+    """``Annotated[Literal[...], Because("(why)")]``: the reason a refused word's error adds."""
+
+    reason: str
+
+
+Settings = TypeVar("Settings", bound=AlgorithmSettings)
+
+
+def settings_of(kind: type[Settings], value: AlgorithmSettings) -> Settings:
+    """``value``, the settings the planner built from the recipe's own ``settings`` type, as that
+    type; anything else is a bug (a recipe reading another recipe's settings), raised as ``TypeError``."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{type(value).__name__} is not {kind.__name__}: the recipe reads settings it does not declare")
+    return value
+
+
+def with_algorithm(config: dict, **values: Any) -> dict:
+    """A copy of ``config`` whose ``algorithm`` section has ``values`` written in (what a rule in
+    ``resolve`` sets: a step size, draws, phases); the planner builds the settings again from it."""
+    return {**config, "algorithm": {**config["algorithm"], **values}}
+
+
 @dataclass(frozen=True)
 class Replicas:
     """The runs one job carries, in order budget level (slowest), clip, repetition, step size (fastest).
@@ -116,6 +190,7 @@ class PlanContext:
     sampler: Any
     replicas: Replicas
     privacy: PrivacySettings
+    algorithm: AlgorithmSettings    # the recipe's ``settings``, built after ``resolve``
 
 
 @runtime_checkable
@@ -143,6 +218,7 @@ class ProtocolRecipe(Protocol):
     subclass this class, so the declared defaults below hold where they say nothing."""
 
     trust_models: tuple[TrustModel, ...]
+    settings: type[AlgorithmSettings]      # its algorithm section's type (``AlgorithmSettings``)
     privacy_keys: tuple[str, ...] = ()     # privacy config keys of its own, beyond the planner's
     config_keys: tuple[str, ...] = ()      # top-level config keys of its own (a theorem preset's inputs)
     clip_grid: bool = False            # privacy.l2_clip may be a list (one clip per block of replicas)
@@ -151,9 +227,10 @@ class ProtocolRecipe(Protocol):
     needs_loss: bool = True            # the data must name a loss (a game defines its own objective)
 
     def resolve(self, algorithm_class: type[PlannedAlgorithm], config: dict, dataset: Any, shape: Any, loss: Any,
-                sampler: Any, privacy: PrivacySettings) -> dict:
-        """The config with the values the recipe derives filled in (a theory preset's budget and
-        calibration, the sampler's size); by default the config as written."""
+                sampler: Any, privacy: PrivacySettings, algorithm: AlgorithmSettings) -> dict:
+        """The config with the values the recipe derives filled in (a rule's step size, a theory
+        preset's budget and calibration, the phases as participation); by default the config as
+        written."""
         return config
 
     def plan(self, algorithm_class: type[PlannedAlgorithm], config: dict, context: PlanContext) -> PlannedProtocol: ...

@@ -40,7 +40,7 @@ from fedray.core.protocol import RoundKeys
 from fedray.core.terms import Calibration
 from fedray.data.federation import SiloArrays
 from fedray.protocols.isrl_dp.base import masked_mean, outputs
-from fedray.protocols.isrl_dp.planning import SiloGaussian
+from fedray.protocols.isrl_dp.planning import AcSaSettings, SiloGaussian
 from fedray.protocols.isrl_dp.minibatch_sgd import MinibatchSGD, noisy_minibatch_mean
 from fedray.protocols.isrl_dp import calibration, theory
 from fedray.rng import SiloDraws
@@ -129,7 +129,8 @@ class AcceleratedMinibatchSGD(AcSaFields, AcSaRounds):
     """Alg. 1 (AC-SA) with per-replica prox scales 1/``step_size`` (P,) and per-(replica, silo) noise;
     ERM noise as Alg. 2 (Thm F.1), ISRL-DP or no privacy."""
 
-    recipe: ClassVar[SiloGaussian] = dataclasses.replace(MinibatchSGD.recipe, theorem=theory.accelerated_erm)
+    recipe: ClassVar[SiloGaussian] = dataclasses.replace(MinibatchSGD.recipe, theorem=theory.accelerated_erm,
+                                                                     settings=AcSaSettings)
     silo_gradients: ClassVar = staticmethod(minibatch_gradients)
 
 
@@ -147,5 +148,5 @@ class OnePassAcceleratedSGD(AcSaFields, AcSaRounds):
     recipe: ClassVar[SiloGaussian] = SiloGaussian({
         Calibration.PAPER: calibration.one_pass_noise_multiplier,
         Calibration.THEORY: calibration.one_pass_noise_multiplier,
-    }, one_pass=True, theorem=theory.one_pass_convex)
+    }, one_pass=True, theorem=theory.one_pass_convex, settings=AcSaSettings)
     silo_gradients: ClassVar = staticmethod(one_pass_gradients)

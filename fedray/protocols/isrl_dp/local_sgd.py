@@ -27,7 +27,7 @@ from fedray.core.protocol import RoundKeys
 from fedray.core.terms import Calibration
 from fedray.data.federation import SiloArrays
 from fedray.protocols.isrl_dp.base import PlainIterate, ServerState, advance, masked_mean
-from fedray.protocols.isrl_dp.planning import SiloGaussian
+from fedray.protocols.isrl_dp.planning import LocalSettings, SiloGaussian
 from fedray.losses import clip_factors, loss_residual, replica_clips
 from fedray.protocols.isrl_dp import calibration
 from fedray.rng import SiloDraws
@@ -49,7 +49,7 @@ class LocalSGD(PlainIterate):
 
     # ISRL-DP (noise in every local step) or no privacy; a participation is K one-record releases.
     recipe: ClassVar[SiloGaussian] = SiloGaussian({Calibration.PAPER: calibration.paper_local_sgd_noise_multiplier},
-                                                  local_steps=True)
+                                                  local_steps=True, settings=LocalSettings)
 
     def silo_step(self, params: np.ndarray, silos: SiloArrays, draws: SiloDraws) -> np.ndarray:
         """The K noisy local steps of every (replica, silo) pair; returns the local models (P, S, d, C).

@@ -33,7 +33,7 @@ from fedray.acsa import AcceleratedState
 from fedray.protocols.isrl_dp.accelerated import (
     AcceleratedMinibatchSGD, AcSaFields, AcSaRounds, OnePassAcceleratedSGD, minibatch_gradients, one_pass_gradients,
 )
-from fedray.protocols.isrl_dp.planning import SiloGaussian
+from fedray.protocols.isrl_dp.planning import SiloGaussian, StageSettings
 
 
 def stage_rounds(
@@ -133,7 +133,8 @@ class MultiStageAcceleratedSGD(StageFields, AcSaRounds):
     """AC-SA restarted in stages of growing length (strongly convex ERM, Thm F.1 s.c. case)."""
 
     # The single-stage privacy; no theory preset takes the staged variants (theory.THEOREMS).
-    recipe: ClassVar[SiloGaussian] = dataclasses.replace(AcceleratedMinibatchSGD.recipe, theorem=None)
+    recipe: ClassVar[SiloGaussian] = dataclasses.replace(AcceleratedMinibatchSGD.recipe, theorem=None,
+                                                                     settings=StageSettings)
     silo_gradients: ClassVar = staticmethod(minibatch_gradients)
 
 
@@ -141,5 +142,6 @@ class MultiStageAcceleratedSGD(StageFields, AcSaRounds):
 class MultiStageOnePassSGD(StageFields, AcSaRounds):
     """The stages on disjoint batches (Thm E.1.2): total rounds <= floor(n / K), G2 + parallel composition."""
 
-    recipe: ClassVar[SiloGaussian] = dataclasses.replace(OnePassAcceleratedSGD.recipe, theorem=None)
+    recipe: ClassVar[SiloGaussian] = dataclasses.replace(OnePassAcceleratedSGD.recipe, theorem=None,
+                                                                     settings=StageSettings)
     silo_gradients: ClassVar = staticmethod(one_pass_gradients)

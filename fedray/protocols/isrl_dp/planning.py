@@ -26,9 +26,10 @@ from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
-from fedray.checks import MAX_CLIP, known_keys, positive
+from fedray.checks import MAX_CLIP, positive
 from fedray.core.planning import (
-    PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe, Replicas, checked_term,
+    AlgorithmSettings, PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe, Replicas,
+    checked_term, settings_of,
 )
 from fedray.core.protocol import Routing, SampledRounds
 from fedray.core.terms import Accountant, Calibration, Composition, Relation, TrustModel
@@ -42,16 +43,19 @@ from fedray.privacy.mechanisms import GaussianNoise, NoNoise, PerExampleClip
 from fedray.privacy.statement import GroupGuarantee, PrivacyPlan
 from fedray.protocols.isrl_dp import calibration as cal
 from fedray.protocols.isrl_dp import theory
+from fedray.protocols.isrl_dp.settings import (
+    AcSaSettings, LocalSettings, SiloSettings, StageSettings, VectorSumSettings,
+)
 from fedray.protocols.isrl_dp.shuffle_calibration import calibrate_shuffled_sgd
 
-# Algorithm config keys the planner resolves itself; every other key is a constructor field.
-# ``trust_model`` (optional) pins the privacy group a preset is meant for: the non-private
-# baselines say none, so a baseline run with a private preset is refused, not mislabelled.
-RESOLVED_KEYS = ("_target_", "name", "step_size", "batch_size", "trust_model")
-# Constructor fields the planner fills from other config groups.
-BUILT_FIELDS = ("loss", "l2_clip", "noise")
 RECORD = "record of one silo"
 FEDERATION_RECORD = "record anywhere in the federation"
+
+
+__all__ = ["AcSaSettings", "LocalSettings", "SiloSettings", "StageSettings", "VectorSumSettings"]  # re-exported
+
+# Settings the planner resolves itself; the others are constructor fields of the algorithm class.
+RESOLVED_SETTINGS = ("name", "step_size", "batch_size", "trust_model")
 
 
 def _max_feature_norm(fed) -> float:
@@ -146,6 +150,7 @@ class SiloGaussian(ProtocolRecipe):
     """
 
     calibrations: Mapping[Calibration, Callable]
+    settings: type[AlgorithmSettings] = SiloSettings
     local_steps: bool = False
     one_pass: bool = False
     trust_models: tuple[TrustModel, ...] = (TrustModel.ISRL_DP, TrustModel.NONE)
@@ -163,8 +168,10 @@ class SiloGaussian(ProtocolRecipe):
     def check_fields(self, fields: dict, config: dict, privacy: PrivacySettings) -> None:
         """Algorithm fields the privacy plan depends on (none here)."""
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
-        return theory.resolve(config, algorithm_class, dataset, shape, loss, sampler, privacy)
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
+                algorithm: AlgorithmSettings) -> dict:
+        return theory.resolve(config, algorithm_class, dataset, shape, loss, sampler, privacy,
+                              settings_of(LocalSettings, algorithm))
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> IsrlDpPlan:
         return plan(algorithm_class, config, context)
@@ -309,38 +316,35 @@ class ShuffledVectorSum(SiloGaussian):
                                   f"{value!r} (= {source}, which the privacy ledger accounts)")
 
 
-def _fields(algorithm_class: type[Any], alg: dict, step_sizes: np.ndarray, batch_size: int) -> dict:
-    allowed = [f.name for f in dataclasses.fields(algorithm_class) if f.name not in BUILT_FIELDS]
-    given = {k: v for k, v in alg.items() if k not in RESOLVED_KEYS}
-    known_keys("algorithm", given, set(allowed) | set(RESOLVED_KEYS) - {"_target_"})
-    fields = {"step_size": step_sizes, "batch_size": batch_size, **given}
-    if "average_last" in fields:
-        positive("algorithm.average_last", fields["average_last"], int)
-    if "radius" in fields:
-        positive("algorithm.radius", fields["radius"], allow_none=True)
+def _fields(algorithm_class: type[Any], alg: LocalSettings, step_sizes: np.ndarray, batch_size: int) -> dict:
+    """The algorithm class's constructor values but the loss, clip and noise."""
+    fields = {"step_size": step_sizes, "batch_size": batch_size,
+              **{f.name: getattr(alg, f.name) for f in dataclasses.fields(alg) if f.name not in RESOLVED_SETTINGS}}
+    if alg.average_last is None:        # null is for a theory preset to fill
+        positive("algorithm.average_last", alg.average_last, int)
     algorithm_class.check_fields(fields)
     return fields
 
 
 def plan(algorithm_class: type[Any], config: dict, context: PlanContext) -> IsrlDpPlan:
     """Resolve a seed-004 algorithm config (module docstring); ``ConfigError`` on a bad value."""
-    recipe, alg, priv = algorithm_class.recipe, config["algorithm"], context.privacy
-    name = str(alg.get("name"))
+    recipe, alg, priv = algorithm_class.recipe, settings_of(LocalSettings, context.algorithm), context.privacy
+    name = str(alg.name)
     if priv.accountant not in ACCOUNTANTS:       # so ``checked_term(Accountant, priv.accountant)`` below is the member itself
         raise ConfigError("privacy.accountant", priv.accountant, f"one of {ACCOUNTANTS}")
-    pinned = alg.get("trust_model")
+    pinned = alg.trust_model
     if pinned is not None and pinned != priv.trust_model:
         raise ConfigError("privacy.trust_model", priv.trust_model, f"{pinned!r} for algorithm={name} (privacy={pinned})")
     private = priv.private
     n_min = context.shape.min_train_size
-    if alg.get("batch_size") is None:
+    if alg.batch_size is None:
         if not private:
             raise ConfigError("algorithm.batch_size", None, "an integer in [1, n] when privacy is off")
         # K >= n sqrt(eps / (4R)) must hold for the largest budget (the paper's code uses eps_max).
         eps_max = float(np.max(replica_epsilons(priv, context.shape.num_silos, context.replicas.epsilon_levels)))
         batch_size = cal.paper_batch_size(n_min, eps_max, context.num_rounds)
     else:
-        batch_size = positive("algorithm.batch_size", alg["batch_size"], int)
+        batch_size = alg.batch_size
     if batch_size > n_min:
         raise ConfigError("algorithm.batch_size", batch_size, f"at most the smallest silo's training size n = {n_min}")
     if recipe.one_pass and context.num_rounds * batch_size > n_min:

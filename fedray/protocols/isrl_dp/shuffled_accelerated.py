@@ -44,7 +44,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedray.protocols.isrl_dp.accelerated import AcSaFields, AcSaRounds
-from fedray.protocols.isrl_dp.planning import ShuffledVectorSum
+from fedray.protocols.isrl_dp.planning import ShuffledVectorSum, VectorSumSettings
 from fedray.data.federation import SiloArrays
 from fedray.errors import ConfigError
 from fedray.losses import clipped_example_gradients
@@ -66,7 +66,7 @@ class ShuffledOnePassAcceleratedSGD(AcSaFields, AcSaRounds):
     silos_per_round: int | None = None    # M: P_vec is calibrated for n_u = M K users
 
     # Behind a summing shuffler (P_vec's M2 form); one P_vec invocation per record, parallel composition.
-    recipe: ClassVar[ShuffledVectorSum] = ShuffledVectorSum()
+    recipe: ClassVar[ShuffledVectorSum] = ShuffledVectorSum(settings=VectorSumSettings)
 
     def vector_sum(self, dim: int) -> SplitVectorSum | ExactSum:
         """The sum step for D = ``dim``; raises ``ConfigError`` naming a bad P_vec input."""

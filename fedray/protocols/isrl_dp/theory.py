@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass, field
 
 from fedray.checks import number_in
-from fedray.core.planning import PlannedAlgorithm, PrivacySettings
+from fedray.core.planning import AlgorithmSettings, PlannedAlgorithm, PrivacySettings, settings_of
 from fedray.core.protocol import Routing
 from fedray.core.sampling import AllUnits, UniformParticipation
 from fedray.core.terms import Calibration, Composition, TrustModel
@@ -42,6 +42,7 @@ from fedray.data import SyntheticLinear
 from fedray.errors import ConfigError
 from fedray.losses import Logistic, Squared
 from fedray.protocols.isrl_dp import calibration as cal
+from fedray.protocols.isrl_dp.settings import SiloSettings
 from fedray.protocols.isrl_dp.shuffle_calibration import (
     calibrate_shuffled_sgd,
     default_randomizer_delta,
@@ -329,7 +330,7 @@ def _fill(cfg: dict, key: str, value, owner: str) -> None:
 
 
 def _problem(cfg: dict, priv: PrivacySettings, node: dict, shape, spec, loss, silos_per_round,
-             shuffled: bool) -> Problem:
+             shuffled: bool, radius: float | None) -> Problem:
     if not priv.private:
         raise ConfigError("privacy.trust_model", TrustModel.NONE, "private under a theory preset (the theorems need eps)")
     if priv.epsilon_grid is not None:
@@ -360,7 +361,7 @@ def _problem(cfg: dict, priv: PrivacySettings, node: dict, shape, spec, loss, si
                           "a positive number under a theory preset "
                           "(the theorems' L; null would estimate it from the data)"),
         smoothness=_number("theory.smoothness", smoothness, "a positive number (beta) or null"),
-        radius=_number("algorithm.radius", cfg["algorithm"].get("radius"),
+        radius=_number("algorithm.radius", radius,
                        "a positive number under a theory preset (the theorems' D; W must be bounded)"),
         gradient_std=node.get("gradient_std"),
         heterogeneity=node.get("heterogeneity"),
@@ -368,10 +369,12 @@ def _problem(cfg: dict, priv: PrivacySettings, node: dict, shape, spec, loss, si
 
 
 def resolve(cfg: dict, algorithm_class: type[Any], spec, shape, loss, sampler,
-            privacy: PrivacySettings | None = None) -> dict:
+            privacy: PrivacySettings | None = None, algorithm: AlgorithmSettings | None = None) -> dict:
     """``cfg`` with the hybrid budget (``privacy.silo_level``) and the theorem's values (``theory``)
     filled in; the same object, untouched, when neither node is present. ``privacy``: the run's
-    settings (``fedray.plan.privacy_settings``); None stands for settings without a silo level."""
+    settings (``fedray.plan.privacy_settings``); None stands for settings without a silo level.
+    ``algorithm``: the run's algorithm settings (``fedray.plan.algorithm_settings``), needed with
+    a ``theory`` node (its name, and the radius D the theorems read)."""
     silo_level, node = (privacy.silo_level if privacy is not None else None), cfg.get("theory")
     if silo_level is None and node is None:
         return cfg
@@ -388,20 +391,23 @@ def resolve(cfg: dict, algorithm_class: type[Any], spec, shape, loss, sampler,
         _fill(cfg, "privacy.delta", delta0, "privacy.silo_level")
         privacy = dataclasses.replace(privacy, epsilon=eps0, delta=delta0)
     if node is not None:
-        _apply_theorem(cfg, privacy, node, algorithm_class, shape, spec, loss, silos_per_round)
+        if algorithm is None:
+            raise ValueError("theory.resolve needs the run's algorithm settings for a theory preset")
+        _apply_theorem(cfg, privacy, algorithm, node, algorithm_class, shape, spec, loss, silos_per_round)
     return cfg
 
 
-def _apply_theorem(cfg: dict, privacy: PrivacySettings, node: dict, algorithm_class: type[Any], shape, spec, loss,
-                   silos_per_round) -> None:
+def _apply_theorem(cfg: dict, privacy: PrivacySettings, algorithm: AlgorithmSettings, node: dict,
+                   algorithm_class: type[Any], shape, spec, loss, silos_per_round) -> None:
     theorem = THEOREMS.get(str(node.get("_target_")))
     if theorem is None:
         raise ConfigError("theory._target_", node.get("_target_"), f"one of {list(THEOREMS)}")
     if algorithm_class.recipe.theorem is not theorem:
-        raise ConfigError("algorithm", cfg["algorithm"].get("name"),
+        raise ConfigError("algorithm", algorithm.name,
                           f"an algorithm whose recipe names theory {node['_target_']}")
     shuffled = algorithm_class.recipe.routing is not Routing.DIRECT
-    problem = _problem(cfg, privacy, node, shape, spec, loss, silos_per_round, shuffled)
+    problem = _problem(cfg, privacy, node, shape, spec, loss, silos_per_round, shuffled,
+                       settings_of(SiloSettings, algorithm).radius)      # every algorithm a theorem names has W
     values = theorem(problem)
     owner = f"theory ({values.theorem})"
     _fill(cfg, "num_rounds", values.num_rounds, owner)

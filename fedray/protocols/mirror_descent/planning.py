@@ -16,14 +16,15 @@ draw reads every sample, so a population ledger (one column for all samples,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 
-from fedray.checks import known_keys, number_in, positive
+from fedray.checks import positive
 from fedray.core.mechanism import ReportsMetrics
 from fedray.core.planning import (
-    PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe, Replicas, checked_term,
+    AlgorithmSettings, Because, PlanContext, PlannedAlgorithm, PlannedProtocol, Positive, PrivacySettings,
+    ProtocolRecipe, Replicas, Stepped, Within, checked_term, settings_of, with_algorithm,
 )
 from fedray.core.protocol import CuratorRounds, CuratorSteps, Routing
 from fedray.core.sampling import AllUnits, LeveledBatches, SequentialBatches
@@ -42,7 +43,6 @@ from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.mirror_descent.calibration import (
     CALIBRATIONS,
     PAPER_VERTEX_CONSTANT,
-    REGIMES,
     VERTEX_CONSTANTS,
     bias_reduced_draw_epsilon,
     bias_reduced_most_draws,
@@ -69,14 +69,54 @@ from fedray.protocols.mirror_descent.evaluation import GapEvaluation
 from fedray.protocols.mirror_descent.simplex import VertexDraws
 
 UNIT = "sample (one record; every sample alike)"
-MODES = ("paper", "manual")
-SMD_MODES = ("paper", "bound", "manual")
-ALGORITHM_KEYS = ("_target_", "name", "regime", "parameters", "step_size", "draws", "block_steps")
-GAUSSIAN_KEYS = ("_target_", "name", "parameters", "step_size", "block_steps")
-BIAS_REDUCED_KEYS = ("_target_", "name", "parameters", "step_size", "vertex_constant")
-SCO_KEYS = ("_target_", "name", "regime", "parameters", "step_size", "draws", "refresh", "block_steps")
-FRANK_WOLFE_KEYS = ("_target_", "name", "parameters")
-BOOSTED_KEYS = ("_target_", "name", "failure_probability", "vertex_constant")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrankWolfeSettings(AlgorithmSettings):
+    """``parameters``: paper (the rule sets T, and tau where there is one) or manual (as set)."""
+
+    parameters: Literal["paper", "manual"] = "paper"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BiasReducedSettings(FrankWolfeSettings, Stepped):
+    """Alg. 3's section: tau (manual; None where the rule sets it) and the per-draw constant c_v
+    (``_vertex_constant`` refuses the paper's 9 and names the accepted ones)."""
+
+    vertex_constant: str = "safe"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GaussianSmdSettings(FrankWolfeSettings, Stepped):
+    block_steps: Annotated[int, Positive()] = 4096      # steps per Ray call (changes no result)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmdSettings(Stepped):
+    """Alg. 1's section: Thm 3.1's regime, ``parameters`` paper, bound or manual, K (manual)."""
+
+    block_steps: Annotated[int, Positive()] = 4096
+    regime: Annotated[Literal["first_order", "second_order", "bilinear"], Because("(Thm 3.1 (5), (6), (7))")] = \
+        "bilinear"
+    parameters: Literal["paper", "bound", "manual"] = "paper"
+    draws: Annotated[int | None, Positive()] = 1       # None only where the rule sets it
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnlineToBatchSettings(GaussianSmdSettings):
+    """Alg. 5's section: Thm 4.2's regime, K and q (manual)."""
+
+    regime: Annotated[Literal["first_order", "second_order"], Because("(Thm 4.2 (a), (b))")] = "second_order"
+    draws: Annotated[int | None, Positive()] = 1
+    refresh: Annotated[int | None, Positive()] = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class BoostedSettings(AlgorithmSettings):
+    """Alg. 4's section: beta, and Alg. 3's c_v."""
+
+    failure_probability: Annotated[float, Within(0.0, 1.0, "a number in (0, 1)")] = 0.1
+    vertex_constant: str = "safe"
 
 
 def _samples(federation, unit_ids):
@@ -91,11 +131,9 @@ def _game(config: dict, dataset, name: str):
     return dataset
 
 
-def _regime(alg: dict, game) -> str:
+def _regime(alg: SmdSettings, game) -> str:
     """Thm 3.1's regime, checked against what the game's objective satisfies."""
-    regime = alg.get("regime", "bilinear")
-    if regime not in REGIMES:
-        raise ConfigError("algorithm.regime", regime, f"one of {REGIMES} (Thm 3.1 (5), (6), (7))")
+    regime = alg.regime
     if regime == "bilinear" and game.second_order != 0:
         raise ConfigError("algorithm.regime", regime, "first_order or second_order for an objective with L2 > 0 "
                           "(regime (7) needs L2 = 0: a bilinear or quadratic game)")
@@ -114,23 +152,20 @@ def _budget(priv: PrivacySettings, calibration: Calibration | tuple = Calibratio
     return float(epsilon), float(delta)
 
 
-def _mode(alg: dict, modes: tuple = MODES) -> str:
-    mode = alg.get("parameters", "paper")
-    if mode not in modes:
-        raise ConfigError("algorithm.parameters", mode, f"one of {modes}")
-    if mode != "manual" and alg.get("step_size") is not None:
-        raise ConfigError("algorithm.step_size", alg.get("step_size"),
+def _mode(alg: FrankWolfeSettings | SmdSettings) -> str:
+    mode = alg.parameters
+    step_size = alg.step_size if isinstance(alg, Stepped) else None
+    if mode != "manual" and step_size is not None:
+        raise ConfigError("algorithm.step_size", step_size,
                           f"null with algorithm.parameters={mode} (the rule sets tau; manual takes yours)")
     return mode
 
 
-def _checked(recipe, config: dict, context: PlanContext, keys: tuple,
-             sampler: type = SequentialBatches, participation: str = "sequential") -> tuple[str, Any]:
+def _checked(config: dict, context: PlanContext, sampler: type = SequentialBatches,
+             participation: str = "sequential") -> tuple[str, Any]:
     """The checks the recipes share; (the algorithm's name, the game)."""
-    alg, priv = config["algorithm"], context.privacy
-    name = str(alg.get("name"))
+    name = str(context.algorithm.name)
     game = _game(config, context.dataset, name)
-    known_keys("algorithm", alg, keys)
     if not isinstance(context.sampler, sampler):
         raise ConfigError("participation", type(context.sampler).__name__,
                           f"{sampler.__name__} (participation={participation}) for {name}")
@@ -214,15 +249,17 @@ class VertexSampling(ProtocolRecipe):
     """The recipe of seed 001's Alg. 1 (module docstring)."""
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = SmdSettings
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
-        alg, priv = config["algorithm"], privacy
-        game = _game(config, dataset, str(alg.get("name")))
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
+                algorithm: AlgorithmSettings) -> dict:
+        alg, priv = settings_of(SmdSettings, algorithm), privacy
+        game = _game(config, dataset, str(alg.name))
         regime = _regime(alg, game)
-        mode = _mode(alg, SMD_MODES)
+        mode = _mode(alg)
         if mode == "manual":
             return config
         private = priv.private
@@ -235,15 +272,15 @@ class VertexSampling(ProtocolRecipe):
             eps, delta = budget if budget is not None else (None, None)
             schedule = sgd_schedule(regime, shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz,
                                     calibration)
-        return {**config, "num_rounds": schedule.num_steps,
-                "algorithm": {**alg, "step_size": schedule.step_size, "draws": schedule.draws},
+        return {**with_algorithm(config, step_size=schedule.step_size, draws=schedule.draws),
+                "num_rounds": schedule.num_steps,
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
-        alg, priv = config["algorithm"], context.privacy
-        _, game = _checked(self, config, context, ALGORITHM_KEYS)
-        draws = positive("algorithm.draws", alg.get("draws", 1), int)
-        block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
+        alg, priv = settings_of(SmdSettings, context.algorithm), context.privacy
+        _, game = _checked(config, context)
+        draws = positive("algorithm.draws", alg.draws, int)
+        block_steps = alg.block_steps
         batch, steps, replicas = int(context.sampler.batch_size), context.num_rounds, context.replicas
         lipschitz = game.lipschitz
         vertices = VertexDraws(draws)
@@ -269,8 +306,8 @@ class VertexSampling(ProtocolRecipe):
                          "released": "vertex draws only (K + 1 per player per step) and their average; the "
                                      "iterate average's gap is a diagnostic, never released"})
             constants["tau_priv"] = limit
-        resolved = {"num_rounds": steps, "batch_size": batch, "draws": draws, "regime": alg.get("regime", "bilinear"),
-                    "parameters": alg.get("parameters", "paper"), "block_steps": block_steps, **privacy.details}
+        resolved = {"num_rounds": steps, "batch_size": batch, "draws": draws, "regime": alg.regime,
+                    "parameters": alg.parameters, "block_steps": block_steps, **privacy.details}
         return GamePlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, privacy, block_steps,
                         resolved=resolved, constants=constants)
 
@@ -282,6 +319,7 @@ class GaussianNoise(ProtocolRecipe):
     one analytic-Gaussian release per disjoint batch."""
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = GaussianSmdSettings
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
@@ -292,9 +330,10 @@ class GaussianNoise(ProtocolRecipe):
                               "coordinate; the sensitivity is 2 L0 sqrt(dx + dy) / B, no clipping)")
         return _budget(priv, Calibration.ANALYTIC, "the analytic Gaussian at the batch mean's l2 sensitivity")
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
-        alg, priv = config["algorithm"], privacy
-        game = _game(config, dataset, str(alg.get("name")))
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
+                algorithm: AlgorithmSettings) -> dict:
+        alg, priv = settings_of(GaussianSmdSettings, algorithm), privacy
+        game = _game(config, dataset, str(alg.name))
         if _mode(alg) == "manual":
             return config
         budget = self._budget(priv) if priv.private else None
@@ -305,13 +344,13 @@ class GaussianNoise(ProtocolRecipe):
                 raise ValueError("a noise std without a privacy budget")
             return analytic_sigma(*budget, sensitivity)
         schedule = gaussian_schedule(shape.num_silos, eps, delta, game.rows, game.columns, game.lipschitz, noise_std)
-        return {**config, "num_rounds": schedule.num_steps, "algorithm": {**alg, "step_size": schedule.step_size},
+        return {**with_algorithm(config, step_size=schedule.step_size), "num_rounds": schedule.num_steps,
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
-        alg, priv = config["algorithm"], context.privacy
-        _, game = _checked(self, config, context, GAUSSIAN_KEYS)
-        block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
+        alg, priv = settings_of(GaussianSmdSettings, context.algorithm), context.privacy
+        _, game = _checked(config, context)
+        block_steps = alg.block_steps
         batch, steps, replicas = int(context.sampler.batch_size), context.num_rounds, context.replicas
         noise: CalibratedGaussianNoise | NoNoise = NoNoise()
         if not priv.private:
@@ -329,7 +368,7 @@ class GaussianNoise(ProtocolRecipe):
         algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, rows=game.rows,
                                     columns=game.columns, noise=noise)
         constants = {"batch_size": float(batch), "noise_std": sigma, "lipschitz": game.lipschitz}
-        resolved = {"num_rounds": steps, "batch_size": batch, "parameters": alg.get("parameters", "paper"),
+        resolved = {"num_rounds": steps, "batch_size": batch, "parameters": alg.parameters,
                     "block_steps": block_steps, **privacy.details}
         return GamePlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, privacy, block_steps,
                         resolved=resolved, constants=constants, noise=noise)
@@ -347,13 +386,15 @@ class BiasReduced(ProtocolRecipe):
     constant and the ledger prices the draws by ``BoundedRangeComposition``."""
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = BiasReducedSettings
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
-        alg, priv = config["algorithm"], privacy
-        game = _game(config, dataset, str(alg.get("name")))
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
+                algorithm: AlgorithmSettings) -> dict:
+        alg, priv = settings_of(BiasReducedSettings, algorithm), privacy
+        game = _game(config, dataset, str(alg.name))
         constant = _vertex_constant(alg)
         if _mode(alg) == "manual":
             # The stopping rule decides; num_rounds is its most steps (each adds 2^N >= 1 to a sum <= U).
@@ -371,19 +412,19 @@ class BiasReduced(ProtocolRecipe):
                                          checked_term(Calibration, priv.calibration))
         participation = {"_target_": "fedray.core.sampling.LeveledBatches", "levels": params.levels,
                          "batch_factor": params.batch_factor, "stop": params.stop}
-        return {**config, "num_rounds": int(params.stop), "participation": participation,
-                "algorithm": {**alg, "step_size": params.step_size}}
+        return {**with_algorithm(config, step_size=params.step_size), "num_rounds": int(params.stop),
+                "participation": participation}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
-        alg, priv = config["algorithm"], context.privacy
-        _, game = _checked(self, config, context, BIAS_REDUCED_KEYS, LeveledBatches, "leveled")
+        alg, priv = settings_of(BiasReducedSettings, context.algorithm), context.privacy
+        _, game = _checked(config, context, LeveledBatches, "leveled")
         sampler, replicas = context.sampler, context.replicas
         algorithm = algorithm_class(step_size=replicas.step_sizes, levels=sampler.levels, rows=game.rows,
                                     columns=game.columns, sampler=sampler, num_rounds=context.num_rounds)
         constants = {"levels": float(sampler.levels), "stop": float(sampler.stop), "batch_factor": sampler.batch_factor,
                      "lipschitz": game.lipschitz}
         resolved = {"levels": sampler.levels, "stop": sampler.stop, "batch_factor": sampler.batch_factor,
-                    "parameters": alg.get("parameters", "paper")}
+                    "parameters": alg.parameters}
         if not priv.private:
             return GamePlan(algorithm, sampler, replicas, context.num_rounds, context.shape.num_silos,
                             _not_private(replicas), resolved=resolved, constants=constants)
@@ -408,8 +449,8 @@ class BiasReduced(ProtocolRecipe):
                         resolved={**resolved, **privacy.details}, constants=constants)
 
 
-def _vertex_constant(alg: dict) -> float:
-    name = alg.get("vertex_constant", "safe")
+def _vertex_constant(alg: BiasReducedSettings | BoostedSettings) -> float:
+    name = alg.vertex_constant
     if name == "paper":
         raise ConfigError("algorithm.vertex_constant", name, f"safe (c_v = 20): the paper's c_v = "
                           f"{PAPER_VERTEX_CONSTANT:g} under-states each draw's epsilon, which the estimator's "
@@ -429,15 +470,17 @@ class OnlineToBatch(ProtocolRecipe):
     The k = K (q + floor(T / q)) draws, each (4 tau L0 / B)-DP, compose by Cor. 3.6."""
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = OnlineToBatchSettings
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
-        alg, priv = config["algorithm"], privacy
-        game = _one_loss(config, dataset, str(alg.get("name")))
-        regime = alg.get("regime", "second_order")
-        if regime not in ("first_order", "second_order") or (regime == "second_order" and game.second_order is None):
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
+                algorithm: AlgorithmSettings) -> dict:
+        alg, priv = settings_of(OnlineToBatchSettings, algorithm), privacy
+        game = _one_loss(config, dataset, str(alg.name))
+        regime = alg.regime
+        if regime == "second_order" and game.second_order is None:
             raise ConfigError("algorithm.regime", regime, "first_order, or second_order for a second-order smooth "
                               "loss (Thm 4.2 (a), (b))")
         if _mode(alg) == "manual":
@@ -447,17 +490,17 @@ class OnlineToBatch(ProtocolRecipe):
         eps, delta = _budget(priv)
         schedule = sco_schedule(regime, shape.num_silos, eps, delta, game.rows, game.lipschitz, game.smoothness,
                                 game.second_order or 0.0)
-        algorithm = {**alg, "step_size": schedule.step_size, "draws": schedule.draws, "refresh": schedule.refresh}
-        return {**config, "num_rounds": schedule.num_steps, "algorithm": algorithm,
+        return {**with_algorithm(config, step_size=schedule.step_size, draws=schedule.draws, refresh=schedule.refresh),
+                "num_rounds": schedule.num_steps,
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
-        alg, priv = config["algorithm"], context.privacy
-        name, _ = _checked(self, config, context, SCO_KEYS)
+        alg, priv = settings_of(OnlineToBatchSettings, context.algorithm), context.privacy
+        name, _ = _checked(config, context)
         game = _one_loss(config, context.dataset, name)
-        draws = positive("algorithm.draws", alg.get("draws", 1), int)
-        refresh = positive("algorithm.refresh", alg.get("refresh", 1), int)
-        block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
+        draws = positive("algorithm.draws", alg.draws, int)
+        refresh = positive("algorithm.refresh", alg.refresh, int)
+        block_steps = alg.block_steps
         batch, steps, replicas = int(context.sampler.batch_size), context.num_rounds, context.replicas
         releases = sco_draws(steps, refresh, draws)
         algorithm = algorithm_class(step_size=replicas.step_sizes, batch_size=batch, num_steps=steps, refresh=refresh,
@@ -478,7 +521,7 @@ class OnlineToBatch(ProtocolRecipe):
                          "released": "vertex draws from the running average (K per refresh) and the output's K"})
             constants["tau_priv"] = limit
         resolved = {"num_rounds": steps, "batch_size": batch, "draws": draws, "refresh": refresh,
-                    "regime": alg.get("regime", "second_order"), "parameters": alg.get("parameters", "paper"),
+                    "regime": alg.regime, "parameters": alg.parameters,
                     "block_steps": block_steps, **privacy.details}
         return GamePlan(algorithm, context.sampler, replicas, steps, context.shape.num_silos, privacy, block_steps,
                         resolved=resolved, constants=constants)
@@ -498,21 +541,23 @@ class FrankWolfeRecipe(ProtocolRecipe):
     keeps it); eps0 = eps / (2 sqrt(2 T ln(1/delta))) per draw, composed by Cor. 3.6."""
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = FrankWolfeSettings
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
-        alg, priv = config["algorithm"], privacy
-        _one_loss(config, dataset, str(alg.get("name")))
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
+                algorithm: AlgorithmSettings) -> dict:
+        alg, priv = settings_of(FrankWolfeSettings, algorithm), privacy
+        _one_loss(config, dataset, str(alg.name))
         if _mode(alg) == "manual" or not priv.private:
             return config
         eps, _ = _budget(priv)
         return {**config, "num_rounds": frank_wolfe_rounds(shape.num_silos, eps)}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> GamePlan:
-        alg, priv = config["algorithm"], context.privacy
-        name, _ = _checked(self, config, context, FRANK_WOLFE_KEYS, AllUnits, "all")
+        alg, priv = settings_of(FrankWolfeSettings, context.algorithm), context.privacy
+        name, _ = _checked(config, context, AllUnits, "all")
         game = _one_loss(config, context.dataset, name)
         replicas, steps, n = context.replicas, context.num_rounds, context.shape.num_silos
         constants = {"lipschitz": game.lipschitz}
@@ -528,7 +573,7 @@ class FrankWolfeRecipe(ProtocolRecipe):
             constants["round_epsilon"] = round_epsilon
         algorithm = algorithm_class(round_epsilon=round_epsilon, num_samples=n, num_steps=steps, rows=game.rows,
                                     lipschitz=game.lipschitz)
-        resolved = {"num_rounds": steps, "parameters": alg.get("parameters", "paper"), **privacy.details}
+        resolved = {"num_rounds": steps, "parameters": alg.parameters, **privacy.details}
         return GamePlan(algorithm, context.sampler, replicas, steps, n, privacy, resolved=resolved,
                                constants=constants)
 
@@ -556,23 +601,20 @@ class Boosted(ProtocolRecipe):
     participation=all, num_rounds=1."""
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL,)
+    settings: type[AlgorithmSettings] = BoostedSettings
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
     needs_loss: bool = False
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
-        return config
-
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> ProgramPlan:
-        alg, priv = config["algorithm"], context.privacy
-        name, game = _checked(self, config, context, BOOSTED_KEYS, AllUnits, "all")
+        alg, priv = settings_of(BoostedSettings, context.algorithm), context.privacy
+        name, game = _checked(config, context, AllUnits, "all")
         if context.num_rounds != 1:
             raise ConfigError("num_rounds", context.num_rounds, f"1 for {name} (one program, one release)")
         if game.second_order is None:
             raise ConfigError("data.spec.link", getattr(context.dataset, "link", None),
                               f"a second-order smooth objective for {name} (Thm 3.20 needs L2)")
-        beta = number_in("algorithm.failure_probability", alg.get("failure_probability", 0.1), 0.0, 1.0,
-                         "a number in (0, 1)")
+        beta = alg.failure_probability
         eps, delta = _budget(priv)
         runs, checks = boosting_counts(beta)
         n, replicas, constant = context.shape.num_silos, context.replicas, _vertex_constant(alg)

@@ -40,7 +40,7 @@ from fedray.core.sampling import phase_of
 from fedray.data.federation import SiloArrays
 from fedray.protocols.shuffle_sco.hyperparameters import agd_schedule
 from fedray.protocols.shuffle_sco.p_sgd import batch_gradient, user_messages
-from fedray.protocols.shuffle_sco.planning import PvecSteps
+from fedray.protocols.shuffle_sco.planning import PvecSteps, SmoothPvecSettings
 from fedray.rng import SiloDraws
 
 
@@ -63,7 +63,8 @@ class PAGD:
     strong_convexity: float | None = None    # lambda > 0: the phased method of Thm 4.8
     phases: dict | None = None               # batch_sizes, steps, step_sizes, vector_sums per phase
 
-    recipe: ClassVar[PvecSteps] = PvecSteps(schedule=agd_schedule, needs_smoothness=True)
+    recipe: ClassVar[PvecSteps] = PvecSteps(schedule=agd_schedule, needs_smoothness=True,
+                                                  settings=SmoothPvecSettings)
 
     @property
     def server(self) -> AcSa:

@@ -36,13 +36,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Annotated, Any, Callable, ClassVar, Literal
 
 import numpy as np
 
-from fedray.checks import known_keys, number_in, positive
+from fedray.checks import number_in, positive
 from fedray.core.planning import (
-    PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe, Replicas, checked_term,
+    AlgorithmSettings, PlanContext, PlannedAlgorithm, PlannedProtocol, Positive, PrivacySettings, ProtocolRecipe,
+    Replicas, Stepped, checked_term, settings_of, with_algorithm,
 )
 from fedray.core.protocol import Routing, SampledRounds, SequentialSteps
 from fedray.core.sampling import AllUnits, PhasedBatches, PhasedGroups, SequentialBatches
@@ -60,12 +61,42 @@ from fedray.privacy.vector_sum import ExactSum, SplitVectorSum, vector_sum_param
 from fedray.privacy.vector_sum_rounds import BinomialRoundsComposition, tight_rounds_parameters
 from fedray.privacy.vector_sum_tight import tight_vector_sum_parameters
 from fedray.protocols.shuffle_sco.hyperparameters import (
-    MODES, agd_phase_schedule, gd_num_rounds, gd_phase_schedule, gd_schedule, gd_smoothing_parameter, sgd_schedule,
+    agd_phase_schedule, gd_num_rounds, gd_phase_schedule, gd_schedule, gd_smoothing_parameter, sgd_schedule,
     smoothing_parameter,
 )
 from fedray.smoothing import MoreauEnvelope
 
-RESOLVED_KEYS = ("_target_", "name", "step_size", "trust_model", "block_steps", "parameters")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PvecSettings(Stepped):
+    """P_SGD's ``algorithm`` section (the others' add to it): ``parameters`` manual (B, T, eta as
+    set), paper or exact (``hyperparameters``); ``radius`` Theta's (None: R^d)."""
+
+    radius: Annotated[float | None, Positive()] = None
+    parameters: Literal["manual", "paper", "exact"] = "manual"
+    block_steps: Annotated[int, Positive()] = 4096      # steps per Ray call (changes no result)
+    trust_model: str | None = None      # accepted and unused, as before (the privacy group is privacy's)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhasedPvecSettings(PvecSettings):
+    """P_GD's section: ``strong_convexity`` (lambda, with paper or exact) plans Thm 4.9's phases,
+    which ``resolve`` writes as ``phases`` (never the user)."""
+
+    strong_convexity: Annotated[float | None, Positive()] = None
+    phases: dict | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmoothPvecSettings(PhasedPvecSettings):
+    """P_AGD's section: ``smoothness`` beta of the loss (the paper and exact formulas read it)."""
+
+    smoothness: Annotated[float | None, Positive()] = None
+
+
+# The settings that are constructor fields of the algorithm classes (besides the step size).
+OWN_FIELDS = ("radius", "smoothness", "strong_convexity", "phases")
 USER = "user (one record) anywhere in the population"
 TRUST_MODELS = (TrustModel.SDP, TrustModel.LOCAL, TrustModel.CENTRAL, TrustModel.NONE)
 SEQUENTIAL_TRUST_MODELS = TRUST_MODELS + (TrustModel.PAN_PRIVATE,)      # App. C's online curator: sequential protocols only
@@ -109,15 +140,17 @@ class PvecSteps(ProtocolRecipe):
 
     schedule: Callable = sgd_schedule
     needs_smoothness: bool = False
+    settings: type[AlgorithmSettings] = PvecSettings
     trust_models: tuple[TrustModel, ...] = SEQUENTIAL_TRUST_MODELS
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
+                algorithm: AlgorithmSettings) -> dict:
         """``algorithm.parameters`` paper or exact: B, T and eta from the paper's formulas
         (``hyperparameters``), replacing participation.batch_size, num_rounds and step_size."""
-        alg, priv = config["algorithm"], privacy
-        mode = _mode(alg)
+        alg, priv = settings_of(PvecSettings, algorithm), privacy
+        mode = alg.parameters
         if mode == "manual":
             _refuse_manual_phases(alg)
             return config
@@ -125,10 +158,10 @@ class PvecSteps(ProtocolRecipe):
         sum_mse = _sum_mse(priv, mode)
         n, dim, data = shape.num_silos, shape.dim * loss.num_outputs, config["data"]
         envelope = self.needs_smoothness and isinstance(loss, MoreauEnvelope) and loss.smoothing is None
-        lam = alg.get("strong_convexity")
+        lam = _strong_convexity(alg)
         if lam is not None:
             # Thm 4.8: 4.8a (an envelope of null smoothing: smoothed P_AGD per phase) or 4.8b.
-            smoothness = None if envelope else positive("algorithm.smoothness", alg.get("smoothness"))
+            smoothness = None if envelope else positive("algorithm.smoothness", _smoothness(alg))
             return _phased(config, mode, n, dim, eps, delta, lipschitz, diameter, smoothness, lam, loss, sum_mse)
         smoothness = None
         if envelope:
@@ -139,19 +172,19 @@ class PvecSteps(ProtocolRecipe):
             lipschitz = 2.0 * lipschitz
             data = {**data, "loss": {**data["loss"], "smoothing": smoothness}}
         elif self.needs_smoothness:
-            smoothness = positive("algorithm.smoothness", alg.get("smoothness"))
+            smoothness = positive("algorithm.smoothness", _smoothness(alg))
         schedule = self.schedule(mode, n, dim, eps, delta, lipschitz, diameter, smoothness, sum_mse)
-        algorithm = {**alg, "step_size": schedule.step_size}
-        if smoothness is not None:
-            algorithm["smoothness"] = smoothness
-        return {**config, "num_rounds": schedule.num_steps, "data": data, "algorithm": algorithm,
+        written = {"step_size": schedule.step_size} if smoothness is None else \
+            {"step_size": schedule.step_size, "smoothness": smoothness}
+        return {**with_algorithm(config, **written), "num_rounds": schedule.num_steps, "data": data,
                 "participation": {**config["participation"], "batch_size": schedule.batch_size}}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PvecStepsPlan:
-        alg, priv, shape, sampler = config["algorithm"], context.privacy, context.shape, context.sampler
-        own = _check_users(self, algorithm_class, config, context, (SequentialBatches, PhasedBatches),
+        alg, priv, shape, sampler = settings_of(PvecSettings, context.algorithm), context.privacy, context.shape, \
+            context.sampler
+        own = _check_users(alg, context, (SequentialBatches, PhasedBatches),
                            "sequential disjoint batches of users (participation=sequential)")
-        block_steps = positive("algorithm.block_steps", alg.get("block_steps", 4096), int)
+        block_steps = alg.block_steps
         phased = isinstance(sampler, PhasedBatches)
         if phased != (own.get("phases") is not None):
             raise ConfigError("algorithm.phases", own.get("phases"), "set only by algorithm.parameters=paper|exact "
@@ -177,7 +210,7 @@ class PvecSteps(ProtocolRecipe):
         algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=batch,
                                     l2_clip=_clip(priv), vector_sum=vector_sums[0], **own)
         resolved = {"batch_size": batch, "block_steps": block_steps, "num_rounds": context.num_rounds,
-                    "parameters": alg.get("parameters", "manual"), **privacy.details}
+                    "parameters": alg.parameters, **privacy.details}
         if phased:
             resolved["phases"] = {k: v for k, v in own["phases"].items() if k != "vector_sums"}
         return PvecStepsPlan(algorithm, sampler, context.loss, shape, context.replicas, context.num_rounds,
@@ -224,24 +257,26 @@ class PvecRounds(ProtocolRecipe):
     trust_models: tuple[TrustModel, ...] = TRUST_MODELS
     privacy_keys: tuple[str, ...] = ("composition",)      # advanced (default, the paper's) | pld
     config_keys: tuple[str, ...] = ()
+    settings: type[AlgorithmSettings] = PhasedPvecSettings
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
+                algorithm: AlgorithmSettings) -> dict:
         """``algorithm.parameters`` paper or exact: T and eta from spec §3.5, replacing num_rounds
         and step_size; with a Moreau-envelope loss of null smoothing, smoothed P_GD (Thm 4.9 part 1):
         beta from ``gd_smoothing_parameter`` and L_eff = 2 L in eta (A7, as smoothed P_AGD)."""
-        alg, priv = config["algorithm"], privacy
-        mode = _mode(alg)
+        alg, priv = settings_of(PhasedPvecSettings, algorithm), privacy
+        mode = alg.parameters
         if mode == "manual":
             _refuse_manual_phases(alg)
             return config
         eps, delta, lipschitz, diameter = _formula_inputs(alg, priv, mode)
         n, dim, data = shape.num_silos, shape.dim * loss.num_outputs, config["data"]
         envelope = isinstance(loss, MoreauEnvelope) and loss.smoothing is None
-        if alg.get("strong_convexity") is not None:
+        if alg.strong_convexity is not None:
             if envelope:
                 raise ConfigError("data.loss.smoothing", None, "a number with algorithm.strong_convexity for p_gd "
                                   "(Thm 4.9's phases are built for a given loss; smoothed phases are not)")
-            return _gd_phased(config, mode, n, dim, eps, delta, lipschitz, diameter, alg["strong_convexity"],
+            return _gd_phased(config, mode, n, dim, eps, delta, lipschitz, diameter, alg.strong_convexity,
                               _rounds_sum_mse(priv, mode, eps, delta), _round_budget(priv))
         if envelope:
             smoothness = gd_smoothing_parameter(n, dim, eps, delta, lipschitz, diameter)
@@ -249,13 +284,11 @@ class PvecRounds(ProtocolRecipe):
             data = {**data, "loss": {**data["loss"], "smoothing": smoothness}}
         schedule = gd_schedule(mode, n, dim, eps, delta, lipschitz, diameter, _round_budget(priv),
                                _rounds_sum_mse(priv, mode, eps, delta))
-        return {**config, "num_rounds": schedule.num_steps, "data": data,
-                "algorithm": {**alg, "step_size": schedule.step_size}}
+        return {**with_algorithm(config, step_size=schedule.step_size), "num_rounds": schedule.num_steps, "data": data}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PvecRoundsPlan:
-        alg, priv, shape = config["algorithm"], context.privacy, context.shape
-        own = _check_users(self, algorithm_class, config, context, (AllUnits, PhasedGroups),
-                           "every user (participation=all)")
+        alg, priv, shape = settings_of(PhasedPvecSettings, context.algorithm), context.privacy, context.shape
+        own = _check_users(alg, context, (AllUnits, PhasedGroups), "every user (participation=all)")
         phased = isinstance(context.sampler, PhasedGroups)
         if phased != (own.get("phases") is not None):
             raise ConfigError("algorithm.phases", own.get("phases"), "set only by algorithm.parameters=paper|exact "
@@ -289,7 +322,7 @@ class PvecRounds(ProtocolRecipe):
                 details=details)
         algorithm = algorithm_class(loss=context.loss, step_size=context.replicas.step_sizes, batch_size=per_invocation,
                                     l2_clip=_clip(priv), vector_sum=vector_sum, **own)
-        resolved = {"num_rounds": rounds, "parameters": alg.get("parameters", "manual"), **privacy.details}
+        resolved = {"num_rounds": rounds, "parameters": alg.parameters, **privacy.details}
         if phased:
             resolved["phases"] = own["phases"]
         return PvecRoundsPlan(algorithm, context.sampler, context.loss, shape, context.replicas, rounds, privacy,
@@ -303,16 +336,16 @@ def _phased(config: dict, mode: str, n: int, dim: int, eps: float, delta: float,
     None: the loss is a Moreau envelope) envelope smoothness beta_j; the loss carries beta_1."""
     lam = positive("algorithm.strong_convexity", strong_convexity)
     phases = agd_phase_schedule(mode, n, dim, eps, delta, lipschitz, diameter, smoothness, lam, sum_mse)
-    alg = {**config["algorithm"], "step_size": phases.step_sizes[0], "smoothness": phases.smoothings[0],
-           "phases": {"batch_sizes": list(phases.batch_sizes), "steps": list(phases.steps),
-                      "step_sizes": list(phases.step_sizes), "radii": list(phases.radii),
-                      "smoothings": list(phases.smoothings), "envelope": smoothness is None}}
+    written = {"step_size": phases.step_sizes[0], "smoothness": phases.smoothings[0],
+               "phases": {"batch_sizes": list(phases.batch_sizes), "steps": list(phases.steps),
+                          "step_sizes": list(phases.step_sizes), "radii": list(phases.radii),
+                          "smoothings": list(phases.smoothings), "envelope": smoothness is None}}
     participation = {"_target_": "fedray.core.sampling.PhasedBatches", "batch_sizes": list(phases.batch_sizes),
                      "steps": list(phases.steps)}
     data = config["data"]
     if smoothness is None:
         data = {**data, "loss": {**data["loss"], "smoothing": phases.smoothings[0]}}
-    return {**config, "num_rounds": int(sum(phases.steps)), "algorithm": alg, "participation": participation,
+    return {**with_algorithm(config, **written), "num_rounds": int(sum(phases.steps)), "participation": participation,
             "data": data}
 
 
@@ -323,12 +356,12 @@ def _gd_phased(config: dict, mode: str, n: int, dim: int, eps: float, delta: flo
     lam = positive("algorithm.strong_convexity", strong_convexity)
     phases = gd_phase_schedule(mode, n, dim, eps, delta, lipschitz, diameter, lam, round_budget, sum_mse)
     k = len(phases.step_sizes)
-    alg = {**config["algorithm"], "step_size": phases.step_sizes[0],
-           "phases": {"group_size": phases.group_size, "rounds": phases.rounds, "step_sizes": list(phases.step_sizes),
-                      "radii": list(phases.radii)}}
+    written = {"step_size": phases.step_sizes[0],
+               "phases": {"group_size": phases.group_size, "rounds": phases.rounds,
+                          "step_sizes": list(phases.step_sizes), "radii": list(phases.radii)}}
     participation = {"_target_": "fedray.core.sampling.PhasedGroups", "group_size": phases.group_size,
                      "rounds": phases.rounds, "phases": k}
-    return {**config, "num_rounds": phases.rounds * k, "algorithm": alg, "participation": participation}
+    return {**with_algorithm(config, **written), "num_rounds": phases.rounds * k, "participation": participation}
 
 
 def _round_budget(priv: PrivacySettings):
@@ -382,49 +415,46 @@ def _rounds_sum_mse(priv: PrivacySettings, mode: str, eps: float, delta: float):
     return sum_mse
 
 
-def _refuse_manual_phases(alg: dict) -> None:
-    if alg.get("strong_convexity") is not None:
-        raise ConfigError("algorithm.strong_convexity", alg["strong_convexity"], "null with algorithm.parameters="
+def _strong_convexity(alg: PvecSettings) -> float | None:
+    """lambda of P_GD's and P_AGD's settings (P_SGD has none)."""
+    return alg.strong_convexity if isinstance(alg, PhasedPvecSettings) else None
+
+
+def _smoothness(alg: PvecSettings) -> float | None:
+    """beta of P_AGD's settings (the others have none)."""
+    return alg.smoothness if isinstance(alg, SmoothPvecSettings) else None
+
+
+def _refuse_manual_phases(alg: PvecSettings) -> None:
+    lam = _strong_convexity(alg)
+    if lam is not None:
+        raise ConfigError("algorithm.strong_convexity", lam, "null with algorithm.parameters="
                           "manual (the strongly convex phases come from the formulas: paper or exact)")
 
 
-def _mode(alg: dict) -> str:
-    mode = alg.get("parameters", "manual")
-    if mode not in MODES:
-        raise ConfigError("algorithm.parameters", mode, f"one of {MODES}")
-    return mode
-
-
-def _formula_inputs(alg: dict, priv: PrivacySettings, mode: str) -> tuple[float, float, float, float]:
+def _formula_inputs(alg: PvecSettings, priv: PrivacySettings, mode: str) -> tuple[float, float, float, float]:
     """(eps, delta, L, D) the paper's formulas read, each refused with the key that is missing."""
     needs = f"for algorithm.parameters={mode} (the formulas' input)"
     eps = number_in("privacy.epsilon", priv.epsilon, 0.0, 15.0, f"a number in (0, 15] {needs}",
                     closed_high=True)
     delta = number_in("privacy.delta", priv.delta, 0.0, 0.5, f"a number in (0, 1/2) {needs}")
     lipschitz = positive("privacy.l2_clip", priv.l2_clip)
-    radius = alg.get("radius")
+    radius = alg.radius
     if radius is None:
         raise ConfigError("algorithm.radius", radius, f"a positive number (Theta's radius, D = 2 radius) {needs}")
     return eps, delta, lipschitz, 2.0 * positive("algorithm.radius", radius)
 
 
-def _check_users(recipe, algorithm_class: type[Any], config: dict, context: PlanContext,
-                 sampler_class: tuple[type, ...],
-                 participation: str) -> dict:
+def _check_users(alg: PvecSettings, context: PlanContext, sampler_class: tuple[type, ...], participation: str) -> dict:
     """The checks every seed-000 protocol shares; returns the algorithm's own fields (radius, ...)."""
-    alg, priv, shape = config["algorithm"], context.privacy, context.shape
-    name = str(alg.get("name"))
+    shape = context.shape
+    name = str(alg.name)
     if not isinstance(context.sampler, sampler_class):
         raise ConfigError("participation", type(context.sampler).__name__, f"{participation} for {name}")
     if set(shape.n_train) != {1}:
         raise ConfigError("data", f"{min(shape.n_train)}..{max(shape.n_train)} records per unit",
                           f"one record per user for {name} (e.g. data.spec.samples_per_silo=1)")
-    allowed = {f.name for f in dataclasses.fields(algorithm_class)} - {"loss", "batch_size", "l2_clip", "vector_sum"}
-    known_keys("algorithm", {k: v for k, v in alg.items() if k not in RESOLVED_KEYS}, allowed | set(RESOLVED_KEYS))
-    own = {k: alg[k] for k in allowed - {"step_size", "name"} if k in alg}          # radius, smoothness, ...
-    if own.get("radius") is not None:
-        positive("algorithm.radius", own["radius"])
-    return own
+    return {f.name: getattr(alg, f.name) for f in dataclasses.fields(alg) if f.name in OWN_FIELDS}
 
 
 def _clip(priv: PrivacySettings) -> float:

@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Annotated, Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from fedray.checks import number_in, positive
+from fedray.checks import number_in
 from fedray.core.evaluation import Metric
-from fedray.core.planning import CuratorRoundsPlan, PlanContext, PlannedAlgorithm, PrivacySettings, ProtocolRecipe
+from fedray.core.planning import (
+    AlgorithmSettings, CuratorRoundsPlan, PlanContext, Positive, ProtocolRecipe, Stepped, settings_of,
+)
 from fedray.core.protocol import RoundKeys
 from fedray.core.sampling import AllUnits
 from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
@@ -49,7 +51,15 @@ from fedray.privacy.statement import PrivacyPlan
 from fedray.protocols.user_level.planning import USER, _levels, check_curator_rounds, not_private
 from fedray.rng import Stream, generators
 
-FIELDS = ("_target_", "name", "step_size", "l2_clip", "radius", "batch_size")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ItemDpSgdSettings(Stepped):
+    """B3's section: the clip C of each item's gradient, W's radius (None: R^d), B items a round."""
+
+    l2_clip: Annotated[float, Positive()]
+    radius: Annotated[float | None, Positive()] = None
+    batch_size: Annotated[int, Positive()]
 
 
 def item_level_budget(epsilon: float, delta: float, items: int) -> tuple[float, float]:
@@ -73,24 +83,21 @@ class ItemSampledGaussian(ProtocolRecipe):
     item-level epsilon of the server's step."""
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = ItemDpSgdSettings
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
-        return config
-
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext):
-        alg, priv, shape, replicas = config["algorithm"], context.privacy, context.shape, context.replicas
-        name = alg.get("name")
-        m = check_curator_rounds(self, config, context, FIELDS, AllUnits,
-                                 "every user (participation=all): the server samples items, not users")
+        alg, priv, shape, replicas = settings_of(ItemDpSgdSettings, context.algorithm), context.privacy, context.shape, \
+            context.replicas
+        name = alg.name
+        m = check_curator_rounds(context, AllUnits, "every user (participation=all): the server samples items, not users")
         users, rounds = shape.num_silos, context.num_rounds
         population = users * m
-        batch = positive("algorithm.batch_size", alg.get("batch_size"), int)
+        batch = alg.batch_size
         if batch > population:
             raise ConfigError("algorithm.batch_size", batch, f"at most the N m = {population} items")
-        clip = positive("algorithm.l2_clip", alg.get("l2_clip"))
-        radius = positive("algorithm.radius", alg.get("radius"), allow_none=True)
+        clip, radius = alg.l2_clip, alg.radius
         cells = (replicas.count, users)
         solver = ProjectedGradient(replicas.step_sizes, 0.0, radius)
         resolved = {"batch_size": batch, "l2_clip": clip, "items_per_user": m}

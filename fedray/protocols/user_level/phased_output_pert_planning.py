@@ -19,7 +19,7 @@ for K.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import math
 from dataclasses import dataclass, field, replace
@@ -27,8 +27,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from fedray.checks import check_bool, number_in, positive
-from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe
+from fedray.checks import number_in, positive
+from fedray.core.planning import (
+    AlgorithmSettings, PlanContext, PlannedAlgorithm, PlannedProtocol, Positive, ProtocolRecipe,
+    Within, settings_of,
+)
 from fedray.core.protocol import Routing
 from fedray.core.terms import Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
@@ -41,6 +44,7 @@ from fedray.protocols.user_level.deletion import CertifiedPerturbation, enumerat
 from fedray.protocols.user_level.planning import (
     ABORT,
     USER,
+    UnstableSettings,
     _check_program,
     _levels,
     check_fallback,
@@ -49,10 +53,22 @@ from fedray.protocols.user_level.planning import (
     on_unstable_setting,
 )
 
-FIELDS = ("_target_", "name", "variant", "regularization", "radius", "feature_bound", "beta", "noise_scale",
-          "allow_few_users", "strong_convexity", "split_localization", "on_unstable", "max_fallback_solves")
-VARIANTS = ("erm", "sco", "sco_eq")
 REGULARIZATIONS = ("paper", "balanced")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhasedOutputPertSettings(UnstableSettings):
+    """Phased-ERM / Phased-SCO's section (module docstring)."""
+
+    variant: Literal["erm", "sco", "sco_eq"]
+    regularization: float | str | None = None      # a positive number, paper or balanced (``_regularization``)
+    radius: Annotated[float, Positive()]
+    feature_bound: Annotated[float, Positive()]
+    beta: Annotated[float | None, Within(0.0, 1.0, "a probability in (0, 1)")] = None   # None: the paper's
+    noise_scale: Annotated[float, Within(0.0, 1.0, "a number in (0, 1] (1: DP; below 1 a non-private diagnostic)",
+                                         closed_high=True)] = 1.0
+    strong_convexity: Annotated[float | None, Positive()] = None
+    split_localization: bool = False
 
 
 def phase_users(variant: str, n: int, phases: int) -> list[np.ndarray]:
@@ -142,45 +158,33 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
     ``abort_not_private``, planned with epsilon = inf) and the ledger."""
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = PhasedOutputPertSettings
     privacy_keys: tuple[str, ...] = ()
     budget_grid: bool = True           # privacy.epsilon_grid: one noise per budget, as replicas
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
-        return config
-
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PhasedPlan:
-        alg, priv, shape, replicas = config["algorithm"], context.privacy, context.shape, context.replicas
-        _check_program(self, config, context, FIELDS)
+        alg, priv, shape, replicas = settings_of(PhasedOutputPertSettings, context.algorithm), context.privacy, \
+            context.shape, context.replicas
+        _check_program(config, context, alg.feature_bound)
         on_unstable, most_solves = on_unstable_setting(alg)
-        variant = alg.get("variant")
-        if variant not in VARIANTS:
-            raise ConfigError("algorithm.variant", variant, f"one of {VARIANTS}")
-        radius = positive("algorithm.radius", alg.get("radius"))
-        objective = LinearModelObjective(context.loss, positive("algorithm.feature_bound", alg.get("feature_bound")))
-        few = alg.get("allow_few_users", False)
-        check_bool("algorithm.allow_few_users", few)
-        scale = number_in("algorithm.noise_scale", alg.get("noise_scale"), 0.0, 1.0,
-                          "a number in (0, 1] (1: DP; below 1 a non-private diagnostic)", closed_high=True)
-        mu = positive("algorithm.strong_convexity", alg.get("strong_convexity"), allow_none=True)
-        split = alg.get("split_localization", False)
-        check_bool("algorithm.split_localization", split)
+        variant, radius, few, scale = alg.variant, alg.radius, alg.allow_few_users, alg.noise_scale
+        objective = LinearModelObjective(context.loss, alg.feature_bound)
+        mu, split = alg.strong_convexity, alg.split_localization
         if split and (mu is None or variant == "erm"):
             raise ConfigError("algorithm.split_localization", split, "false unless algorithm.strong_convexity is set "
                               "and algorithm.variant is sco or sco_eq (Alg. 6's localization on the first n/4 users)")
         items = set(shape.items)
         if len(items) != 1:
             raise ConfigError("data", f"{min(items)}..{max(items)} items per user", f"the same m for every user "
-                              f"({alg.get('name')})")
+                              f"({alg.name})")
         n, m, dim = shape.num_silos, items.pop(), shape.dim * context.loss.num_outputs
         # G of the item loss on K: with mu it carries (mu/2)||theta||^2, whose gradient is at most mu radius there
         lipschitz = objective.lipschitz + (mu * radius if mu else 0.0)
         diameter = 2.0 * radius
-        beta = alg.get("beta")
+        beta = alg.beta
         if beta is None:
             beta = 1.0 / (2 * n * n * m) if mu else 1.0 / (n * m)        # Alg. 5 / 6's, or Thm 4.1's
-        else:
-            beta = number_in("algorithm.beta", beta, 0.0, 1.0, "a probability in (0, 1)")
         private = priv.private
         calibration = priv.calibration if private else Calibration.PAPER
         smooth = objective.smoothness           # the item loss's Hessians (tight: the smooth certificate)
@@ -209,7 +213,7 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
         share = count if variant == "erm" else 1          # basic composition over phases, or parallel
         beta_phase = beta / count
         floor = CertifiedPerturbation(strictest / share, shaping_delta / share, beta, 1.0, 1.0, 10**9, m).fewest_users
-        if smallest < floor and (private or alg.get("regularization") == "balanced"):
+        if smallest < floor and (private or alg.regularization == "balanced"):
             raise ConfigError("data.spec.num_silos", n, f"more users: each phase needs at least 4 kappa + 2 = {floor} "
                               f"(Delta's denominator; allow_few_users lifts only the N0 refusal); a phase has {smallest}")
         reference = [CertifiedPerturbation(strictest / share, shaping_delta / share, beta_phase, 2 * lipschitz, 1.0,
@@ -240,7 +244,7 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
                          for c in reference]
             return oracle_bound(lam, constants, [g.size for g in groups], lipschitz, span, dim, m, variant != "erm")
 
-        value = alg.get("regularization")
+        value = alg.regularization
         lam = self._regularization(value, reference, groups, lipschitz, diameter, diameter, dim, m, n - offset, variant,
                                    scale)
         resolved = {"on_unstable": on_unstable, "phases": count, "regularization": lam, "lipschitz": lipschitz,
@@ -297,7 +301,7 @@ class PhasedOutputPertRecipe(ProtocolRecipe):
             return PhasedPlan(algorithm_class, objective, first, scale, radius, shape, replicas.count, privacy,
                               resolved, ridge=mu or 0.0, localization=localization, fallback=fallback, noise=noise)
         check_fallback(solves, most_solves, max(p.users.size for p in releases),
-                       max(mech.kappa for p in releases for mech in p.mechanisms), str(alg.get("name")))
+                       max(mech.kappa for p in releases for mech in p.mechanisms), str(alg.name))
         if noise is None:
             raise ValueError("a private Phased-ERM plan needs its releases' Gaussian step; got None")
         rule = CertifiedReleases(noise)      # each unit as the releases' step certifies it (the value they apply)

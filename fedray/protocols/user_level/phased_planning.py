@@ -29,7 +29,7 @@ theorem, and its output is what the printed noise gives (the feasibility notes s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import math
 from dataclasses import dataclass
@@ -37,8 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedray.acsa import AcSa, Phases
-from fedray.checks import check_bool, known_keys, number_in, positive
-from fedray.core.planning import CuratorRoundsPlan, PlanContext, PlannedAlgorithm, PrivacySettings, ProtocolRecipe
+from fedray.checks import number_in, positive
+from fedray.core.planning import (
+    AlgorithmSettings, Because, CuratorRoundsPlan, PlanContext, Positive, PrivacySettings,
+    ProtocolRecipe, Stepped, Within, settings_of,
+)
 from fedray.core.sampling import AllUnits, UniformParticipation
 from fedray.core.terms import Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
@@ -54,27 +57,54 @@ from fedray.protocols.user_level.phased_parameters import (
     smoothing_radius, stage_lengths,
 )
 
-COMMON = ("_target_", "name", "profile", "kappa", "threshold_constant", "lipschitz", "smoothness", "radius")
-FIELDS = COMMON + ("steps_constant", "decay", "stages", "solver", "smoothing", "full_batch", "strong_convexity")
-FULL_BATCH_FIELDS = COMMON + ("step_size", "output", "solver")
-SINGLE_PHASE_SOLVERS = ("gd", "acsa")
-OUTPUTS = ("average", "last")
-SOLVERS = ("acsa", "sgd")
-PROFILES = ("paper", "exploratory", "derived")
-STAGES = ("multi", "single")
 PHASED = "fedray.core.sampling.PhasedSubsets"
 
 
-def _inputs(config: dict, priv: PrivacySettings, shape, loss, fields: tuple = FIELDS,
-            solvers: tuple = SOLVERS) -> tuple[Problem, dict]:
+@dataclass(frozen=True, kw_only=True)
+class FilterSettings(AlgorithmSettings):
+    """What seed 002's filtered-gradient algorithms share: the profile's constants and the item
+    loss's L and beta over X, the l2 ball of ``radius`` (R = 2 radius)."""
+
+    profile: Literal["paper", "exploratory", "derived"] = "paper"
+    kappa: Annotated[float, Positive()] = 1.0              # exploratory only
+    threshold_constant: Annotated[float, Positive()] = 1.0      # c_tau
+    lipschitz: Annotated[float, Positive()]
+    smoothness: Annotated[float, Positive()]
+    radius: Annotated[float, Positive()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhasedFilterSettings(FilterSettings):
+    """Algorithms of phases of decaying size: n_i = (1 - 2^-q) n / 2^(i q)."""
+
+    decay: Annotated[float, Within(0.0, 1.0, "q in (0, 1)")] = 0.1
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceleratedErmSettings(PhasedFilterSettings):
+    """Alg. 3's section (``accelerated_phased_erm``)."""
+
+    steps_constant: Annotated[float, Positive()] = 1.0     # c_T
+    stages: Annotated[Literal["multi", "single"], Because("(GL13's restarts, or one AC-SA run per phase)")] = "multi"
+    solver: Literal["acsa", "sgd"] = "acsa"
+    smoothing: bool = False
+    full_batch: bool = False
+    strong_convexity: Annotated[float | None, Positive()] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FullBatchSettings(FilterSettings, Stepped):
+    """One phase of Alg. 2 (``filtered_gd``, ``filtered_acsa``)."""
+
+    output: Annotated[Literal["average", "last"], Because("(the average iterate, or the last)")] = "average"
+    solver: Literal["gd", "acsa"] = "gd"
+
+
+def _inputs(alg: FilterSettings, priv: PrivacySettings, shape, loss, solver: str) -> tuple[Problem, dict]:
     """The public problem and the profile's constants, every value checked."""
-    alg = config["algorithm"]
-    name = alg.get("name")
-    known_keys("algorithm", alg, fields)
-    profile = alg.get("profile", "paper")
-    if profile not in PROFILES:
-        raise ConfigError("algorithm.profile", profile, f"one of {PROFILES}")
-    kappa = positive("algorithm.kappa", alg.get("kappa", 1.0))
+    name = alg.name
+    profile, kappa = alg.profile, alg.kappa
+    erm = alg if isinstance(alg, AcceleratedErmSettings) else None
     if profile != "exploratory" and kappa != 1.0:
         raise ConfigError("algorithm.kappa", kappa, f"1 with algorithm.profile={profile} (exploratory scales the "
                           "constants)")
@@ -86,27 +116,18 @@ def _inputs(config: dict, priv: PrivacySettings, shape, loss, fields: tuple = FI
     else:
         eps = positive("privacy.epsilon", priv.epsilon)
         delta = number_in("privacy.delta", priv.delta, 0.0, 1.0, "a number in (0, 1)")
-    problem = Problem(shape.num_silos, items.pop(), shape.dim * loss.num_outputs, eps, delta,
-                      positive("algorithm.lipschitz", alg.get("lipschitz")),
-                      2.0 * positive("algorithm.radius", alg.get("radius")),
-                      positive("algorithm.smoothness", alg.get("smoothness")),
-                      number_in("algorithm.decay", alg.get("decay", 0.1), 0.0, 1.0, "q in (0, 1)"))
+    problem = Problem(shape.num_silos, items.pop(), shape.dim * loss.num_outputs, eps, delta, alg.lipschitz,
+                      2.0 * alg.radius, alg.smoothness, alg.decay if isinstance(alg, PhasedFilterSettings) else 0.1)
     if problem.users < 2:
         raise ConfigError("data.spec.num_silos", problem.users, f"at least 2 users for {name} (floor(log2 n) phases)")
-    solver = alg.get("solver", solvers[0])
-    if solver not in solvers:
-        raise ConfigError("algorithm.solver", solver, f"one of {solvers}")
-    constants = {"profile": profile, "kappa": kappa, "solver": solver,
-                 "c_tau": positive("algorithm.threshold_constant", alg.get("threshold_constant", 1.0)),
-                 "c_T": positive("algorithm.steps_constant", alg.get("steps_constant", 1.0))}
-    full_batch = alg.get("full_batch", False)
-    check_bool("algorithm.full_batch", full_batch)
+    constants: dict[str, Any] = {"profile": profile, "kappa": kappa, "solver": solver, "c_tau": alg.threshold_constant,
+                                 "c_T": erm.steps_constant if erm else 1.0}
+    full_batch = erm.full_batch if erm else False
     constants["full_batch"] = full_batch
-    smoothing = alg.get("smoothing", False)
-    check_bool("algorithm.smoothing", smoothing)
-    mu = alg.get("strong_convexity")
+    smoothing = erm.smoothing if erm else False
+    mu = erm.strong_convexity if erm else None
     if mu is not None:
-        constants["strong_convexity"] = positive("algorithm.strong_convexity", mu)
+        constants["strong_convexity"] = mu
         # a beta-smooth, L-Lipschitz risk on a ball of radius r is at most min(beta, L / r)-strongly convex
         most = min(problem.smoothness, problem.lipschitz / (problem.diameter / 2))
         if constants["strong_convexity"] > most:
@@ -158,19 +179,18 @@ def _schedule(problem: Problem, constants: dict) -> tuple[AcceleratedSchedule, P
     return schedule, layout
 
 
-def require_phased(config: dict) -> None:
+def require_phased(config: dict, alg: AlgorithmSettings) -> None:
     """An algorithm that sets participation=phased's lists needs participation=phased."""
     if config["participation"].get("_target_") != PHASED:
         raise ConfigError("participation", config["participation"].get("_target_"),
-                          f"participation=phased for {config['algorithm'].get('name')} (it sets the phases)")
+                          f"participation=phased for {alg.name} (it sets the phases)")
 
 
-def curator_privacy(recipe, config: dict, priv: PrivacySettings, calibration_why: str = "") -> bool:
+def curator_privacy(alg: FilterSettings, priv: PrivacySettings, calibration_why: str = "") -> bool:
     """Whether the run is private: the trust model one of the recipe's, and a private run's
     calibration ``paper`` (the printed noise) under the profiles paper and exploratory, ``accountant``
     (the smallest noise for the derived sensitivity) under profile derived."""
-    alg = config["algorithm"]
-    name, profile = alg.get("name"), alg.get("profile", "paper")
+    name, profile = alg.name, alg.profile
     private = priv.private
     expected = Calibration.ACCOUNTANT if profile == "derived" else Calibration.PAPER
     if private and priv.calibration != expected:
@@ -194,28 +214,29 @@ def phase_solvers(regularizations, smoothness: float, radius: float | None, stag
 @dataclass(frozen=True)
 class AcceleratedErm(ProtocolRecipe):
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = AcceleratedErmSettings
     sets_participation: bool = True           # participation=phased's lists come from the schedule
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
+                algorithm: AlgorithmSettings) -> dict:
         """The phases as ``participation`` and sum T_i as ``num_rounds``."""
-        require_phased(config)
-        problem, constants = _inputs(config, privacy, shape, loss)
+        alg = settings_of(AcceleratedErmSettings, algorithm)
+        require_phased(config, alg)
+        problem, constants = _inputs(alg, privacy, shape, loss, alg.solver)
         layout = _joined([layout for _, _, layout in _runs(problem, constants)[0]])
         participation = {"_target_": PHASED, "phase_units": list(layout.users), "steps": list(layout.steps),
                          "batch_sizes": list(layout.batch)}
         return {**config, "participation": participation, "num_rounds": int(sum(layout.steps))}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
-        alg, shape, replicas = config["algorithm"], context.shape, context.replicas
-        private = curator_privacy(self, config, context.privacy, " (Alg. 2's printed sigma_i; algorithm.profile "
+        alg, shape, replicas = settings_of(AcceleratedErmSettings, context.algorithm), context.shape, context.replicas
+        private = curator_privacy(alg, context.privacy, " (Alg. 2's printed sigma_i; algorithm.profile "
                                   "chooses the constants)")
-        problem, constants = _inputs(config, context.privacy, shape, context.loss)
+        problem, constants = _inputs(alg, context.privacy, shape, context.loss, alg.solver)
         runs, fixed_point = _runs(problem, constants)
-        stages = alg.get("stages", "multi")
-        if stages not in STAGES:
-            raise ConfigError("algorithm.stages", stages, f"one of {STAGES} (GL13's restarts, or one AC-SA run per phase)")
+        stages = alg.stages
         derived = constants["profile"] == "derived"
         phases = [_run_phases(run, constants, private, stages) for run in runs]
         layout = _joined([run[2] for run in runs])
@@ -363,24 +384,19 @@ class FullBatchFiltered(ProtocolRecipe):
       sqrt(T ln(1 / delta))) is checked and a shortfall named in the privacy statement."""
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = FullBatchSettings
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
-        return config
-
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
-        alg, shape, replicas = config["algorithm"], context.shape, context.replicas
-        name = alg.get("name")
-        private = curator_privacy(self, config, context.privacy)
+        alg, shape, replicas = settings_of(FullBatchSettings, context.algorithm), context.shape, context.replicas
+        name = alg.name
+        private = curator_privacy(alg, context.privacy)
         if not isinstance(context.sampler, (AllUnits, UniformParticipation)):
             raise ConfigError("participation", type(context.sampler).__name__, f"all (every user every step) or "
                               f"uniform (K of them) for {name}")
-        problem, constants = _inputs(config, context.privacy, shape, context.loss, FULL_BATCH_FIELDS,
-                                     SINGLE_PHASE_SOLVERS)
-        output = alg.get("output", "average")
-        if output not in OUTPUTS:
-            raise ConfigError("algorithm.output", output, f"one of {OUTPUTS} (the average iterate, or the last)")
+        problem, constants = _inputs(alg, context.privacy, shape, context.loss, alg.solver)
+        output = alg.output
         n, m, d, eps, delta, steps = problem.users, problem.items, problem.dim, problem.epsilon, problem.delta, \
             context.num_rounds
         tau = constants["c_tau"] * problem.lipschitz * math.log(n * d * m) / math.sqrt(m)

@@ -32,7 +32,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedray.checks import number_in, positive
-from fedray.core.planning import PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe
+from fedray.core.planning import (
+    AlgorithmSettings, PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe, Stepped,
+    settings_of,
+)
 from fedray.core.protocol import Routing
 from fedray.core.terms import Accountant, Calibration, Relation, TrustModel
 from fedray.errors import ConfigError
@@ -43,17 +46,22 @@ from fedray.protocols.user_level.phased_parameters import (
     COUPLING_CONSTANT, PhasedSgdLayout, Problem, coupled_sensitivity, coupling_log_failure, feasibility,
     laplace_test_failure, phased_sgd_layout, phased_sgd_schedule,
 )
-from fedray.protocols.user_level.phased_planning import PHASED, _inputs, curator_privacy, require_phased
+from fedray.protocols.user_level.phased_planning import (
+    PHASED, PhasedFilterSettings, _inputs, curator_privacy, require_phased,
+)
 from fedray.protocols.user_level.planning import USER, not_private
 
-FIELDS = ("_target_", "name", "profile", "kappa", "threshold_constant", "lipschitz", "smoothness", "radius", "decay",
-          "step_size")
 
 
-def _problem(config: dict, priv: PrivacySettings, shape, loss) -> tuple[Problem, dict]:
-    problem, constants = _inputs(config, priv, shape, loss, FIELDS, ("sgd",))
+@dataclass(frozen=True, kw_only=True)
+class PhasedSgdSettings(PhasedFilterSettings, Stepped):
+    """Alg. 1's section: the step size multiplies Thm B.1's eta (a list runs a grid as replicas)."""
+
+
+def _problem(alg: PhasedSgdSettings, priv: PrivacySettings, shape, loss) -> tuple[Problem, dict]:
+    problem, constants = _inputs(alg, priv, shape, loss, "sgd")
     if not priv.private:
-        name = config["algorithm"].get("name")
+        name = alg.name
         why = f"with privacy=none too for {name}: the schedule (C, eta_i, T_i) is the private run's"
         if priv.epsilon is None:
             raise ConfigError("privacy.epsilon", None, f"a positive number {why}")
@@ -90,23 +98,26 @@ class PhasedSgdPlan(PlannedProtocol):
 @dataclass(frozen=True)
 class PhasedSgdRecipe(ProtocolRecipe):
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = PhasedSgdSettings
     sets_participation: bool = True           # participation=phased's lists come from the layout
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
+    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings,
+                algorithm: AlgorithmSettings) -> dict:
         """The phases as ``participation`` (C N_i users, one round each) and l as ``num_rounds``."""
-        require_phased(config)
-        problem, constants = _problem(config, privacy, shape, loss)
+        alg = settings_of(PhasedSgdSettings, algorithm)
+        require_phased(config, alg)
+        problem, constants = _problem(alg, privacy, shape, loss)
         users = list(_layout(problem, constants).phase_users)
         participation = {"_target_": PHASED, "phase_units": users, "steps": [1] * len(users), "batch_sizes": users}
         return {**config, "participation": participation, "num_rounds": len(users)}
 
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> PhasedSgdPlan:
-        shape, replicas = context.shape, context.replicas
-        private = curator_privacy(self, config, context.privacy, " (Alg. 1's printed sigma_i; algorithm.profile "
+        alg, shape, replicas = settings_of(PhasedSgdSettings, context.algorithm), context.shape, context.replicas
+        private = curator_privacy(alg, context.privacy, " (Alg. 1's printed sigma_i; algorithm.profile "
                                   "chooses the constants)")
-        problem, constants = _problem(config, context.privacy, shape, context.loss)
+        problem, constants = _problem(alg, context.privacy, shape, context.loss)
         layout = _layout(problem, constants)
         multiplier = replicas.step_sizes[:, None]
         unit_phase = context.sampler.members(context.seed, shape.num_silos)

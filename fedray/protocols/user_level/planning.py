@@ -9,16 +9,17 @@ release: exactly (eps, delta)).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedray.checks import check_bool, known_keys, number_in, positive
+from fedray.checks import number_in, positive
 from fedray.core.planning import (
-    CuratorRoundsPlan, PlanContext, PlannedAlgorithm, PlannedProtocol, PrivacySettings, ProtocolRecipe,
+    AlgorithmSettings, Because, CuratorRoundsPlan, PlanContext, PlannedProtocol, Positive,
+    PrivacySettings, ProtocolRecipe, Stepped, Within, settings_of,
 )
 from fedray.core.protocol import Routing
 from fedray.core.sampling import AllUnits, UniformParticipation
@@ -45,8 +46,53 @@ from fedray.protocols.user_level.deletion import (
 )
 
 USER = "user (all records of one silo)"
-FIELDS = ("_target_", "name", "regularization", "feature_bound", "gradient_tolerance")
 CALIBRATIONS = (Calibration.ACCOUNTANT, Calibration.PAPER)
+
+
+# algorithm.on_unstable: what a release does when S = {} is not certified stable. ``search`` runs
+# Alg. 1's stable-set search (DP; the 1-D mean's window search in exact mode, else enumeration,
+# refused at planning when it would evaluate more than algorithm.max_fallback_solves sub-datasets);
+# ABORT releases nothing instead (spec A16), which is NOT DP: one user can flip whether it releases
+ABORT = "abort_not_private"
+MAX_FALLBACK_SOLVES = 100_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputPerturbationSettings(AlgorithmSettings):
+    """Output perturbation's section: lambda, B (records scaled to norm at most B) and tau."""
+
+    regularization: Annotated[float, Positive()]
+    feature_bound: Annotated[float, Positive()]
+    gradient_tolerance: Annotated[float, Positive()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnstableSettings(AlgorithmSettings):
+    """What a release does when its stability certificate fails (``on_unstable_setting``)."""
+
+    on_unstable: Annotated[Literal["search", "abort_not_private"], Because(
+        f"(search: Alg. 1's stable-set search, DP; {ABORT}: release nothing, NOT DP)")] = "search"
+    max_fallback_solves: Annotated[int, Positive()] = MAX_FALLBACK_SOLVES
+    allow_few_users: bool = False       # below N0 (privacy holds; utility void)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CertifiedSettings(UnstableSettings):
+    """SCOutputPert's section."""
+
+    strong_convexity: Annotated[float, Positive()]
+    feature_bound: Annotated[float, Positive()]
+    beta: Annotated[float, Within(0.0, 1.0, "a failure probability in (0, 1)")]
+    mode: Literal["certificate", "exact"] = "certificate"
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserDpSgdSettings(Stepped):
+    """B1's section: the clip L of each user's mean gradient, W's radius (None: R^d), the ridge."""
+
+    l2_clip: Annotated[float, Positive()]
+    radius: Annotated[float | None, Positive()] = None
+    regularization: float = 0.0        # 0 or positive (the plan checks: a ridge lambda / 2 ||w||^2)
 
 
 @dataclass(frozen=True)
@@ -78,19 +124,16 @@ def sensitivity(lipschitz: float, regularization: float, num_users: int, toleran
 @dataclass(frozen=True)
 class OutputPerturbationRecipe(ProtocolRecipe):
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = OutputPerturbationSettings
     privacy_keys: tuple[str, ...] = ()
     budget_grid: bool = True           # privacy.epsilon_grid: one noise per budget, as replicas
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
-        return config
-
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> OutputPerturbationPlan:
-        alg, priv, shape = config["algorithm"], context.privacy, context.shape
-        _check_program(self, config, context, FIELDS)
-        regularization = positive("algorithm.regularization", alg.get("regularization"))
-        tolerance = positive("algorithm.gradient_tolerance", alg.get("gradient_tolerance"))
-        objective = LinearModelObjective(context.loss, positive("algorithm.feature_bound", alg.get("feature_bound")))
+        alg, priv, shape = settings_of(OutputPerturbationSettings, context.algorithm), context.privacy, context.shape
+        _check_program(config, context, alg.feature_bound)
+        regularization, tolerance = alg.regularization, alg.gradient_tolerance
+        objective = LinearModelObjective(context.loss, alg.feature_bound)
         delta_sens = sensitivity(objective.lipschitz, regularization, shape.num_silos, tolerance)
         replicas, cells = context.replicas, (context.replicas.count, shape.num_silos)
         resolved = {"lipschitz": objective.lipschitz, "smoothness": objective.smoothness, "sensitivity": delta_sens}
@@ -100,7 +143,7 @@ class OutputPerturbationRecipe(ProtocolRecipe):
         else:
             calibration = priv.calibration
             if calibration not in CALIBRATIONS:
-                raise ConfigError("privacy.calibration", calibration, f"one of {CALIBRATIONS} for {alg.get('name')}")
+                raise ConfigError("privacy.calibration", calibration, f"one of {CALIBRATIONS} for {alg.name}")
             delta = number_in("privacy.delta", priv.delta, 0.0, 1.0, "a number in (0, 1)")
             levels = _levels(priv, replicas)
             if calibration == Calibration.PAPER and np.any(levels >= 1):
@@ -150,24 +193,18 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
     is refused; ``abort_not_private`` is planned with an infinite epsilon and a NOT DP statement."""
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = CertifiedSettings
     privacy_keys: tuple[str, ...] = ()
     budget_grid: bool = True           # privacy.epsilon_grid: one noise per budget, as replicas
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
-        return config
-
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CertifiedPlan:
-        alg, priv, shape, replicas = config["algorithm"], context.privacy, context.shape, context.replicas
-        _check_program(self, config, context, CERTIFIED_FIELDS)
-        mu = positive("algorithm.strong_convexity", alg.get("strong_convexity"))
-        objective = LinearModelObjective(context.loss, positive("algorithm.feature_bound", alg.get("feature_bound")))
-        beta = number_in("algorithm.beta", alg.get("beta"), 0.0, 1.0, "a failure probability in (0, 1)")
-        few = alg.get("allow_few_users", False)
-        check_bool("algorithm.allow_few_users", few)
-        mode = alg.get("mode", "certificate")
-        if mode not in MODES:
-            raise ConfigError("algorithm.mode", mode, f"one of {MODES}")
+        alg, priv, shape, replicas = settings_of(CertifiedSettings, context.algorithm), context.privacy, context.shape, \
+            context.replicas
+        _check_program(config, context, alg.feature_bound)
+        mu = alg.strong_convexity
+        objective = LinearModelObjective(context.loss, alg.feature_bound)
+        beta, few, mode = alg.beta, alg.allow_few_users, alg.mode
         if mode == "exact" and not (context.loss.linear_in_record
                                     and shape.dim * context.loss.num_outputs == 1):
             raise ConfigError("algorithm.mode", mode, "certificate, unless the loss is Linear in one dimension (a "
@@ -176,7 +213,7 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
         items = set(shape.items)
         if len(items) != 1:
             raise ConfigError("data", f"{min(items)}..{max(items)} items per user",
-                              f"the same number of items for every user ({alg.get('name')})")
+                              f"the same number of items for every user ({alg.name})")
         lipschitz = 2.0 * objective.lipschitz          # item loss + (mu/2)||theta||^2 on K = B(0, G_item/mu)
         cells, n, m = (replicas.count, shape.num_silos), shape.num_silos, items.pop()
         on_unstable, most_solves = on_unstable_setting(alg)
@@ -220,38 +257,23 @@ class CertifiedPerturbationRecipe(ProtocolRecipe):
         if on_unstable == ABORT:
             privacy = not_dp_release(levels, delta, cells, sigma / sensitivity, details, NO_RELEASE, calibration)
         else:
-            check_fallback(solves, most_solves, n, max(mech.kappa for mech in mechanisms), str(alg.get("name")))
+            check_fallback(solves, most_solves, n, max(mech.kappa for mech in mechanisms), str(alg.name))
             privacy = _one_release(calibration, levels, delta, cells, sigma / sensitivity, details, noise=noise)
         tolerance = min(mech.strong_convexity * getattr(mech, "tolerance", math.inf) for mech in mechanisms)
         return CertifiedPlan(algorithm_class, objective, mu, mechanisms, tolerance, shape, privacy, resolved,
                              noise=noise)
 
 
-# algorithm.on_unstable: what a release does when S = {} is not certified stable. ``search`` runs
-# Alg. 1's stable-set search (DP; the 1-D mean's window search in exact mode, else enumeration,
-# refused at planning when it would evaluate more than algorithm.max_fallback_solves sub-datasets);
-# ABORT releases nothing instead (spec A16), which is NOT DP: one user can flip whether it releases
-ABORT = "abort_not_private"
-ON_UNSTABLE = ("search", ABORT)
-MAX_FALLBACK_SOLVES = 100_000
 NO_RELEASE = ("NOT DP (algorithm.on_unstable=abort_not_private): a failed stability check releases nothing instead "
               "of running Alg. 1's stable-set search, and one user can flip whether it releases, so no finite "
               "epsilon holds for the run (the ledger reports inf); the noise is calibrated for (eps, delta), which "
               "holds for the output only between neighbouring datasets on which the check passes for both; "
               "`released` is a diagnostic, not a DP output")
-CERTIFIED_FIELDS = ("_target_", "name", "strong_convexity", "feature_bound", "beta", "allow_few_users", "mode",
-                    "on_unstable", "max_fallback_solves")
-MODES = ("certificate", "exact")
 
 
-def on_unstable_setting(alg: dict) -> tuple[str, int]:
+def on_unstable_setting(alg: UnstableSettings) -> tuple[str, int]:
     """``algorithm.on_unstable`` (default search) and ``algorithm.max_fallback_solves``."""
-    on_unstable = alg.get("on_unstable", "search")
-    if on_unstable not in ON_UNSTABLE:
-        raise ConfigError("algorithm.on_unstable", on_unstable, f"one of {ON_UNSTABLE} (search: Alg. 1's stable-set "
-                          f"search, DP; {ABORT}: release nothing, NOT DP)")
-    most = alg.get("max_fallback_solves", MAX_FALLBACK_SOLVES)
-    return on_unstable, positive("algorithm.max_fallback_solves", most, int)
+    return alg.on_unstable, alg.max_fallback_solves
 
 
 def check_fallback(solves: int, most: int, users: int, kappa_: int, name: str) -> None:
@@ -280,18 +302,15 @@ def not_dp_release(levels: np.ndarray, delta: float, cells: tuple, multiplier: n
         non_private_inputs=(caveat,))
 
 
-def _check_program(recipe, config: dict, context: PlanContext, fields: tuple) -> None:
-    """What every driver-side user-level program needs: its fields, trust model, one release over
-    every user, a smooth loss with a bounded derivative."""
-    alg, priv = config["algorithm"], context.privacy
-    name = str(alg.get("name"))
-    known_keys("algorithm", alg, fields)
+def _check_program(config: dict, context: PlanContext, feature_bound: float) -> None:
+    """What every driver-side user-level program needs: one release over every user, a smooth loss
+    with a bounded derivative, and a feature bound B the data's records allow."""
+    name = str(context.algorithm.name)
     if not isinstance(context.sampler, AllUnits):
         raise ConfigError("participation", type(context.sampler).__name__,
                           f"every user (participation=all) for {name}: one release reads all of them")
     if context.num_rounds != 1:
         raise ConfigError("num_rounds", context.num_rounds, f"1 for {name} (one release)")
-    feature_bound = alg.get("feature_bound")
     if context.shape.summarised_items is not None and isinstance(feature_bound, (int, float)) and feature_bound < 1:
         raise ConfigError("algorithm.feature_bound", feature_bound, f"at least 1 for data={config['data'].get('name')}: "
                           "its records are means of items of norm <= 1, and scaling a mean is not scaling its items")
@@ -326,15 +345,10 @@ def not_private(cells: tuple) -> PrivacyPlan:
                        delta=np.zeros(cells[1]), noise_multiplier=np.zeros(cells), target_epsilon=None, ledger=None)
 
 
-B1_FIELDS = ("_target_", "name", "step_size", "l2_clip", "radius", "regularization")
-
-
-def check_curator_rounds(recipe, config: dict, context: PlanContext, fields: tuple, sampler: type, needs: str) -> int:
-    """What a user-level round protocol at a trusted server checks first: its fields, trust model
-    and participation (a ``sampler``, described by ``needs``), the same m for every user; m."""
-    alg, priv = config["algorithm"], context.privacy
-    name = alg.get("name")
-    known_keys("algorithm", alg, fields)
+def check_curator_rounds(context: PlanContext, sampler: type, needs: str) -> int:
+    """What a user-level round protocol at a trusted server checks first: its participation (a
+    ``sampler``, described by ``needs``), the same m for every user; m."""
+    name = context.algorithm.name
     if not isinstance(context.sampler, sampler):
         raise ConfigError("participation", type(context.sampler).__name__, f"{needs} for {name}")
     items = set(context.shape.items)
@@ -352,22 +366,20 @@ class UserSampledGaussian(ProtocolRecipe):
     the event of the ``ServerGaussianNoise`` the server half applies (one value)."""
 
     trust_models: tuple[TrustModel, ...] = (TrustModel.CENTRAL, TrustModel.NONE)
+    settings: type[AlgorithmSettings] = UserDpSgdSettings
     privacy_keys: tuple[str, ...] = ()
     config_keys: tuple[str, ...] = ()
 
-    def resolve(self, algorithm_class: type[Any], config: dict, dataset, shape, loss, sampler, privacy: PrivacySettings) -> dict:
-        return config
-
     def plan(self, algorithm_class: type[Any], config: dict, context: PlanContext) -> CuratorRoundsPlan:
-        alg, priv, shape, replicas = config["algorithm"], context.privacy, context.shape, context.replicas
-        name = alg.get("name")
-        items = check_curator_rounds(self, config, context, B1_FIELDS, UniformParticipation,
+        alg, priv, shape, replicas = settings_of(UserDpSgdSettings, context.algorithm), context.privacy, context.shape, \
+            context.replicas
+        name = alg.name
+        items = check_curator_rounds(context, UniformParticipation,
                                      "uniform (K of the N users each round, without replacement)")
-        clip = positive("algorithm.l2_clip", alg.get("l2_clip"))
-        radius = positive("algorithm.radius", alg.get("radius"), allow_none=True)
+        clip, radius = alg.l2_clip, alg.radius
         users, rounds, batch = shape.num_silos, context.num_rounds, int(context.sampler.silos_per_round)
         cells = (replicas.count, users)
-        ridge = alg.get("regularization", 0.0)
+        ridge: float = alg.regularization
         if ridge != 0 or isinstance(ridge, bool):
             ridge = number_in("algorithm.regularization", ridge, 0.0, 1e12, "0 or a positive number (the ridge "
                               "lambda / 2 ||w||^2, data independent)")
