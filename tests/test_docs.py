@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, load_script
+from tests.conftest import REPO, load_script, shared_ray_address
 
 DOCS = REPO / "docs"
 PAGES = sorted(DOCS.rglob("*.md")) + [REPO / "README.md"]
@@ -132,16 +132,18 @@ def _numbers(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_main_job_prints_the_numbers_the_pages_quote(tmp_path):
+def test_the_main_job_prints_the_numbers_the_pages_quote(tmp_path, ray_local, monkeypatch):
     """Catches a change that moves the main job's committed numbers (train loss, test errors,
-    eps spent) away from what the README and the getting-started page show."""
+    eps spent) away from what the README and the getting-started page show. The command joins the
+    test run's shared local Ray: the numbers do not depend on where the actors run."""
     quoted = [body for page in (DOCS / "getting-started.md", REPO / "README.md")
               for _, tag, body in blocks(page) if tag == "main-job"]
     assert len(quoted) == 2 and quoted[0] == quoted[1]
     row = next(line for line in quoted[0].splitlines() if line.strip().startswith("0.3"))
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "experiment=isrl_dp_convex", "progress=false",
-         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.artifact_location={tmp_path}/artifacts"],
+         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.artifact_location={tmp_path}/artifacts",
+         f"runtime.address={shared_ray_address(ray_local, monkeypatch)}"],
         capture_output=True, text=True, cwd=tmp_path, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
