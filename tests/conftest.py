@@ -76,8 +76,7 @@ def _ray_session():
 @pytest.fixture
 def ray_local(_ray_session):
     """One local Ray instance shared by every integration test; started again if a test before
-    this one on the same worker ended it (a ``job_session`` block or an API sweep shuts its Ray
-    down, and that may be this one)."""
+    this one on the same worker ended it."""
     if not _ray_session.is_initialized():
         _start_local_ray(_ray_session)
     yield _ray_session
