@@ -2,9 +2,9 @@
 time (their MLflow run intervals overlap), the jobs' actors land on more than one node, a job
 worker keeps its silo actors for its next job, the data directory reaches the workers only through
 the launcher's runtime_env (the cluster's processes are started without it), and every job's final
-metrics equal a sequential sweep on a private local Ray bit for bit. The tests on a cluster share
-one per xdist worker (a start costs about 10 s a node here); each counts only the actors its own
-sweep made."""
+metrics equal a sequential sweep's (the basic launcher, on a local Ray) bit for bit. The tests on
+a cluster share one per xdist worker (a start costs about 10 s a node here); each counts only the
+actors its own sweep made."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, mlflow_store
+from tests.conftest import REPO, mlflow_store, shared_ray_address
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +78,8 @@ def _actor_ids(address: str) -> frozenset:
 
 
 @pytest.mark.long
-def test_a_sweep_runs_concurrently_across_a_cluster_keeps_its_actors_and_equals_a_sequential_one(tmp_path, cluster):
+def test_a_sweep_runs_concurrently_across_a_cluster_keeps_its_actors_and_equals_a_sequential_one(
+        tmp_path, cluster, ray_local, monkeypatch):
     """Three jobs on the same records, two job workers, two silo actors a job. Catches a launcher
     whose jobs do not overlap, whose actors all land on one node, whose worker starts new silo
     actors for its second job (4 silo actors in all, not 6), whose workers end with the driver
@@ -89,7 +90,9 @@ def test_a_sweep_runs_concurrently_across_a_cluster_keeps_its_actors_and_equals_
     launched = _sweep(tmp_path, "launched", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
                                              "hydra.launcher.max_concurrent=2"], env)
     workers, silos = _actors(cluster.address, "JobWorker", before), _actors(cluster.address, "SiloGroup", before)
-    sequential = _sweep(tmp_path, "sequential", ["runtime.num_cpus=2"], {**os.environ})
+    # the basic launcher, one job after another, on the test run's shared local Ray (one Ray start fewer)
+    sequential = _sweep(tmp_path, "sequential", [f"runtime.address={shared_ray_address(ray_local, monkeypatch)}"],
+                        {**os.environ})
 
     assert sorted(launched) == sorted(sequential) and len(launched) == 3
     assert all(r.info.status == "FINISHED" for r in launched.values())
