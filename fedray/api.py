@@ -147,9 +147,9 @@ def run(plan: Plan, *, inline: bool = False, track: bool = False, pool=None) -> 
 
 
 def run_sweep(jobs: Iterable[Sequence[str] | Mapping], *, track: bool = False) -> list[Run]:
-    """Run several jobs one after another on one private local Ray, reusing the silo actors of
-    jobs on the same records. Every job is planned first, so a bad one stops the sweep before
-    Ray starts."""
+    """Run several jobs one after another on one private local Ray (or the Ray this process has
+    joined, left joined), reusing the silo actors of jobs on the same records. Every job is
+    planned first, so a bad one stops the sweep before Ray starts."""
     from fedray.compose import job_session
 
     plans = [make_plan(job) for job in jobs]

@@ -50,16 +50,20 @@ def compose_plan(overrides: list[str]) -> Plan:
 
 @contextmanager
 def job_session():
-    """A private local Ray (as a single run starts it) and an ``ActorPool`` that jobs on the same
-    records share: ``run(plan, pool=pool)`` for each job; the actors and Ray end with the block."""
+    """A private local Ray (as a single run starts it), or the Ray this process has already joined,
+    and an ``ActorPool`` that jobs on the same records share: ``run(plan, pool=pool)`` for each
+    job. The actors end with the block; so does the Ray if the block started it (a Ray the caller
+    had joined stays joined)."""
     import ray
 
     from fedray.runtime.driver import ActorPool, connect
 
+    started = not ray.is_initialized()
     connect({})
     pool = ActorPool()
     try:
         yield pool
     finally:
         pool.drop_all()
-        ray.shutdown()
+        if started:
+            ray.shutdown()

@@ -20,7 +20,7 @@ def pytest_collection_modifyitems(config, items):
     """The fast tier by default: tests marked ``slow`` are deselected (``--all`` or any ``-m``
     expression keeps them). Integration tests on the shared local Ray (the ``ray_local`` fixture)
     count as slow: the fast tier's one run on Ray is the main job, end to end. Tests marked ``long``
-    come first."""
+    come first (under xdist, first on each worker: ``deal_long_tests``)."""
     for item in items:
         if "ray_local" in item.fixturenames and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
@@ -32,6 +32,49 @@ def pytest_collection_modifyitems(config, items):
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+def deal_long_tests(items: list, workers: int, is_long, group) -> list:
+    """``items`` reordered so that each of ``workers`` xdist workers starts with its share of the
+    long tests. xdist's work-stealing scheduler (``--dist worksteal``, in ``addopts``) first deals
+    the collection out in contiguous chunks, chunk k of ``n // (workers - k)`` of the tests left,
+    and steals only from a queue's end: with every long test at the front, all of them ran one
+    after another on the first worker. Long tests of one group (a module: its tests may share a
+    module-scoped cluster) stay in one chunk; groups go, largest first, to the chunk with the
+    fewest long tests so far; the other tests fill the chunks in their order."""
+    groups: dict = {}
+    for item in items:
+        if is_long(item):
+            groups.setdefault(group(item), []).append(item)
+    rest = [item for item in items if not is_long(item)]
+    chunks: list[list] = [[] for _ in range(workers)]
+    for members in sorted(groups.values(), key=len, reverse=True):
+        min(chunks, key=len).extend(members)
+    ordered, left = [], len(items)
+    for k, chunk in enumerate(chunks):
+        size = left // (workers - k)
+        take = max(size - len(chunk), 0)
+        ordered += chunk + rest[:take]
+        rest = rest[take:]
+        left -= len(chunk) + take
+    return ordered + rest
+
+
+class _LongTestsDealt:
+    """Runs after every other plugin's reordering and deselection (``-k``, ``-m``), on the final
+    collection that xdist deals out."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        workerinput = getattr(config, "workerinput", None)        # set in an xdist worker only
+        if workerinput is not None and int(workerinput["workercount"]) > 1:
+            items[:] = deal_long_tests(items, int(workerinput["workercount"]),
+                                       lambda item: item.get_closest_marker("long") is not None,
+                                       lambda item: item.nodeid.split("::")[0])
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_LongTestsDealt(), "fedray-long-tests-dealt")
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -76,8 +119,7 @@ def _ray_session():
 @pytest.fixture
 def ray_local(_ray_session):
     """One local Ray instance shared by every integration test; started again if a test before
-    this one on the same worker ended it (a ``job_session`` block or an API sweep shuts its Ray
-    down, and that may be this one)."""
+    this one on the same worker ended it."""
     if not _ray_session.is_initialized():
         _start_local_ray(_ray_session)
     yield _ray_session

@@ -60,9 +60,11 @@ def test_a_tracked_run_writes_the_mlflow_run_the_command_line_would(tmp_path):
 
 @pytest.mark.slow
 def test_a_sweep_runs_each_job_as_its_own_run_would(ray_local):
-    """Catches a sweep whose shared actors change a job's numbers (the pool must not carry state)."""
+    """Catches a sweep whose shared actors change a job's numbers (the pool must not carry state),
+    and one that ends the Ray its caller had joined (the test run's shared one here)."""
     jobs = [SMALL + ["seed=1"], SMALL + ["seed=2"]]
     swept = fedray.run_sweep(jobs)
+    assert ray_local.is_initialized()
     alone = fedray.run(fedray.make_plan(jobs[1]), inline=True)
     assert len(swept) == 2
     np.testing.assert_array_equal(swept[1].outputs["last"], alone.outputs["last"])

@@ -1,6 +1,7 @@
 """The command line keeps no hidden state: nothing runs at import, and a sweep's parent run reaches
 its jobs as a value (``fedray.sweep.ParentRun`` hands it to ``fedray.cli.Jobs``), never through
-the environment."""
+the environment. The command lines join the test run's shared local Ray (``runtime.address``): where
+the jobs' actors run is not what is tested, and a private Ray would cost each a start."""
 
 import os
 import subprocess
@@ -9,7 +10,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, mlflow_store
+from tests.conftest import REPO, mlflow_store, shared_ray_address
 
 SMALL = ["data=synthetic", "data.spec.num_silos=4", "data.spec.samples_per_silo=40", "data.spec.dim=3",
          "participation.silos_per_round=2", "num_rounds=2", "algorithm.batch_size=8", "progress=false",
@@ -39,10 +40,11 @@ def _runs(uri: str) -> list:
 
 
 @pytest.mark.slow
-def test_a_single_run_is_no_child_whatever_the_environment_says(tmp_path):
+def test_a_single_run_is_no_child_whatever_the_environment_says(tmp_path, ray_local, monkeypatch):
     uri = mlflow_store(tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "fedray", *SMALL, f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/out"],
+        [sys.executable, "-m", "fedray", *SMALL, f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/out",
+         f"runtime.address={shared_ray_address(ray_local, monkeypatch)}"],
         capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, **LEFTOVER},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -52,11 +54,11 @@ def test_a_single_run_is_no_child_whatever_the_environment_says(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_sweeps_jobs_are_children_of_its_parent_whatever_the_environment_says(tmp_path):
+def test_a_sweeps_jobs_are_children_of_its_parent_whatever_the_environment_says(tmp_path, ray_local, monkeypatch):
     uri = mlflow_store(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "-m", *SMALL, "algorithm.step_size=0.1,0.3", f"tracking.uri={uri}",
-         f"hydra.sweep.dir={tmp_path}/multirun"],
+         f"hydra.sweep.dir={tmp_path}/multirun", f"runtime.address={shared_ray_address(ray_local, monkeypatch)}"],
         capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, **LEFTOVER},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

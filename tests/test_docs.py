@@ -4,6 +4,8 @@ preset has a command on a page, and the main job prints the numbers the pages qu
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
 import shutil
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, load_script
+from tests.conftest import REPO, load_script, shared_ray_address
 
 DOCS = REPO / "docs"
 PAGES = sorted(DOCS.rglob("*.md")) + [REPO / "README.md"]
@@ -130,16 +132,18 @@ def _numbers(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_main_job_prints_the_numbers_the_pages_quote(tmp_path):
+def test_the_main_job_prints_the_numbers_the_pages_quote(tmp_path, ray_local, monkeypatch):
     """Catches a change that moves the main job's committed numbers (train loss, test errors,
-    eps spent) away from what the README and the getting-started page show."""
+    eps spent) away from what the README and the getting-started page show. The command joins the
+    test run's shared local Ray: the numbers do not depend on where the actors run."""
     quoted = [body for page in (DOCS / "getting-started.md", REPO / "README.md")
               for _, tag, body in blocks(page) if tag == "main-job"]
     assert len(quoted) == 2 and quoted[0] == quoted[1]
     row = next(line for line in quoted[0].splitlines() if line.strip().startswith("0.3"))
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "experiment=isrl_dp_convex", "progress=false",
-         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.artifact_location={tmp_path}/artifacts"],
+         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.artifact_location={tmp_path}/artifacts",
+         f"runtime.address={shared_ray_address(ray_local, monkeypatch)}"],
         capture_output=True, text=True, cwd=tmp_path, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -147,17 +151,93 @@ def test_the_main_job_prints_the_numbers_the_pages_quote(tmp_path):
     assert _numbers(printed) == _numbers(row)
 
 
-def chromium(*args: str) -> str:
-    """Headless Chromium's output for ``args`` (a fresh profile; no background network, which this
-    machine's closed network would refuse)."""
-    import tempfile
+class Browser:
+    """One headless Chromium for many pages, driven through the DevTools protocol over the pipe
+    Chromium offers for it (``--remote-debugging-pipe``: JSON messages ending in a NUL byte, read
+    on its fd 3, written on its fd 4), so no websocket library is needed. ``dom(url)`` is what
+    ``chromium --dump-dom url`` prints (the document once its load event fired), without a
+    browser start per page. A fresh profile; no background network, which this machine's closed
+    network would refuse."""
 
-    with tempfile.TemporaryDirectory() as profile:
-        return subprocess.run(
+    def __init__(self, timeout: float = 120.0):
+        import tempfile
+
+        self.timeout, self.ids, self.buffer, self.events = timeout, 0, b"", []
+        self.profile = tempfile.TemporaryDirectory()
+        commands_in, commands_out = os.pipe()            # we write, Chromium reads on its fd 3
+        replies_in, replies_out = os.pipe()              # Chromium writes on its fd 4, we read
+
+        def pipes_at_3_and_4():          # by way of fds past 4, so that neither end overwrites the other
+            import fcntl
+
+            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (commands_in, replies_out)]
+            os.dup2(high[0], 3)
+            os.dup2(high[1], 4)
+        self.process = subprocess.Popen(
             ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-quic",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--hide-scrollbars", f"--user-data-dir={profile}", "--window-size=1280,900", *args],
-            capture_output=True, text=True, timeout=120).stdout
+             "--hide-scrollbars", f"--user-data-dir={self.profile.name}", "--window-size=1280,900",
+             "--remote-debugging-pipe", "about:blank"],
+            pass_fds=(3, 4), preexec_fn=pipes_at_3_and_4, start_new_session=True, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        os.close(commands_in)
+        os.close(replies_out)
+        self.writer, self.reader = commands_out, replies_in
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Page.enable", session=self.session)
+
+    def call(self, method: str, session: str | None = None, **params) -> dict:
+        """Send one command and return its result (events that arrive first are kept in ``events``)."""
+        self.ids += 1
+        message = {"id": self.ids, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        os.write(self.writer, json.dumps(message).encode() + b"\0")
+        while True:
+            reply = self._next()
+            if reply.get("id") == self.ids:
+                assert "error" not in reply, (method, reply["error"])
+                return reply["result"]
+            self.events.append(reply)
+
+    def _next(self) -> dict:
+        import select
+        import time
+
+        deadline = time.monotonic() + self.timeout
+        while b"\0" not in self.buffer:
+            ready, _, _ = select.select([self.reader], [], [], max(deadline - time.monotonic(), 0))
+            chunk = os.read(self.reader, 1 << 20) if ready else b""
+            assert chunk, "Chromium stopped answering" if ready else f"Chromium gave no answer in {self.timeout} s"
+            self.buffer += chunk
+        message, self.buffer = self.buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def dom(self, url: str) -> str:
+        """The page's DOM once its load event fired, as ``--dump-dom`` prints it."""
+        self.events.clear()
+        self.call("Page.navigate", session=self.session, url=url)
+        while not any(event.get("method") == "Page.loadEventFired" for event in self.events):
+            self.events.append(self._next())
+        found = self.call("Runtime.evaluate", session=self.session, returnByValue=True,
+                          expression="document.documentElement.outerHTML")
+        return found["result"]["value"]
+
+    def close(self) -> None:
+        """Chromium closed through the protocol (its helper processes end with it), killed with
+        its process group if it has not ended within 10 s."""
+        import signal
+
+        try:
+            self.call("Browser.close")
+            self.process.wait(timeout=10)
+        except (AssertionError, OSError, subprocess.TimeoutExpired):
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        for fd in (self.writer, self.reader):
+            os.close(fd)
+        self.profile.cleanup()
 
 
 def _serve(folder: Path):
@@ -179,7 +259,6 @@ def _serve(folder: Path):
 def test_every_page_renders_in_a_browser_and_every_internal_link_resolves(built_site):
     """Catches a page that renders empty or as an error in a real browser, a link the browser
     would follow to nothing, and API pages that lost the public names they document."""
-    from concurrent.futures import ThreadPoolExecutor
     from urllib.parse import urldefrag, urljoin, urlparse
 
     if shutil.which("chromium") is None:
@@ -188,10 +267,11 @@ def test_every_page_renders_in_a_browser_and_every_internal_link_resolves(built_
     assert code == 0, stderr[-4000:]
     pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("index.html"))
     server, base = _serve(site)
+    browser = Browser()
     try:
-        with ThreadPoolExecutor(4) as pool:
-            doms = dict(zip(pages, pool.map(lambda page: chromium("--dump-dom", f"{base}/{page}"), pages)))
+        doms = {page: browser.dom(f"{base}/{page}") for page in pages}
     finally:
+        browser.close()
         server.shutdown()
     broken = []
     for page, dom in doms.items():

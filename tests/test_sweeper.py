@@ -11,7 +11,7 @@ from hydra.errors import HydraException
 from mlflow.tracking import MlflowClient
 
 import hydra_plugins.fedray_launcher.covering_sweeper as covering
-from tests.conftest import mlflow_store
+from tests.conftest import mlflow_store, shared_ray_address
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -82,13 +82,16 @@ def test_a_key_both_in_a_grid_and_on_the_command_line_is_refused_with_its_name()
 
 
 @pytest.mark.slow
-def test_the_default_launcher_runs_each_job_with_its_own_config_while_composing_the_next(tmp_path):
+def test_the_default_launcher_runs_each_job_with_its_own_config_while_composing_the_next(tmp_path, ray_local, monkeypatch):
+    """Catches a job that runs with another job's config (the next one, composed while it runs).
+    The command joins the test run's shared local Ray: where the actors run is not what is tested."""
     small = ["data=synthetic", "data.spec.num_silos=4", "data.spec.samples_per_silo=40", "data.spec.dim=3",
              "participation.silos_per_round=2", "num_rounds=2", "algorithm.batch_size=8", "progress=false",
              "privacy.enforce_budget=false"]
     proc = subprocess.run(
         [sys.executable, "-m", "fedray", "-m", *small, "trial=0,1", "algorithm.step_size=0.1,0.3",
-         f"tracking.uri={mlflow_store(tmp_path)}", f"hydra.sweep.dir={tmp_path}/multirun"],
+         f"tracking.uri={mlflow_store(tmp_path)}", f"hydra.sweep.dir={tmp_path}/multirun",
+         f"runtime.address={shared_ray_address(ray_local, monkeypatch)}"],
         capture_output=True, text=True, cwd=REPO, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,7 +1,9 @@
 """A driver killed with SIGKILL (issue 17 item 2) and restarted through the command line with
 ``runtime.resume=true`` ends bit-identical to an uninterrupted run, in the same MLflow run (not a
 second one), with every round's metrics logged exactly once and a ledger that charged every round
-exactly once."""
+exactly once. Both command lines join the test run's shared local Ray (``runtime.address``): what
+is killed is the driver's process, and the resume reads only the checkpoint and the MLflow store,
+whichever Ray the killed driver used (its actors end with its job)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from fedray.plan import make_plan
 from fedray.runtime.driver import run
-from tests.conftest import REPO, compose, mlflow_store
+from tests.conftest import REPO, compose, mlflow_store, shared_ray_address
 from tests.runtime.test_checkpoint import BASE
 
 pytestmark = pytest.mark.slow
@@ -27,10 +29,10 @@ JOB = [*[o for o in BASE if not o.startswith("runtime.checkpoint_every")], f"num
        f"runtime.checkpoint_every={EVERY}"]
 
 
-def _command(tmp_path, *extra: str) -> list[str]:
+def _command(tmp_path, address: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "fedray", *JOB, f"runtime.checkpoint_path={tmp_path}/run.ckpt",
             f"tracking.uri={mlflow_store(tmp_path)}", f"tracking.artifact_location={tmp_path}/artifacts",
-            "tracking.log_every=1", f"hydra.run.dir={tmp_path}/out", "runtime.num_cpus=2", *extra]
+            "tracking.log_every=1", f"hydra.run.dir={tmp_path}/out", f"runtime.address={address}", *extra]
 
 
 def _next_round(path) -> int:
@@ -42,11 +44,12 @@ def _next_round(path) -> int:
 
 
 @pytest.mark.long
-def test_a_killed_driver_resumes_into_the_same_run_bit_identical(tmp_path):
+def test_a_killed_driver_resumes_into_the_same_run_bit_identical(tmp_path, ray_local, monkeypatch):
+    address = shared_ray_address(ray_local, monkeypatch)
     reference_path = tmp_path / "reference.ckpt"
     reference = run(make_plan(compose(*JOB, f"runtime.checkpoint_path={reference_path}")), inline=True)
 
-    killed = subprocess.Popen(_command(tmp_path), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    killed = subprocess.Popen(_command(tmp_path, address), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while _next_round(tmp_path / "run.ckpt") < KILL_AFTER and killed.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -61,7 +64,7 @@ def test_a_killed_driver_resumes_into_the_same_run_bit_identical(tmp_path):
     (before,) = client.search_runs([experiment])
     assert before.info.status == "RUNNING"        # SIGKILL leaves it so; the resume takes it over
 
-    resumed = subprocess.run(_command(tmp_path, "runtime.resume=true"), cwd=REPO, capture_output=True, text=True,
+    resumed = subprocess.run(_command(tmp_path, address, "runtime.resume=true"), cwd=REPO, capture_output=True, text=True,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 

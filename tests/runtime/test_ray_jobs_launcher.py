@@ -1,9 +1,10 @@
-"""The ray_jobs launcher on a 3-node ``ray.cluster_utils.Cluster``: a sweep of 4 jobs runs 2 at a
-time (their MLflow run intervals overlap), the jobs' actors land on more than one node, the data
-directory reaches the workers only through the launcher's runtime_env (the cluster's processes are
-started without it), and every job's final metrics equal a sequential sweep on a private local Ray
-bit for bit. The tests on a cluster share one per xdist worker (a start costs about 10 s a
-node here); each counts only the actors its own sweep made."""
+"""The ray_jobs launcher on a 2-node ``ray.cluster_utils.Cluster``: a sweep of 3 jobs runs 2 at a
+time (their MLflow run intervals overlap), the jobs' actors land on more than one node, a job
+worker keeps its silo actors for its next job, the data directory reaches the workers only through
+the launcher's runtime_env (the cluster's processes are started without it), and every job's final
+metrics equal a sequential sweep's (the basic launcher, on a local Ray) bit for bit. The tests on
+a cluster share one per xdist worker (a start costs about 10 s a node here); each counts only the
+actors its own sweep made."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, mlflow_store
+from tests.conftest import REPO, mlflow_store, shared_ray_address
 
 pytestmark = pytest.mark.slow
 
@@ -44,37 +45,22 @@ def _sweep(tmp_path, name: str, extra: list[str], env: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def cluster(data_dir):
-    """A 3-node cluster of 1 CPU a node whose processes start without FEDRAY_DATA_DIR (a job finds
-    the data only through the launcher's runtime_env); no test here ends a node."""
+    """A 2-node cluster (a head and a worker node) of 2 CPUs a node whose processes start without
+    FEDRAY_DATA_DIR (a job finds the data only through the launcher's runtime_env); no test here
+    ends a node. Two nodes suffice for actors on more than one node; two CPUs a node: two jobs of
+    two silo actors each (a CPU per actor) fit at once, so the concurrent jobs run side by side,
+    not one waiting for the CPUs the other's kept actors hold."""
     from ray.cluster_utils import Cluster
 
     data = os.environ.pop("FEDRAY_DATA_DIR")
     try:
-        started = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-        for _ in range(2):
-            started.add_node(num_cpus=1)
+        started = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+        started.add_node(num_cpus=2)
         started.wait_for_nodes()
     finally:
         os.environ["FEDRAY_DATA_DIR"] = data
     yield started
     started.shutdown()
-
-
-@pytest.mark.long
-def test_a_sweep_runs_concurrently_across_a_cluster_and_equals_a_sequential_one(tmp_path, cluster):
-    env = {**os.environ, "FEDRAY_PARENT_RUN_ID": "not-a-run"}     # read by the old hand-over
-    launched = _sweep(tmp_path, "launched", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
-                                             "hydra.launcher.max_concurrent=2"], env)
-    sequential = _sweep(tmp_path, "sequential", ["runtime.num_cpus=2"], {**os.environ})
-
-    assert sorted(launched) == sorted(sequential) and len(launched) == 3
-    assert all(r.info.status == "FINISHED" for r in launched.values())
-    for name, run in launched.items():
-        model = {k: v for k, v in run.data.metrics.items() if "time" not in k}
-        assert model and model == {k: v for k, v in sequential[name].data.metrics.items() if "time" not in k}, name
-    spans = sorted((r.info.start_time, r.info.end_time) for r in launched.values())
-    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])), spans      # overlapping jobs
-    assert max(int(r.data.tags["ray.actor_nodes"]) for r in launched.values()) > 1
 
 
 def _actors(address: str, class_name: str, before: frozenset = frozenset()) -> list:
@@ -92,20 +78,34 @@ def _actor_ids(address: str) -> frozenset:
 
 
 @pytest.mark.long
-def test_job_workers_keep_their_silo_actors_from_job_to_job_and_are_ended_at_the_sweeps_end(tmp_path, cluster):
-    """Three jobs on the same records, two workers: the job a worker runs second reuses that
-    worker's silo actor (2 silo actors in all, not 3), and both workers were ended by the launcher
-    (``ray.kill``), not by the driver's exit; no actor of the sweep is left alive."""
+def test_a_sweep_runs_concurrently_across_a_cluster_keeps_its_actors_and_equals_a_sequential_one(
+        tmp_path, cluster, ray_local, monkeypatch):
+    """Three jobs on the same records, two job workers, two silo actors a job. Catches a launcher
+    whose jobs do not overlap, whose actors all land on one node, whose worker starts new silo
+    actors for its second job (4 silo actors in all, not 6), whose workers end with the driver
+    rather than by its ``ray.kill``, that leaves an actor of the sweep alive, or whose jobs compute
+    anything but what a sequential sweep computes."""
     before = _actor_ids(cluster.address)
-    children = _sweep(tmp_path, "warm", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
-                                         "hydra.launcher.max_concurrent=2", "runtime.num_actors=1"], {**os.environ})
+    env = {**os.environ, "FEDRAY_PARENT_RUN_ID": "not-a-run"}     # read by the old hand-over
+    launched = _sweep(tmp_path, "launched", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
+                                             "hydra.launcher.max_concurrent=2"], env)
     workers, silos = _actors(cluster.address, "JobWorker", before), _actors(cluster.address, "SiloGroup", before)
+    # the basic launcher, one job after another, on the test run's shared local Ray (one Ray start fewer)
+    sequential = _sweep(tmp_path, "sequential", [f"runtime.address={shared_ray_address(ray_local, monkeypatch)}"],
+                        {**os.environ})
 
-    assert len(children) == 3 and all(r.info.status == "FINISHED" for r in children.values())
+    assert sorted(launched) == sorted(sequential) and len(launched) == 3
+    assert all(r.info.status == "FINISHED" for r in launched.values())
+    for name, run in launched.items():
+        model = {k: v for k, v in run.data.metrics.items() if "time" not in k}
+        assert model and model == {k: v for k, v in sequential[name].data.metrics.items() if "time" not in k}, name
+    spans = sorted((r.info.start_time, r.info.end_time) for r in launched.values())
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])), spans      # overlapping jobs
+    assert max(int(r.data.tags["ray.actor_nodes"]) for r in launched.values()) > 1
     assert len(workers) == 2 and len({w.pid for w in workers}) == 2
     assert all(w.state == "DEAD" and w.death_cause["actor_died_error_context"]["reason"] == "RAY_KILL"
                for w in workers), [(w.state, w.death_cause) for w in workers]
-    assert len(silos) == 2, [(s.actor_id, s.state) for s in silos]          # one per worker, kept for its next job
+    assert len(silos) == 4, [(s.actor_id, s.state) for s in silos]          # two per worker, kept for its next job
     assert all(s.state == "DEAD" for s in silos)
 
 
