@@ -1,4 +1,4 @@
-"""The ray_jobs launcher on a 2-node ``ray.cluster_utils.Cluster``: a sweep of 3 jobs runs 2 at a
+"""The ray_jobs launcher on a 3-node ``ray.cluster_utils.Cluster``: a sweep of 3 jobs runs 2 at a
 time (their MLflow run intervals overlap), the jobs' actors land on more than one node, a job
 worker keeps its silo actors for its next job, the data directory reaches the workers only through
 the launcher's runtime_env (the cluster's processes are started without it), and every job's final
@@ -45,17 +45,17 @@ def _sweep(tmp_path, name: str, extra: list[str], env: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def cluster(data_dir):
-    """A 2-node cluster (a head and a worker node) of 2 CPUs a node whose processes start without
-    FEDRAY_DATA_DIR (a job finds the data only through the launcher's runtime_env); no test here
-    ends a node. Two nodes suffice for actors on more than one node; two CPUs a node: two jobs of
-    two silo actors each (a CPU per actor) fit at once, so the concurrent jobs run side by side,
-    not one waiting for the CPUs the other's kept actors hold."""
+    """A 3-node cluster of 2 CPUs a node whose processes start without FEDRAY_DATA_DIR (a job finds
+    the data only through the launcher's runtime_env); no test here ends a node. Two CPUs a node:
+    two jobs of two silo actors each (a CPU per actor) fit at once, so the concurrent jobs run
+    side by side, not one waiting for the CPUs the other's kept actors hold."""
     from ray.cluster_utils import Cluster
 
     data = os.environ.pop("FEDRAY_DATA_DIR")
     try:
         started = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-        started.add_node(num_cpus=2)
+        for _ in range(2):
+            started.add_node(num_cpus=2)
         started.wait_for_nodes()
     finally:
         os.environ["FEDRAY_DATA_DIR"] = data
