@@ -1,3 +1,15 @@
+"""Shared fixtures and the two tiers.
+
+The fast tier (``python -m pytest``) covers every module's unit behaviour and one end-to-end run
+(tests/test_main_job.py: the command line, Ray and MLflow); the whole suite (``python -m pytest
+--all``, what .ci/run runs) adds the tests marked ``slow``. A test may be marked ``slow`` only if it
+checks several modules together (an audit or another statistical test, a run through the command
+line in a subprocess, several full runs compared, anything on the shared local Ray, which counts
+as slow by itself) and the unit behaviour it touches stays covered by a fast test, named in the
+commit that marks it. Make a test faster before moving it: a move only shifts its time into the
+whole suite.
+"""
+
 import copy
 import functools
 import os
