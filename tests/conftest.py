@@ -1,3 +1,15 @@
+"""Shared fixtures and the two tiers.
+
+The fast tier (``python -m pytest``) covers every module's unit behaviour and one end-to-end run
+(tests/test_main_job.py: the command line, Ray and MLflow); the whole suite (``python -m pytest
+--all``, what .ci/run runs) adds the tests marked ``slow``. A test may be marked ``slow`` only if it
+checks several modules together (an audit or another statistical test, a run through the command
+line in a subprocess, several full runs compared, anything on the shared local Ray, which counts
+as slow by itself) and the unit behaviour it touches stays covered by a fast test, named in the
+commit that marks it. Make a test faster before moving it: a move only shifts its time into the
+whole suite.
+"""
+
 import copy
 import functools
 import os
@@ -158,9 +170,67 @@ def _mlflow_template() -> Path:
 
 def compose(*overrides: str):
     """The composed Hydra config for ``overrides``, as `python -m fedray` would build it: a copy of
-    the one composition per override list this worker made (Hydra takes about 0.2 s a
-    composition, a copy 3 ms; a test may change its copy)."""
-    return copy.deepcopy(_composed(overrides))
+    one composition made on this worker (Hydra takes 0.1-0.2 s a composition, a copy 3 ms; a test
+    may change its copy).
+
+    Hydra composes in two steps: the config groups chosen (``experiment=``, ``algorithm=``, ...)
+    select and merge the files, then the value overrides (``num_rounds=6``, ``+data.spec.noise=2``)
+    are set on the merged config, in order, by ``OmegaConf.update``. Value overrides never choose
+    a file, so one composition per list of group choices serves every list of values on it (the
+    fast tier's 600 override lists share about 150): the values are set here the way Hydra sets
+    them (tests/test_compose_helper.py compares the two routes). A list this does not split (a
+    sweep, a deletion, a ``hydra.`` key, a package) is composed whole, and so is any list whose
+    values fail to apply, so that Hydra raises its own error."""
+    split = _split(overrides)
+    if split is None:
+        return copy.deepcopy(_composed(overrides))
+    groups, values = split
+    cfg = copy.deepcopy(_composed(groups))
+    try:
+        _set_values(cfg, values)
+    except Exception:       # Hydra's own message (or, were this route wrong, Hydra's config)
+        return copy.deepcopy(_composed(overrides))
+    return cfg
+
+
+CONFIG_GROUPS = frozenset(p.name for p in (REPO / "fedray" / "conf").iterdir() if p.is_dir())
+
+
+@functools.lru_cache(maxsize=None)
+def _split(overrides: tuple[str, ...]):
+    """(group overrides, parsed value overrides) of ``overrides``, or None to compose it whole."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    groups, values = [], []
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if override.is_sweep_override() or override.is_delete() or key.split(".")[0] == "hydra":
+            return None
+        if key in CONFIG_GROUPS:
+            groups.append(override.input_line)
+        elif override.package is not None or "/" in key:
+            return None
+        else:
+            values.append(override)
+    return tuple(groups), tuple(values)
+
+
+def _set_values(cfg, values) -> None:
+    """Set parsed value overrides on a composed (struct) config as Hydra's composition does: a
+    change must find its key; an addition (``+``) must not find one, unless it merges a dict or a
+    list; ``++`` adds or changes."""
+    from omegaconf import OmegaConf
+
+    for override in values:
+        key, value = override.key_or_group, override.value()
+        if override.is_add():
+            if not (OmegaConf.select(cfg, key, throw_on_missing=False) is None or isinstance(value, (dict, list))):
+                raise ValueError(f"{key} is already in the config")
+            OmegaConf.update(cfg, key, value, merge=True, force_add=True)
+        elif override.is_force_add():
+            OmegaConf.update(cfg, key, value, merge=True, force_add=True)
+        else:
+            OmegaConf.update(cfg, key, value, merge=True)
 
 
 @functools.lru_cache(maxsize=None)
