@@ -177,17 +177,20 @@ def compose(*overrides: str):
     select and merge the files, then the value overrides (``num_rounds=6``, ``+data.spec.noise=2``)
     are set on the merged config, in order, by ``OmegaConf.update``. Value overrides never choose
     a file, so one composition per list of group choices serves every list of values on it (the
-    fast tier's 600 override lists share about 150): the values are set here the way Hydra sets
-    them (tests/test_compose_helper.py compares the two routes). A list this does not split (a
+    fast tier's 600 override lists share about 150): the values are set the way Hydra sets them, by
+    ``fedray.compose.set_values``, as the sweep launchers set them (tests/test_compose_helper.py
+    and tests/test_sweep_composer.py compare the two routes). A list this does not split (a
     sweep, a deletion, a ``hydra.`` key, a package) is composed whole, and so is any list whose
     values fail to apply, so that Hydra raises its own error."""
+    from fedray.compose import set_values
+
     split = _split(overrides)
     if split is None:
         return copy.deepcopy(_composed(overrides))
     groups, values = split
     cfg = copy.deepcopy(_composed(groups))
     try:
-        _set_values(cfg, values)
+        set_values(cfg, values)
     except Exception:       # Hydra's own message (or, were this route wrong, Hydra's config)
         return copy.deepcopy(_composed(overrides))
     return cfg
@@ -199,38 +202,9 @@ CONFIG_GROUPS = frozenset(p.name for p in (REPO / "fedray" / "conf").iterdir() i
 @functools.lru_cache(maxsize=None)
 def _split(overrides: tuple[str, ...]):
     """(group overrides, parsed value overrides) of ``overrides``, or None to compose it whole."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from fedray.compose import split_overrides
 
-    groups, values = [], []
-    for override in OverridesParser.create().parse_overrides(list(overrides)):
-        key = override.key_or_group
-        if override.is_sweep_override() or override.is_delete() or key.split(".")[0] == "hydra":
-            return None
-        if key in CONFIG_GROUPS:
-            groups.append(override.input_line)
-        elif override.package is not None or "/" in key:
-            return None
-        else:
-            values.append(override)
-    return tuple(groups), tuple(values)
-
-
-def _set_values(cfg, values) -> None:
-    """Set parsed value overrides on a composed (struct) config as Hydra's composition does: a
-    change must find its key; an addition (``+``) must not find one, unless it merges a dict or a
-    list; ``++`` adds or changes."""
-    from omegaconf import OmegaConf
-
-    for override in values:
-        key, value = override.key_or_group, override.value()
-        if override.is_add():
-            if not (OmegaConf.select(cfg, key, throw_on_missing=False) is None or isinstance(value, (dict, list))):
-                raise ValueError(f"{key} is already in the config")
-            OmegaConf.update(cfg, key, value, merge=True, force_add=True)
-        elif override.is_force_add():
-            OmegaConf.update(cfg, key, value, merge=True, force_add=True)
-        else:
-            OmegaConf.update(cfg, key, value, merge=True)
+    return split_overrides(overrides, CONFIG_GROUPS)
 
 
 @functools.lru_cache(maxsize=None)

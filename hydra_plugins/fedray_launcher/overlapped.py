@@ -4,13 +4,14 @@ while this one runs.
 The basic launcher runs a sweep's jobs one after another in this process and composes each job's
 config just before it starts: about 0.2 s of Python per job, while the job's silo actors sit idle.
 Here one background thread composes job i + 1 as soon as job i starts, so the composition overlaps
-job i's rounds, when this process mostly waits on its actors. Jobs still run one at a time, in
+job i's rounds, when this process mostly waits on its actors; and it composes once per list of
+group choices (``fedray.compose.SweepComposer``), a copy of which takes each job's values. Jobs still run one at a time, in
 order, through Hydra's own ``run_job``; a job whose composition fails raises at its turn, as with
 the basic launcher. Composition reads config files and builds a new config; it touches no state
 the running job uses (the job's ``HydraConfig`` is set by ``run_job`` in this thread).
 
 Only Hydra's public plugin API is used (``hydra.plugins.launcher.Launcher``, ``run_job``, the
-config loader of the ``HydraContext``).
+config loader of the ``HydraContext``, the override parser).
 
 (No ``from __future__ import annotations``: see ``ray_jobs.py``.)
 """
@@ -50,9 +51,9 @@ class OverlappedLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         log.info(f"Launching {len(job_overrides)} jobs locally")
+        from fedray.compose import SweepComposer
 
-        def compose(overrides):
-            return self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        compose = SweepComposer(self.hydra_context.config_loader, self.config).compose
 
         runs: List[JobReturn] = []
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compose") as composer:

@@ -14,7 +14,7 @@ same records skips actor start-up and loading, and its ``Finisher``, which write
 while the next one runs), and what a process keeps by itself (MLflow's store connection, the
 accountant store's). Job configs are composed here, in the launching process, while the workers
 run the jobs before them (composition reads the config search path, which may exist only on the
-launching machine).
+launching machine), once per list of group choices (``fedray.compose.SweepComposer``).
 
 Idle kept actors hold their CPU shares: a worker with no job left ends them at once (``close``,
 after its runs are written), so a job waiting for CPUs held by another worker's kept actors gets
@@ -173,7 +173,10 @@ class RayJobsLauncher(Launcher):
                   ray) -> list[JobReturn]:
         """Each job to the first free worker (the next job's config composed while they run); every
         worker closed after its last job; the results in job order once every run is written."""
+        from fedray.compose import SweepComposer
+
         free, pending, results = list(workers), {}, {}
+        composer = SweepComposer(self.hydra_context.config_loader, self.config)
 
         def collect() -> None:
             (ref,), _ = ray.wait(list(pending), num_returns=1)
@@ -184,7 +187,7 @@ class RayJobsLauncher(Launcher):
         for index, overrides in enumerate(job_overrides):
             idx = initial_job_idx + index
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
-            config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            config = composer.compose(overrides)
             with open_dict(config):
                 config.hydra.job.id = idx
                 config.hydra.job.num = idx
