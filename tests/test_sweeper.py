@@ -9,6 +9,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 import hydra_plugins.fedray_launcher.covering_sweeper as covering
 from tests.conftest import mlflow_store, shared_ray_address
@@ -17,14 +18,22 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class RecordingLoader:
+    """A config loader recording the compositions asked of it (Hydra's own: tests/test_sweep_composer.py)."""
+
     def __init__(self):
         self.composed = []
 
+    def list_groups(self, parent):
+        return ["algorithm"]
+
     def load_sweep_config(self, master_config, sweep_overrides):
         self.composed.append(tuple(sweep_overrides))
+        naming = {"exclude_keys": [], "item_sep": ",", "kv_sep": "="}
+        return OmegaConf.create({"trial": None, "hydra": {"overrides": {"task": []},
+                                                          "job": {"override_dirname": "", "config": {"override_dirname": naming}}}})
 
 
-def test_each_override_is_composed_once_before_any_job():
+def test_every_override_is_checked_before_any_job_and_each_list_of_group_choices_composed_once():
     # Hydra's plugin scan re-executes plugin modules in place (new class objects, the base class
     # too), so the class is looked up now, not at import.
     sweeper = covering.CoveringSweeper(max_batch_size=None)
@@ -32,9 +41,9 @@ def test_each_override_is_composed_once_before_any_job():
     grid = [(f"trial={t}", f"algorithm={a}") for t in range(20) for a in ("x", "y")]
     sweeper.validate_batch_is_legal(grid[:7])
     sweeper.validate_batch_is_legal(grid[7:])          # a later batch checks only what is new
-    composed = sweeper.hydra_context.config_loader.composed
-    assert len(composed) == 21                           # 20 trials + 2 algorithms - 1, not 40
-    assert set().union(*composed) == set().union(*grid)
+    assert sweeper.checked == set().union(*grid)
+    # Hydra composed each list of group choices once; every trial's value was set on a copy
+    assert sweeper.hydra_context.config_loader.composed == [("algorithm=x",), ("algorithm=y",)]
 
 
 @pytest.mark.slow

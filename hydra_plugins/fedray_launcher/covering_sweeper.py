@@ -8,8 +8,10 @@ errors it catches come from single override values, so here a job is composed up
 brings an override no job checked before has had: every value of every swept key is still
 composed before the first job starts (a grid of a x b values takes a + b - 1 checks instead of
 a b), and a composition error that only a combination of values raises still fails that job when
-the launcher composes it. Checks against fedray's own rules (``ConfigError``) happen per job, at
-planning, as before.
+the launcher composes it. Each check composes through ``fedray.compose.SweepComposer``: Hydra
+composes each list of group choices once, and a job's values are set on a copy (a value Hydra
+refuses is composed whole, failing with Hydra's message). Checks against fedray's own rules
+(``ConfigError``) happen per job, at planning, as before.
 
 ``hydra.sweeper.grids`` (a list of ``{key: sweep}`` mappings, each like ``hydra.sweeper.params``)
 makes the sweep the union of grids: the jobs of the first grid (the command line's sweep times its
@@ -94,6 +96,7 @@ class CoveringSweeper(Sweeper):
         self.params = dict(params or {})
         self.grids = [{str(k): _override_value(v) for k, v in grid.items()} for grid in grids or ()]
         self.checked: set = set()       # overrides some composed job had
+        self.composer = None
         self.hydra_context = self.config = self.launcher = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:
@@ -135,7 +138,11 @@ class CoveringSweeper(Sweeper):
         return returns
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        from fedray.compose import SweepComposer
+
+        if self.composer is None:       # Hydra's check (load_sweep_config), once per list of group choices
+            self.composer = SweepComposer(self.hydra_context.config_loader, self.config)
         for overrides in batch:
             if not self.checked.issuperset(overrides):
-                super().validate_batch_is_legal([overrides])
+                self.composer.compose(overrides)
                 self.checked.update(overrides)
