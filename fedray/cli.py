@@ -220,9 +220,7 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None, sweep: Sweep | None 
         tracker = tracker_from_config(plan.tracking, run_name=run_name(plan, label),
                                       parent_run_id=parent_run_id,    # from fedray.sweep.ParentRun
                                       resumed=resumed)                # its MLflow run goes on
-        tracker.log_plan(plan)
-        if sweep is not None:
-            tracker.client.set_tag(tracker.run_id, "overrides", job_overrides())
+        tracker.log_plan(plan, tags=None if sweep is None else {"overrides": job_overrides()})
         return tracker
 
     # From here a Ctrl-C is raised at safe points only (fedray.runtime.interrupts says why: raised

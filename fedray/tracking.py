@@ -33,6 +33,7 @@ from filelock import FileLock
 
 MAX_PARAM_LENGTH = 6000
 MAX_BATCH = 900
+MAX_NAMED = 100         # params and tags in one log_batch (MLflow's cap)
 WRITE_INTERVAL = 0.5            # seconds between two batched writes of round metrics, at least
 
 
@@ -197,14 +198,16 @@ class MlflowTracker:
 
     # -- writing -------------------------------------------------------------------------------
     def _batch(self, metrics=(), params=(), tags=()) -> None:
-        """MLflow caps a batch at 1000 items and 100 params; write in slices under both."""
-        metrics, params = list(metrics), list(params)
-        if tags:
-            self.client.log_batch(self.run_id, tags=list(tags))
-        for i in range(0, len(params), 100):
-            self.client.log_batch(self.run_id, params=params[i:i + 100])
-        for i in range(0, len(metrics), MAX_BATCH):
-            self.client.log_batch(self.run_id, metrics=metrics[i:i + MAX_BATCH])
+        """As few ``log_batch`` calls as MLflow's caps allow (each a store transaction): at most
+        100 params and tags together and 1000 items in all per call (``MAX_BATCH`` under it)."""
+        metrics, params, tags = list(metrics), list(params), list(tags)
+        while metrics or params or tags:
+            named_params = params[:MAX_NAMED]
+            named_tags = tags[:MAX_NAMED - len(named_params)]
+            params, tags = params[len(named_params):], tags[len(named_tags):]
+            room = MAX_BATCH - len(named_params) - len(named_tags)
+            self.client.log_batch(self.run_id, metrics=metrics[:room], params=named_params, tags=named_tags)
+            metrics = metrics[room:]
 
     def _metric_items(self, metrics: dict, step: int, stamp: int):
         from mlflow.entities import Metric
@@ -217,7 +220,9 @@ class MlflowTracker:
                 for p, v in enumerate(values):
                     yield Metric(f"{key}/replica_{p}", float(v), stamp, step)
 
-    def log_plan(self, plan) -> None:
+    def log_plan(self, plan, tags: dict[str, str] | None = None) -> None:
+        """The plan's config, resolved values and privacy settings as params and tags (with
+        ``tags``), in one store transaction where MLflow's caps allow."""
         self._replicas = plan.num_replicas
         params = flatten(plan.config)
         resolved = {f"resolved.{key}": value for key, value in plan.protocol.resolved.items()}
@@ -249,6 +254,7 @@ class MlflowTracker:
             "accountant": plan.privacy.accountant,
             "privacy_statement": plan.privacy.summary(),
             "replicas.common_random_numbers": str(plan.replicas.common_random_numbers).lower(),
+            **(tags or {}),
         }
         from mlflow.entities import Param, RunTag
 

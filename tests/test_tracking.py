@@ -131,3 +131,26 @@ def test_a_failed_handed_over_finish_is_raised_by_the_finisher_and_leaves_its_ru
         finisher.wait()
     assert MlflowClient(tracking_uri=tracker.uri).get_run(tracker.run_id).info.status == "FAILED"
     finisher.close()                       # reported once
+
+
+def test_a_batch_fills_each_store_transaction_up_to_mlflows_caps_and_loses_nothing(tmp_path):
+    """``_batch`` writes params, tags and metrics in as few ``log_batch`` calls as MLflow's caps
+    allow (100 params and tags, 900 items a call here). A slicing bug would drop or repeat items
+    at a boundary, or go over a cap (MLflow refuses the call)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    tracker = tracking.MlflowTracker(mlflow_store(tmp_path, "b.db"), "batches")
+    tracker.start_run("batches")
+    calls = []
+    log_batch = tracker.client.log_batch
+    tracker.client.log_batch = lambda run_id, **items: (calls.append({k: len(v) for k, v in items.items()}),
+                                                         log_batch(run_id, **items))
+    tracker._batch(metrics=[Metric("m", float(i), 0, i) for i in range(1200)],
+                   params=[Param(f"p{i}", str(i)) for i in range(150)], tags=[RunTag(f"t{i}", "x") for i in range(60)])
+    assert calls == [{"metrics": 800, "params": 100, "tags": 0}, {"metrics": 400, "params": 50, "tags": 50},
+                     {"metrics": 0, "params": 0, "tags": 10}]
+    run = MlflowClient(tracking_uri=tracker.uri).get_run(tracker.run_id)
+    assert len(run.data.params) == 150 and sum(k.startswith("t") for k in run.data.tags) == 60
+    history = MlflowClient(tracking_uri=tracker.uri).get_metric_history(tracker.run_id, "m")
+    assert sorted(m.step for m in history) == list(range(1200))
+    tracker.fail("FINISHED")
