@@ -47,8 +47,9 @@ def write(uri: str, artifacts: str, seed: int) -> int:
 
 
 def write_at_once(uri: str, artifacts: str) -> None:
-    """``JOBS`` processes forked from this one (imports done once) write at the same moment, to a
+    """``JOBS`` processes forked from this one (imports done once, not eight times) write at the same moment, to a
     server once it answers; prints the retries of all of them."""
+    import dp_accounting  # noqa: F401  the run's privacy event and statement: 3 s of scipy imports a job
     import matplotlib.pyplot  # noqa: F401  what every job imports, imported before the fork
     import mlflow.store.tracking.rest_store  # noqa: F401
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
