@@ -45,6 +45,7 @@ def test_the_step_adds_noise_std_z_times_the_sum_sensitivity_over_the_divisor():
         noise.apply(np.zeros((3, 2)), [np.random.default_rng(0)] * 3)
 
 
+@pytest.mark.same_worker("b1")      # both plan B1: one RDP calibration of seconds
 def test_b1_applies_the_step_its_ledger_prices_and_the_price_is_dp_accountings():
     plan = make_plan(compose(*B1))
     accountant = plan.privacy.ledger.accountant
@@ -93,6 +94,7 @@ def test_the_poisson_ledger_is_dp_accountings_add_remove_rdp_of_its_event():
         dp_accounting.PoissonSampledDpEvent(0.3, dp_accounting.GaussianDpEvent(2.5)), 3)
 
 
+@pytest.mark.same_worker("b1")      # both plan B1: one RDP calibration of seconds
 def test_each_b1_round_logs_the_std_the_server_added_and_a_baseline_none():
     plan = make_plan(compose(*B1))
     result = run(plan, inline=True)
@@ -147,6 +149,7 @@ def test_the_kit_reads_the_ledgers_event_not_the_plans_multiplier(monkeypatch):
 
 
 
+@pytest.mark.same_worker("dp_fedavg_small")      # K = 3 of 6 plans the RDP calibration of SMALL's contract check
 @pytest.mark.parametrize("sampling", [("participation.silos_per_round=3",),
                                       ("participation=poisson", "participation.probability=0.5")])
 def test_the_dp_fedavg_example_applies_the_step_its_ledger_prices(sampling):
