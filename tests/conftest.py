@@ -80,9 +80,23 @@ class _LongTestsDealt:
     def pytest_collection_modifyitems(self, config, items):
         workerinput = getattr(config, "workerinput", None)        # set in an xdist worker only
         if workerinput is not None and int(workerinput["workercount"]) > 1:
-            items[:] = deal_long_tests(items, int(workerinput["workercount"]),
-                                       lambda item: item.get_closest_marker("long") is not None,
-                                       lambda item: item.nodeid.split("::")[0])
+            items[:] = deal_long_tests(items, int(workerinput["workercount"]), dealt_first, deal_group)
+
+
+def dealt_first(item) -> bool:
+    """Whether ``item`` is dealt at the front of a worker's chunk: a ``long`` test, or one that
+    must share a worker (``same_worker``)."""
+    return item.get_closest_marker("long") is not None or item.get_closest_marker("same_worker") is not None
+
+
+def deal_group(item) -> str:
+    """The group ``item`` is dealt with: ``same_worker``'s name, else its module. Tests that plan
+    the same slow accountant answer (an RDP calibration of seconds) share a name, so that one
+    worker runs them one after another and the later ones read the answer the first one stored
+    (in the run's own store, ``data_dir``: never kept between pytest runs, so every run computes
+    it once); on two workers at once, both computed it."""
+    shared = item.get_closest_marker("same_worker")
+    return shared.args[0] if shared else item.nodeid.split("::")[0]
 
 
 def pytest_configure(config):

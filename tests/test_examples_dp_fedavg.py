@@ -88,6 +88,7 @@ def test_poisson_add_remove_needs_at_most_half_the_noise_of_replace_one():
     assert poisson.privacy.relation == "add_remove" and ratio < 0.5
 
 
+@pytest.mark.same_worker("dp_fedavg_small")    # "contract" plans SMALL, as tests/privacy/test_server_noise.py does
 @pytest.mark.parametrize("name,check", [pytest.param(n, c, marks=[pytest.mark.slow] if n in SLOW else [], id=n)
                                         for n, c in checks(CASE)])
 def test_fedray_testing_check(name, check):

@@ -1,7 +1,9 @@
 """The suite's own ordering under xdist (``deal_long_tests`` in conftest): each worker starts with
 its share of the long tests, and a module's long tests stay on one worker."""
 
-from tests.conftest import deal_long_tests
+import pytest
+
+from tests.conftest import deal_group, deal_long_tests, dealt_first
 
 
 def _chunks(order: list, workers: int) -> list[list]:
@@ -43,3 +45,23 @@ def test_more_long_tests_than_a_chunk_holds_are_all_kept():
     names = [f"long_{i}.1" for i in range(6)] + ["short.0"]
     order = _deal(names, 4)
     assert sorted(order) == sorted(names)
+
+
+class _Item:
+    def __init__(self, nodeid: str, *marks):
+        self.nodeid, self.marks = nodeid, {m.name: m for m in marks}
+
+    def get_closest_marker(self, name):
+        return self.marks.get(name)
+
+
+def test_tests_that_share_a_calibration_are_dealt_to_one_worker_whatever_their_modules():
+    """Catches a dealing that groups ``same_worker`` tests by module (two workers would compute
+    the same RDP calibration at once) or leaves them among the short tests (stolen apart)."""
+    shared = pytest.mark.same_worker("small").mark
+    items = ([_Item("tests/a.py::t1", shared), _Item("tests/b.py::t2", shared),
+              _Item("tests/c.py::t3", pytest.mark.long.mark)] + [_Item(f"tests/d.py::s{i}") for i in range(20)])
+    assert [deal_group(i) for i in items[:3]] == ["small", "small", "tests/c.py"]
+    order = deal_long_tests(items, 2, dealt_first, deal_group)
+    first, second = order[:len(order) // 2], order[len(order) // 2:]
+    assert [i.nodeid for i in first[:2]] == ["tests/a.py::t1", "tests/b.py::t2"] and second[0].nodeid == "tests/c.py::t3"

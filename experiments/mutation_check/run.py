@@ -260,6 +260,11 @@ ledger-rounds-all-not-any mutates (run alone: killed). Then the Gaussian of the 
 theorem-priced central protocols (Gaussian SMD, output perturbation; phased SGD, Alg. 3,
 SCOutputPert) became mechanism values their ledgers price: calibrated-half-noise and
 theorem-covers-half-noise were added and run alone (both killed).
+
+The fourth full run (2026-11-29, after tests that plan one RDP calibration were dealt to one
+xdist worker and test_server_noise's Poisson route was computed once per replica and count; the
+2-core machine shared with two other sessions, load 1.8-7.4) killed 41 of 41, each by the same
+first failing test as before; baseline 251 s, all mutants 1,024 s.
 """
 
 

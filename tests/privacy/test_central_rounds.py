@@ -36,21 +36,22 @@ def test_unit_clip_scales_each_message_and_states_the_sums_sensitivity():
         clip.sum_sensitivity("replace_all")
 
 
+@pytest.mark.same_worker("dp_fedavg_small")     # the DP-FedAvg example's SMALL plans this calibration too
 def test_uniform_rounds_calibrate_by_rdp_and_the_ledger_prices_the_applied_step():
-    """z is the RDP accountant's for 20 releases of 3 of 10; sigma = z 2C; the ledger's epsilon of
-    20 rounds is dp-accounting's own for that event (the independent route), and the target."""
-    planned = server_gaussian_rounds(CENTRAL, UniformParticipation(3), UnitClip(0.5), 10, 20, 2, "client", "p")
-    z = calibrate_noise_multiplier(1.0, 1e-5, 3, 10, 1, 20, Accountant.RDP)
+    """z is the RDP accountant's for 30 releases of 3 of 6; sigma = z 2C; the ledger's epsilon of
+    30 rounds is dp-accounting's own for that event (the independent route), and the target."""
+    planned = server_gaussian_rounds(CENTRAL, UniformParticipation(3), UnitClip(0.5), 6, 30, 2, "client", "p")
+    z = calibrate_noise_multiplier(1.0, 1e-5, 3, 6, 1, 30, Accountant.RDP)
     np.testing.assert_array_equal(planned.noise.noise_multiplier, [z, z])
     assert planned.noise.sensitivity == 1.0 and planned.resolved == {"noise_multiplier": z, "noise_std": z * 1.0}
     assert planned.expected_units == 3 and planned.privacy.relation == Relation.REPLACE_ONE
     ledger = planned.privacy.ledger
     assert ledger.accountant.noise is planned.noise          # the step the server applies is the one priced
     accountant = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
-    accountant.compose(dp_accounting.SampledWithoutReplacementDpEvent(10, 3, dp_accounting.GaussianDpEvent(z)), 20)
-    spent = ledger.epsilons(np.full((2, 10), 20))
+    accountant.compose(dp_accounting.SampledWithoutReplacementDpEvent(6, 3, dp_accounting.GaussianDpEvent(z)), 30)
+    spent = ledger.epsilons(np.full((2, 6), 30))
     assert spent.max() == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9) and spent.max() <= 1.0 + 1e-9
-    halved = server_gaussian_rounds(CENTRAL, UniformParticipation(3), UnitClip(0.25), 10, 20, 1, "client", "p")
+    halved = server_gaussian_rounds(CENTRAL, UniformParticipation(3), UnitClip(0.25), 6, 30, 1, "client", "p")
     assert halved.noise.noise_std[0] == pytest.approx(planned.noise.noise_std[0] / 2)
 
 
