@@ -53,11 +53,13 @@ def split_overrides(overrides: Sequence[str], groups: Iterable[str]):
     select and merge the files, then the value overrides (``trial=3``, ``+data.spec.noise=2``) are
     set on the merged config, in order. Value overrides never choose a file, so one composition of
     the group overrides serves every list of values on it (``set_values``)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    return _split_parsed(_parsed(overrides), frozenset(groups))
 
-    groups = frozenset(groups)
+
+def _split_parsed(parsed, groups: frozenset):
+    """``split_overrides`` of overrides parsed already."""
     chosen, values = [], []
-    for override in OverridesParser.create().parse_overrides(list(overrides)):
+    for override in parsed:
         key = override.key_or_group
         if override.is_sweep_override() or override.is_delete() or key.split(".")[0] == "hydra":
             return None
@@ -107,8 +109,8 @@ class SweepComposer:
         self.bases: dict[tuple[str, ...], object] = {}
 
     def compose(self, overrides: Sequence[str]):
-        overrides = list(overrides)
-        split = split_overrides(overrides, self.groups)
+        overrides, parsed = list(overrides), _parsed(overrides)
+        split = _split_parsed(parsed, self.groups)
         if split is None:
             return self.loader.load_sweep_config(self.master, overrides)
         chosen, values = split
@@ -119,7 +121,7 @@ class SweepComposer:
             set_values(config, values)
         except Exception:
             return self.loader.load_sweep_config(self.master, overrides)
-        self._record(config, _parsed(overrides))
+        self._record(config, parsed)
         return config
 
     @staticmethod

@@ -5,9 +5,9 @@ The basic launcher runs a sweep's jobs one after another in this process and com
 config just before it starts: about 0.2 s of Python per job, while the job's silo actors sit idle.
 Here one background thread composes job i + 1 as soon as job i starts, so the composition overlaps
 job i's rounds, when this process mostly waits on its actors; and it composes once per list of
-group choices (``fedray.compose.SweepComposer``), a copy of which takes each job's values. Jobs still run one at a time, in
-order, through Hydra's own ``run_job``; a job whose composition fails raises at its turn, as with
-the basic launcher. Composition reads config files and builds a new config; it touches no state
+group choices (``fedray.compose.SweepComposer``), a copy of which takes each job's values. Jobs
+still run one at a time, in order, through Hydra's own ``run_job``; a job whose composition fails
+raises at its turn, as with the basic launcher. Composition reads config files and builds a new config; it touches no state
 the running job uses (the job's ``HydraConfig`` is set by ``run_job`` in this thread).
 
 Only Hydra's public plugin API is used (``hydra.plugins.launcher.Launcher``, ``run_job``, the
