@@ -22,7 +22,7 @@ from fedray.preflight import shadowed_configs, tracking_store
 from fedray.runtime import checkpoint, interrupts
 from fedray.runtime.driver import ActorPool, RunResult, run, start
 from fedray.sweep import Sweep, job_label
-from fedray.tracking import Finisher, browse_hint, run_name, tracker_from_config
+from fedray.tracking import RunWriter, browse_hint, run_name, tracker_from_config
 
 console = Console()
 
@@ -190,12 +190,12 @@ def _check_searchpath() -> None:
 
 
 def run_job(cfg: DictConfig, pool: ActorPool | None = None, sweep: Sweep | None = None,
-            finisher: Finisher | None = None) -> RunResult | None:
+            writer: RunWriter | None = None) -> RunResult | None:
     """One job: plan, start (or reuse ``pool``'s) actors while the MLflow run opens, rounds, summary.
 
     In a ``sweep`` the run is a child of its parent run, and a refused job is a FAILED child (the
-    sweep goes on); with a ``finisher`` too, the run's writing is handed to its thread (the next
-    job, or the sweep's end, waits for it)."""
+    sweep goes on); with a ``writer`` too (the process's, which its jobs share), the run is written
+    through it and its finish handed to it (the next job, or the sweep's end, waits for it)."""
     parent_run_id = None if sweep is None else sweep.parent_run_id
     try:
         if parent_run_id is None:           # a sweep's parent run has asked the store already
@@ -219,7 +219,8 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None, sweep: Sweep | None 
         label = "" if sweep is None else job_label(job_overrides().split(), sweep.swept_keys)  # swept values first
         tracker = tracker_from_config(plan.tracking, run_name=run_name(plan, label),
                                       parent_run_id=parent_run_id,    # from fedray.sweep.ParentRun
-                                      resumed=resumed)                # its MLflow run goes on
+                                      resumed=resumed,                # its MLflow run goes on
+                                      writer=writer if sweep is not None else None)
         tracker.log_plan(plan, tags=None if sweep is None else {"overrides": job_overrides()})
         return tracker
 
@@ -227,11 +228,11 @@ def run_job(cfg: DictConfig, pool: ActorPool | None = None, sweep: Sweep | None 
     # inside Ray's start-up it could leave the logging lock held, and the command waited forever
     # for the MLflow run below to open and be marked KILLED).
     with interrupts.deferred():
-        return _started_job(plan, pool, open_tracker, sweep, finisher)
+        return _started_job(plan, pool, open_tracker, sweep, writer)
 
 
 def _started_job(plan: Plan, pool: ActorPool | None, open_tracker, sweep: Sweep | None,
-                 finisher: Finisher | None) -> RunResult:
+                 writer: RunWriter | None) -> RunResult:
     # The MLflow store (schema creation on a fresh one) is set up while Ray and the silo actors start.
     with ThreadPoolExecutor(max_workers=1) as background:
         pending = background.submit(open_tracker)
@@ -274,14 +275,14 @@ def _started_job(plan: Plan, pool: ActorPool | None, open_tracker, sweep: Sweep 
             tracker.fail(_ended(err))
             raise
         bar.update(task, status=final_status(plan, result))     # the released model's values, not a round's
-    if finisher is not None:
+    if writer is not None:
         try:
-            finisher.wait()             # the previous job's run, written during these rounds
+            writer.wait()               # the previous job's run, written during these rounds
         except BaseException:
             tracker.fail()
             raise
     # In a sweep run by this process the next job (or the sweep's end) waits for this run's writing.
-    tracker.finish(plan, result, finisher=finisher if sweep is not None else None)
+    tracker.finish(plan, result)
     if sweep is None and threading.current_thread() is threading.main_thread():
         # A single run is finished and recorded: a Ctrl-C from here on would only cut Ray's shutdown
         # short (at interpreter exit that crashed the process and left Ray's helpers alive), so the
@@ -309,13 +310,14 @@ class Jobs:
       consecutive jobs of a sweep on the same records reuse them.
     - The sweep the jobs belong to, handed in by ``fedray.sweep.ParentRun`` at each job's start
       (``join_sweep``), and the thread that writes a finished job's run while the next job runs
-      (a ``Finisher``), waited for at the sweep's end (``wait_written``).
+      (a ``RunWriter``, which also writes every job's round metrics and keeps the store client),
+      waited for at the sweep's end (``wait_written``).
     """
 
     def __init__(self) -> None:
         self.pool: ActorPool | None = None
         self.sweep: Sweep | None = None
-        self.finisher: Finisher | None = None
+        self.writer: RunWriter | None = None
 
     def join_sweep(self, sweep: Sweep) -> None:
         self.sweep = sweep
@@ -328,22 +330,22 @@ class Jobs:
     def __call__(self, cfg: DictConfig) -> None:
         if self.pool is None:
             self.pool = ActorPool()
-        if self.sweep is not None and self.finisher is None:
-            self.finisher = Finisher()
-        run_job(cfg, self.pool, self.sweep, self.finisher)
+        if self.sweep is not None and self.writer is None:
+            self.writer = RunWriter()
+        run_job(cfg, self.pool, self.sweep, self.writer)
 
     def wait_written(self) -> None:
         """Wait until every finished job's run is written; re-raise the first write that failed."""
-        if self.finisher is not None:
-            self.finisher.wait()
+        if self.writer is not None:
+            self.writer.wait()
 
     def close(self) -> None:
         """End the writing thread (after its writes) and the kept actors."""
         try:
-            if self.finisher is not None:
-                self.finisher.close()
+            if self.writer is not None:
+                self.writer.close()
         finally:
-            self.finisher = None
+            self.writer = None
             if self.pool is not None:
                 self.pool.drop_all()
             self.pool = None

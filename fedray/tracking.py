@@ -127,19 +127,21 @@ class MlflowTracker:
     """An MLflow store and experiment; ``start_run`` opens the run this tracker writes to."""
 
     def __init__(self, uri: str, experiment_name: str, artifact_location: str | None = None,
-                 log_every: int = 5, replica_curves: int = 30, figure: bool = True):
+                 log_every: int = 5, replica_curves: int = 30, figure: bool = True,
+                 writer: RunWriter | None = None):
         self.uri = _store_uri(uri)
         location = None
         if artifact_location and "://" not in artifact_location:
             location = Path(artifact_location).resolve().as_uri()
         elif artifact_location:
             location = artifact_location
-        # Jobs started together on a fresh SQLite store would each create its schema (MLflow's
-        # migrations are not safe to run twice at once) and the same experiment: one at a time.
-        with _store_lock(self.uri):
-            self.client = RetryingClient(self.uri)
-            experiment_id = self._experiment(experiment_name, location)
-        self.experiment_id = experiment_id
+        # Round metrics and (handed over) finishes are written by one background thread, the
+        # writer's: the driver's rounds wait on the silo actors, so the store's writes overlap with
+        # their work instead of adding to it. A tracker given a ``writer`` (the jobs of a sweep in
+        # one process) shares it, with its store client and experiment; else it has its own.
+        self._owns_writer = writer is None
+        self._writer = RunWriter() if writer is None else writer
+        self.client, self.experiment_id = self._writer.experiment(self.uri, experiment_name, location)
         self.run_id: str | None = None
         self.log_every = int(log_every)
         self.replica_curves = int(replica_curves)
@@ -148,28 +150,8 @@ class MlflowTracker:
         self._replicas = 1
         self._logged: dict[str, int] = {}       # a resumed run: key -> last step the store holds
         self._params: dict[str, str] = {}       # a resumed run: the params it was opened with
-        # Round metrics are written by one background thread: the driver's rounds wait on the
-        # silo actors, so the SQLite writes overlap with their work instead of adding to it.
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-writer")
         self._written: list[Future] = []
         self._flushed_at = time.monotonic()     # the first write waits too: the first rounds warm up
-
-    def _experiment(self, name: str, location: str | None) -> str:
-        """The id of experiment ``name``, created if missing (another job may create it first)."""
-        from mlflow.exceptions import MlflowException
-
-        experiment = self.client.get_experiment_by_name(name)
-        if experiment is None:
-            try:
-                return self.client.create_experiment(name, artifact_location=location,
-                                                     tags={EXPERIMENT_KIND: MODEL_DEVELOPMENT})
-            except MlflowException:
-                experiment = self.client.get_experiment_by_name(name)
-                if experiment is None:
-                    raise
-        if EXPERIMENT_KIND not in experiment.tags:
-            self.client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND, MODEL_DEVELOPMENT)
-        return experiment.experiment_id
 
     def start_run(self, run_name: str | None = None, parent_run_id: str | None = None) -> str:
         """Open the run (a child of ``parent_run_id`` if given) and return its id."""
@@ -289,7 +271,7 @@ class MlflowTracker:
     def flush(self) -> None:
         """Queue the pending round metrics for the writer thread (in order)."""
         if self._pending:
-            self._written.append(self._writer.submit(self._batch, metrics=self._pending))
+            self._written.append(self._writer.write(self._batch, metrics=self._pending))
             self._pending = []
             self._flushed_at = time.monotonic()
 
@@ -300,20 +282,20 @@ class MlflowTracker:
         for future in written:
             future.result()
 
-    def finish(self, plan, result, status: str = "FINISHED", finisher: Finisher | None = None) -> None:
+    def finish(self, plan, result, status: str = "FINISHED") -> None:
         """Final metrics, artifacts and the run's end status.
 
-        With a ``finisher`` (a sweep's job that another job or the sweep's end follows in this
-        process) the writing is handed to its background thread and this returns at once: a
+        A tracker that shares a writer (a sweep's job that another job or the sweep's end follows in
+        this process) hands the writing to the writer's thread and returns at once: a
         many-replica run's finish (rounds.csv, artifacts) takes about 0.4 s of Python, which then
-        overlaps the next job's rounds, when the driver mostly waits on its actors.
-        ``finisher.wait()`` waits for it and re-raises its error; a failed handed-over finish
-        leaves its run FAILED.
+        overlaps the next job's rounds, when the driver mostly waits on its actors. The writer's
+        ``wait()`` waits for it and re-raises its error; a failed handed-over finish leaves its run
+        FAILED. A tracker with its own writer writes it now.
         """
-        if finisher is None:
+        if self._owns_writer:
             self._finish(plan, result, status)
-            return
-        finisher.submit(self._finish_or_fail, plan, result, status)
+        else:
+            self._writer.finish(self._finish_or_fail, plan, result, status)
 
     def _finish_or_fail(self, plan, result, status: str) -> None:
         try:
@@ -326,7 +308,13 @@ class MlflowTracker:
     def _finish(self, plan, result, status: str) -> None:
         from mlflow.entities import RunTag
 
-        self.wait()
+        # Not ``wait()``: this may run on the writer's own thread, where a write queued and waited
+        # for would never start. The writes queued before are done (or fail here), in order.
+        written, self._written = self._written, []
+        pending, self._pending = self._pending, []     # so that ``fail`` here queues nothing either
+        for future in written:
+            future.result()
+        self._batch(metrics=pending)
         stamp = int(time.time() * 1000)
         final = {f"final_{k}": v for k, v in result.final.items()}
         # Numeric constants are metrics; the rest (a mode's name, say) are tags.
@@ -359,38 +347,61 @@ class MlflowTracker:
                 _figure(result, tmp / "loss_and_epsilon.png")
             self.client.log_artifacts(self.run_id, str(tmp))
         self.client.set_terminated(self.run_id, status)
-        self._writer.shutdown()
+        if self._owns_writer:
+            self._writer.close()
 
     def fail(self, status: str = "FAILED") -> None:
         """End the run as ``status``: FAILED, or KILLED when the user stopped it (Ctrl-C)."""
         try:
             self.wait()
         finally:
-            self._writer.shutdown()
+            if self._owns_writer:
+                self._writer.close()
             self.client.set_terminated(self.run_id, status)
 
 
-class Finisher:
-    """Writes the finishes that ``MlflowTracker.finish(..., finisher=)`` hands over, one at a time,
-    in order, in one background thread, started at the first finish handed over.
+class RunWriter:
+    """One process's MLflow writer: its store clients and experiments, opened once, and one
+    background thread that writes, in order, the round metrics of its trackers' runs and the
+    finishes handed over to it, started at the first write.
 
-    Its owner (the command line's ``fedray.cli.Jobs``, for the jobs of a sweep in one process)
-    ``wait``s for them before writing its next run and at the sweep's end, and ``close``s it.
+    A tracker without one has its own. The jobs of a sweep in one process (the command line's
+    ``fedray.cli.Jobs``, or a launcher's job worker) share one: each job's tracker then reuses the
+    store client and experiment, and its finish is written while the next job runs. Their owner
+    ``wait``s for the finishes before writing its next run and at the sweep's end, and ``close``s it.
     """
 
     def __init__(self) -> None:
         self._thread: ThreadPoolExecutor | None = None
-        self._pending: list[Future] = []
+        self._finishes: list[Future] = []
+        self._experiments: dict[tuple, tuple[RetryingClient, str]] = {}
 
-    def submit(self, finish, *args) -> None:
-        """Run ``finish(*args)`` after the finishes handed over before it."""
+    def experiment(self, uri: str, name: str, location: str | None) -> tuple[RetryingClient, str]:
+        """A client of the store at ``uri`` and the id of its experiment ``name`` (created, with
+        ``location`` for its artifacts, if missing), looked up once per writer."""
+        key = (uri, name, location)
+        if key not in self._experiments:
+            # Jobs started together on a fresh SQLite store would each create its schema (MLflow's
+            # migrations are not safe to run twice at once) and the same experiment: one at a time.
+            with _store_lock(uri):
+                client = next((c for (u, _, _), (c, _) in self._experiments.items() if u == uri), None)
+                client = client or RetryingClient(uri)
+                self._experiments[key] = client, _experiment_id(client, name, location)
+        return self._experiments[key]
+
+    def write(self, write, *args, **kwargs) -> Future:
+        """Run ``write(*args, **kwargs)`` on the thread, after what was queued before it."""
         if self._thread is None:
-            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-finish")
-        self._pending.append(self._thread.submit(finish, *args))
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-writer")
+        return self._thread.submit(write, *args, **kwargs)
+
+    def finish(self, finish, *args) -> None:
+        """Queue ``finish(*args)``, a run's finish, which ``wait`` waits for."""
+        self._finishes.append(self.write(finish, *args))
 
     def wait(self) -> None:
         """Wait until every finish handed over is written; re-raise the first that failed."""
-        pending, self._pending = self._pending, []
+        pending, self._finishes = self._finishes, []
         errors = []
         for future in pending:
             try:
@@ -408,6 +419,24 @@ class Finisher:
             if self._thread is not None:
                 self._thread.shutdown()
                 self._thread = None
+
+
+def _experiment_id(client: RetryingClient, name: str, location: str | None) -> str:
+    """The id of experiment ``name``, created if missing (another job may create it first)."""
+    from mlflow.exceptions import MlflowException
+
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        try:
+            return client.create_experiment(name, artifact_location=location,
+                                            tags={EXPERIMENT_KIND: MODEL_DEVELOPMENT})
+        except MlflowException:
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if EXPERIMENT_KIND not in experiment.tags:
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND, MODEL_DEVELOPMENT)
+    return experiment.experiment_id
 
 
 OUTPUT_ARTIFACT = "output.npz"
@@ -536,9 +565,9 @@ def run_name(plan, label: str = "") -> str:
 
 
 def tracker_from_config(tracking: dict, run_name: str | None = None, parent_run_id: str | None = None,
-                        resumed=None) -> MlflowTracker:
+                        resumed=None, writer: RunWriter | None = None) -> MlflowTracker:
     """A tracker for the ``tracking`` config with its run opened: the run of the checkpoint
-    ``resumed`` if it has one this store holds, else a new one."""
+    ``resumed`` if it has one this store holds, else a new one; writing through ``writer`` if given."""
     tracker = MlflowTracker(
         uri=tracking["uri"],
         experiment_name=tracking["experiment_name"],
@@ -546,6 +575,7 @@ def tracker_from_config(tracking: dict, run_name: str | None = None, parent_run_
         log_every=tracking.get("log_every", 5),
         replica_curves=tracking.get("replica_curves", 30),
         figure=tracking.get("figure", True),
+        writer=writer,
     )
     run_id = getattr(resumed, "run_id", None)
     if run_id is None or not tracker.resume_run(run_id, resumed.next_round):

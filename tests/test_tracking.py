@@ -2,6 +2,7 @@
 
 import csv
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from fedray.plan import make_plan
 from fedray.runtime.driver import run
 from fedray import tracking
-from fedray.tracking import Finisher, _round_table, tracker_from_config
+from fedray.tracking import RunWriter, _round_table, tracker_from_config
 from tests.conftest import compose, mlflow_store
 
 SMALL = ["data=synthetic", "data.spec.num_silos=4", "data.spec.samples_per_silo=40", "data.spec.dim=3",
@@ -97,40 +98,81 @@ def test_round_table_keeps_blanks_nans_and_exact_values(tmp_path):
     assert path.read_text() == "round,replica,w\n0,0,0.0\n0,1,-0.0\n0,2,0.0\n0,3,0.3333333333333333\n"
 
 
-def _deferred_run(tmp_path):
-    plan = make_plan(compose(*SMALL, f"tracking.uri={mlflow_store(tmp_path, 'm.db')}", f"tracking.artifact_location={tmp_path}/a"))
-    tracker = tracker_from_config(plan.tracking)
+def _small_plan(tmp_path):
+    return make_plan(compose(*SMALL, f"tracking.uri={mlflow_store(tmp_path, 'm.db')}", f"tracking.artifact_location={tmp_path}/a"))
+
+
+def _deferred_run(tmp_path, writer):
+    plan = _small_plan(tmp_path)
+    tracker = tracker_from_config(plan.tracking, writer=writer)
     tracker.log_plan(plan)
     result = run(plan, tracker=tracker, inline=True)
     return plan, result, tracker
 
 
-def test_a_handed_over_finish_is_written_by_the_time_the_finisher_waited(tmp_path):
-    plan, result, tracker = _deferred_run(tmp_path)
-    finisher = Finisher()
-    tracker.finish(plan, result, finisher=finisher)
-    finisher.wait()
+def test_a_handed_over_finish_is_written_by_the_time_the_writer_waited(tmp_path):
+    """A tracker sharing a writer hands its finish over and returns; a finish left unwritten (or
+    written after ``wait`` returns) would leave the run RUNNING or its summary missing here."""
+    writer = RunWriter()
+    plan, result, tracker = _deferred_run(tmp_path, writer)
+    tracker.finish(plan, result)
+    writer.wait()
     client = MlflowClient(tracking_uri=tracker.uri)
     assert client.get_run(tracker.run_id).info.status == "FINISHED"
     summary = json.loads(open(client.download_artifacts(tracker.run_id, "summary.json", str(tmp_path))).read())
     assert summary["final_train_loss"] == np.asarray(result.final["train_loss"]).tolist()
-    finisher.wait()                        # nothing left: returns at once
-    finisher.close()
+    writer.wait()                          # nothing left: returns at once
+    writer.close()
 
 
-def test_a_failed_handed_over_finish_is_raised_by_the_finisher_and_leaves_its_run_failed(tmp_path, monkeypatch):
-    plan, result, tracker = _deferred_run(tmp_path)
+def test_a_failed_handed_over_finish_is_raised_by_the_writer_and_leaves_its_run_failed(tmp_path, monkeypatch):
+    writer = RunWriter()
+    plan, result, tracker = _deferred_run(tmp_path, writer)
 
     def broken(*args):
         raise OSError("disk full")
 
     monkeypatch.setattr(tracking, "_round_table", broken)
-    finisher = Finisher()
-    tracker.finish(plan, result, finisher=finisher)     # returns: the error belongs to the background write
+    tracker.finish(plan, result)           # returns: the error belongs to the background write
     with pytest.raises(OSError, match="disk full"):
-        finisher.wait()
+        writer.wait()
     assert MlflowClient(tracking_uri=tracker.uri).get_run(tracker.run_id).info.status == "FAILED"
-    finisher.close()                       # reported once
+    writer.close()                         # reported once
+
+
+def test_the_jobs_of_one_writer_share_its_store_client_and_lose_no_round(tmp_path, monkeypatch):
+    """Two jobs in one process through one ``RunWriter``, as a sweep's: one store client and
+    experiment lookup for both; the first job's finish is handed over with round writes queued
+    before it, the second's with rounds not yet queued (its finish runs on the writer's own
+    thread, so it must write them itself: queued there and waited for, they would never start and
+    the sweep would hang). Every round of both runs is in the store, and both runs are FINISHED."""
+    writer = RunWriter()
+    plan = _small_plan(tmp_path)
+    lookups, lookup = [], MlflowClient.get_experiment_by_name
+    monkeypatch.setattr(MlflowClient, "get_experiment_by_name", lambda self, name: lookups.append(name) or lookup(self, name))
+    trackers = []
+    for job in range(2):
+        tracker = tracker_from_config(plan.tracking, writer=writer)
+        tracker.log_plan(plan)
+        result = run(plan, tracker=tracker, inline=True)
+        if job == 0:
+            tracker.flush()                # queued on the writer's thread
+        else:
+            assert tracker._pending        # left for the finish to write
+        tracker.finish(plan, result)
+        trackers.append(tracker)
+    closing = threading.Thread(target=writer.close, daemon=True)
+    closing.start()
+    closing.join(timeout=120)
+    assert not closing.is_alive(), "the writer's thread never finished the second job's run"
+    assert trackers[0].client is trackers[1].client
+    assert lookups == [plan.tracking["experiment_name"]]
+    assert trackers[0].experiment_id == trackers[1].experiment_id
+    client = MlflowClient(tracking_uri=trackers[0].uri)
+    for tracker in trackers:
+        assert client.get_run(tracker.run_id).info.status == "FINISHED"
+        steps = [m.step for m in client.get_metric_history(tracker.run_id, "train_loss/replica_0")]
+        assert sorted(steps) == list(range(plan.num_rounds))
 
 
 def test_a_batch_fills_each_store_transaction_up_to_mlflows_caps_and_loses_nothing(tmp_path):

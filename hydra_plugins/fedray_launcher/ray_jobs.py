@@ -10,9 +10,9 @@ takes no CPU (``num_cpus: 0``): a job's work is in its actors, and a waiting coo
 hold the CPUs its actors need. A worker lives for the whole batch and keeps, from one job to its
 next, what the sequential launcher keeps in its one process: its imports, its task function (the
 command line's ``fedray.cli.Jobs``, with its ``ActorPool`` of silo actors, so its next job on the
-same records skips actor start-up and loading, and its ``Finisher``, which writes a finished run
-while the next one runs), and what a process keeps by itself (MLflow's store connection, the
-accountant store's). Job configs are composed here, in the launching process, while the workers
+same records skips actor start-up and loading, and its ``RunWriter``, which writes every job's
+run through one thread, a finished run while the next one runs, with one store client and
+experiment lookup), and what a process keeps by itself (the accountant store's connection). Job configs are composed here, in the launching process, while the workers
 run the jobs before them (composition reads the config search path, which may exist only on the
 launching machine), once per list of group choices (``fedray.compose.SweepComposer``).
 
