@@ -135,3 +135,24 @@ def test_the_sweep_scaling_table_and_target_compare_each_mode_with_one_worker_se
     assert target.startswith("| 5. sweep (E2 quick) on 2 warm job workers") and "0.60x" in target and target.endswith("| yes |")
     result["modes"][2]["seconds"] = 100.0       # a tie does not beat the sequential sweep
     assert run.targets_table([], [], result).splitlines()[-1].endswith("| no |")
+
+
+def test_the_page_gets_the_tables_between_its_markers_and_keeps_its_prose(tmp_path, capsys):
+    """``--page`` replaces what is between the two markers only; a page without them is refused
+    before anything is written (an hour of measuring would otherwise end in a lost table)."""
+    run = _load_run_module()
+    page = tmp_path / "performance.md"
+    page.write_text(f"# Performance\n\nintro\n\n{run.PAGE_BEGIN}\nold table\n{run.PAGE_END}\n\nwhat remains\n")
+    run.write_page(page, "machine X", "| a |\n|---|")
+    assert page.read_text() == (f"# Performance\n\nintro\n\n{run.PAGE_BEGIN}\n\nMachine and software: machine X.\n\n"
+                                f"| a |\n|---|\n\n{run.PAGE_END}\n\nwhat remains\n")
+    run.write_page(page, "machine Y", "| b |")        # again: the same markers, the new block
+    assert "machine X" not in page.read_text() and page.read_text().count(run.PAGE_BEGIN) == 1
+    unmarked = tmp_path / "other.md"
+    unmarked.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="needs the lines"):
+        run.write_page(unmarked, "machine", "| t |")
+    assert unmarked.read_text() == "no markers\n"
+    with pytest.raises(SystemExit):            # before any job runs
+        run.main(["--jobs", "synthetic-N10", "--page", str(unmarked)])
+    assert f"--page {unmarked}: needs the lines" in capsys.readouterr().err

@@ -7,6 +7,7 @@
     python experiments/benchmark/run.py --jobs --protocols e1 e2 --protocol-trials 2   # protocols only
     python experiments/benchmark/run.py --no-flower --protocol-trials e1=2 e2=20   # every target, one invocation
     python experiments/benchmark/run.py --tables-from out/bench.json               # an earlier run's tables again
+    python experiments/benchmark/run.py --tables-from out/bench.json --page docs/performance.md   # into the docs page
     python experiments/benchmark/run.py --jobs --sweep-scaling --scaling-trials 20 # sweep scaling alone (E2, 20 trials)
 
 Every (job, runner) pair runs as its own subprocess, one after another, and is measured from
@@ -75,6 +76,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from importlib import metadata
 import math
 import os
 import platform
@@ -489,7 +491,7 @@ def machine() -> str:
     mem = os.sysconf("SC_PHYS_PAGES") * PAGE / GIB
     return (f"{time.strftime('%Y-%m-%d')}; {cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, "
             f"{platform.system()} {platform.release()}; Python {platform.python_version()}, "
-            f"numpy {np.__version__}, ray {ray.__version__}")
+            f"numpy {np.__version__}, ray {ray.__version__}, mlflow {metadata.version('mlflow')}")
 
 
 def tables(results: list[dict], protocol_results: list[dict], scaling: dict | None = None) -> str:
@@ -500,6 +502,27 @@ def tables(results: list[dict], protocol_results: list[dict], scaling: dict | No
                                     protocol_table(protocol_results) if protocol_results else "",
                                     scaling_table(scaling) if scaling else "",
                                     targets_table(results, protocol_results, scaling)]))
+
+
+PAGE_BEGIN = "<!-- benchmark tables: written by experiments/benchmark/run.py --page; do not edit -->"
+PAGE_END = "<!-- end of the benchmark tables -->"
+
+
+def write_page(page: Path, header: str, text: str) -> None:
+    """Put an invocation's header and tables into ``page``, between its two markers (the prose
+    around them is kept); a page without them is refused, and nothing is written."""
+    current = page.read_text() if page.is_file() else ""
+    if current.count(PAGE_BEGIN) != 1 or current.count(PAGE_END) != 1:
+        raise SystemExit(f"--page {page}: needs the lines {PAGE_BEGIN!r} and {PAGE_END!r} once each")
+    before, rest = current.split(PAGE_BEGIN)
+    after = rest.split(PAGE_END)[1]
+    block = f"{PAGE_BEGIN}\n\n{page_header(header)}\n\n{text}\n\n{PAGE_END}"
+    page.write_text(before + block + after)
+
+
+def page_header(header: str) -> str:
+    """The invocation's header line (machine, versions, where fedray came from) as a sentence."""
+    return f"Machine and software: {header}."
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -539,11 +562,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="trials of each protocol, or per protocol (e1=2 e2=20; default 20, the papers' count)")
     parser.add_argument("--tables-from", type=Path, metavar="JSON",
                         help="print the tables of an earlier invocation's --json file and run nothing")
+    parser.add_argument("--page", type=Path, metavar="MARKDOWN",
+                        help="also write the header and tables into this page, between its benchmark markers "
+                             "(docs/performance.md)")
     parser.add_argument("--protocol-timeout", type=float, default=4 * 3600.0, help="seconds per sweep")
     parser.add_argument("--sweep-scaling", action="store_true",
                         help="also run sweep_scaling.py's table: one sweep one job after another and on 1, 2, ... "
                              "warm job workers (with --quick: its 8-job size)")
-    parser.add_argument("--scaling-trials", type=int, help="trials of the scaling sweep (default 2)")
+    parser.add_argument("--scaling-trials", type=int,
+                        help="trials of the scaling sweep (default: E2's protocol trials when it runs, else 2)")
     parser.add_argument("--address", help="the Ray cluster the scaling sweeps join (runtime.address)")
     args = parser.parse_args(argv)
     protocols = args.protocols if args.protocols is not None else ([] if args.quick or args.jobs else ["e1", "e2"])
@@ -551,7 +578,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.tables_from is not None:
         sys.path.insert(0, str(HERE))
         saved = json.loads(args.tables_from.read_text())
-        print(saved["header"] + "\n\n" + tables(saved["results"], saved["protocols"], saved.get("scaling")))
+        text = tables(saved["results"], saved["protocols"], saved.get("scaling"))
+        print(saved["header"] + "\n\n" + text)
+        if args.page is not None:
+            write_page(args.page, saved["header"], text)
         return saved["results"]
 
     sys.path.insert(0, str(HERE))
@@ -567,6 +597,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         jobs = [j for j in jobs if j["name"] in args.jobs]
     for job in jobs:
         check_job(job)
+    if args.page is not None:           # refused now, not after an hour of measuring
+        page = args.page.read_text() if args.page.is_file() else ""
+        if page.count(PAGE_BEGIN) != 1 or page.count(PAGE_END) != 1:
+            parser.error(f"--page {args.page}: needs the lines {PAGE_BEGIN!r} and {PAGE_END!r} once each")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="fedray-benchmark-"))
     work.mkdir(parents=True, exist_ok=True)
 
@@ -584,7 +618,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"Flower skipped: {flower_version}", flush=True)
     import fedray
 
-    header = machine() + f"; fedray from {Path(fedray.__file__).resolve().parent}"
+    source = Path(fedray.__file__).resolve().parent
+    commit = subprocess.run(["git", "-C", str(source), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True)
+    header = machine() + f"; fedray from {source}"
+    if commit.returncode == 0:
+        header += f" at commit {commit.stdout.strip()}" + (" with local changes" if dirty.stdout.strip() else "")
+    header += time.strftime("; started %H:%M UTC", time.gmtime())
     if flower is not None:
         header += f"; flwr {flower_version}"
     print(header, flush=True)
@@ -638,8 +679,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.sweep_scaling:
         from sweep_scaling import run_scaling
 
-        scaling = run_scaling(args.quick, args.scaling_trials, work, child_env({}), args.protocol_timeout, args.address)
+        scaling_trials = args.scaling_trials or (trials["e2"] if "e2" in protocols and not args.quick else None)
+        # The scaling sweep one after another and its numpy limit are E2's protocol's own runs when
+        # both are the same multirun (same trials, this machine): reused, not run a second time.
+        e2 = next((res for res in protocol_results if res["protocol"] == "e2"), None)
+        same = (e2 is not None and not args.quick and not args.address and scaling_trials == e2["trials"]
+                and not any("error" in part for part in e2["fedray"] + [e2["numpy"]]))
+        scaling = run_scaling(args.quick, scaling_trials, work, child_env({}), args.protocol_timeout, args.address,
+                              measured=e2 if same else None)
     text = tables(results, protocol_results, scaling)
+    header += time.strftime(", ended %H:%M UTC", time.gmtime())
     print()
     print(header)
     print()
@@ -648,6 +697,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.json:
         args.json.write_text(json.dumps({"header": header, "results": results, "protocols": protocol_results, "scaling": scaling},
                                         default=str, indent=1))
+    if args.page is not None:
+        write_page(args.page, header, text)
     return results
 
 

@@ -89,8 +89,11 @@ def final_metrics(work: Path, name: str) -> dict[str, dict]:
 
 
 def run_scaling(quick: bool, trials: int | None, work: Path, env: dict, timeout: float, address: str | None = None,
-                workers: list[int] | None = None) -> dict:
-    """Every mode of the sweep, then its numpy limit; returns what ``table`` prints."""
+                workers: list[int] | None = None, measured: dict | None = None) -> dict:
+    """Every mode of the sweep, then its numpy limit; returns what ``table`` prints. ``measured``:
+    this sweep's sequential run and numpy limit timed already in this invocation (E2's protocol,
+    ``tuning_protocol.run_protocol``'s result, whose first sweep's store is ``e2-sweep0``), reused
+    rather than run twice."""
     import pickle
 
     from mlflow.tracking import MlflowClient
@@ -109,10 +112,14 @@ def run_scaling(quick: bool, trials: int | None, work: Path, env: dict, timeout:
     runs, reference = [], None
     for label, count in modes:
         name = "scaling-sequential" if count is None else f"scaling-workers{count}"
-        MlflowClient(tracking_uri=f"sqlite:///{work / (name + '.db')}").search_experiments()    # schema, untimed
-        extra = joined + ([] if count is None else ["hydra/launcher=ray_jobs", f"hydra.launcher.max_concurrent={count}"])
-        print(f"[sweep-scaling] {label}, {len(jobs)} jobs ...", flush=True)
-        part = timed(command(sweep, work, name) + extra, work / f"{name}.log", env, timeout)
+        if count is None and measured is not None:
+            part, name = dict(measured["fedray"][0]), "e2-sweep0"
+            print(f"[sweep-scaling] {label}: E2's protocol run above", flush=True)
+        else:
+            MlflowClient(tracking_uri=f"sqlite:///{work / (name + '.db')}").search_experiments()    # schema, untimed
+            extra = joined + ([] if count is None else ["hydra/launcher=ray_jobs", f"hydra.launcher.max_concurrent={count}"])
+            print(f"[sweep-scaling] {label}, {len(jobs)} jobs ...", flush=True)
+            part = timed(command(sweep, work, name) + extra, work / f"{name}.log", env, timeout)
         part.update(mode=label, workers=count)
         if "error" not in part:
             metrics = final_metrics(work, name)
@@ -121,14 +128,18 @@ def run_scaling(quick: bool, trials: int | None, work: Path, env: dict, timeout:
                 reference = metrics
             part["same_as_sequential"] = metrics == reference and len(metrics) == len(jobs)
         runs.append(part)
+    what = f"E2 main setting, private, {trials} trials (--quick)" if quick else f"E2 protocol, {trials} trials"
+    result = {"sweep": what, "jobs": len(jobs), "cpus": cpus, "address": address, "modes": runs,
+              "reused": measured is not None}
+    if measured is not None:
+        return dict(result, numpy=measured["numpy"])
     jobs_path, out = work / "scaling-numpy.pkl", work / "scaling-numpy.out.json"
     jobs_path.write_bytes(pickle.dumps(jobs))
     numpy_env = dict(env, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     print(f"[sweep-scaling] numpy limit, {len(jobs)} jobs ...", flush=True)
     limit = timed([sys.executable, str(HERE / "tuning_numpy.py"), str(jobs_path), str(out)],
                   work / "scaling-numpy.log", numpy_env, timeout)
-    what = f"E2 main setting, private, {trials} trials (--quick)" if quick else f"E2 protocol, {trials} trials"
-    return {"sweep": what, "jobs": len(jobs), "cpus": cpus, "address": address, "modes": runs, "numpy": limit}
+    return dict(result, numpy=limit)
 
 
 def _x(value: float | None) -> str:
@@ -138,7 +149,8 @@ def _x(value: float | None) -> str:
 def table(result: dict) -> str:
     """The sweep-scaling table: wall time, speed-ups and the ratio to the numpy limit per mode."""
     where = f"the cluster at {result['address']}" if result.get("address") else "a private local Ray"
-    lines = [f"Sweep scaling: {result['sweep']} ({result['jobs']} Hydra jobs) on {where}, {result['cpus']} CPUs",
+    reused = " (one after another and the numpy limit: the protocol's runs above)" if result.get("reused") else ""
+    lines = [f"Sweep scaling: {result['sweep']} ({result['jobs']} Hydra jobs) on {where}, {result['cpus']} CPUs{reused}",
              "",
              "| launcher | job workers | wall s | speed-up vs 1 worker | speed-up vs sequential | ÷ numpy limit "
              "| peak RSS (GiB) | other CPU load (cores) | final metrics = sequential |",
