@@ -113,6 +113,7 @@ class SiloGroup:
         self._fed: Any = None            # the federation of this group's units (records stay here)
         self.protocol: RoundProtocol | CentralProgram | None = None
         self._shard: Any = None          # the protocol's view of the records (a round protocol's shard)
+        self._round_protocol: RoundProtocol | None = None     # the protocol, checked once to be one
         if _restarted_actor():
             return      # the driver restores the job this actor held when it died
         self.load(dataset, seed, trial, silo_ids)
@@ -137,13 +138,13 @@ class SiloGroup:
         self._fed = dataset.load(seed, trial, silo_ids=self.silo_ids)  # only this group's units are built
         # The record axis SiloDraws keys minibatch draws over: a Federation's (generated samples have none).
         self._width = self._fed.x_train.shape[1] if isinstance(self._fed, Federation) else None
-        self.protocol, self._shard = None, None
+        self.protocol, self._shard, self._round_protocol = None, None, None
 
     def configure(self, streams: np.ndarray, secret_draws: bool = False) -> None:
         """A new job on the same records (a sweep reusing its actors): its replica streams."""
         self.streams = np.asarray(streams)
         self._draw_seed = secrets.randbits(63) if secret_draws else self.seed
-        self.protocol, self._shard = None, None
+        self.protocol, self._shard, self._round_protocol = None, None, None
 
     @_loaded
     def apply(self, fn, *args):
@@ -167,8 +168,11 @@ class SiloGroup:
     @_loaded
     def set_protocol(self, protocol) -> None:
         self.protocol = protocol
+        # Checked here, once: isinstance against a runtime-checkable Protocol looks up each of its
+        # members (about 50 us), twice a round if done per round.
+        self._round_protocol = protocol if isinstance(protocol, RoundProtocol) else None
         # A driver-side program (``fedray.core.program``) reads the records through the oracle only.
-        self._shard = protocol.shard(self._fed, self.silo_ids) if isinstance(protocol, RoundProtocol) else None
+        self._shard = None if self._round_protocol is None else protocol.shard(self._fed, self.silo_ids)
 
     @_loaded
     def evaluate(self, params: np.ndarray) -> dict:
@@ -188,9 +192,9 @@ class SiloGroup:
         return RoundReply(*self._messages(payload.spec), evaluation)
 
     def _protocol(self) -> RoundProtocol:
-        if not isinstance(self.protocol, RoundProtocol):
+        if self._round_protocol is None:
             raise TypeError(f"a round needs a RoundProtocol; this group holds {type(self.protocol).__name__}")
-        return self.protocol
+        return self._round_protocol
 
     def _messages(self, spec: RoundSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """This group's part of one round: the units that take part for some replica, their

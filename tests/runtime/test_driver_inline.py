@@ -18,3 +18,21 @@ def test_evaluating_every_third_round_measures_rounds_0_3_6_and_trains_the_same_
     assert all("epsilon_max" in h for h in sparse.history)
     assert np.array_equal(every.last_iterate, sparse.last_iterate)
     assert sparse.history[3]["train_loss"][0] == every.history[3]["train_loss"][0]
+
+
+def test_a_group_asked_for_a_round_without_a_round_protocol_says_what_it_holds():
+    """The group checks its protocol once, when it is set; a round asked of a group holding a
+    driver-side program (or a protocol swapped for one) is refused, naming what it holds, not run."""
+    import pytest
+
+    from fedray.core.protocol import RoundSpec
+    from fedray.runtime.silo_group import RoundPayload, SiloGroup
+
+    plan = make_plan(compose(*BASE))
+    group = SiloGroup(plan.dataset, plan.seed, plan.trial, np.arange(5), plan.repetitions)
+    payload = RoundPayload(RoundSpec(0, np.ones((1, 5), dtype=bool), np.zeros((1, 4, 1))), None)
+    group.set_protocol(plan.protocol.build(oracle=None))
+    assert group.round(payload).messages.shape[:2] == (1, 5)
+    group.set_protocol(object())
+    with pytest.raises(TypeError, match="a round needs a RoundProtocol; this group holds object"):
+        group.round(payload)
