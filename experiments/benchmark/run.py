@@ -637,8 +637,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if job["data"].get("cache"):
             # Build the federation once, untimed: it lands in the dataset cache (fedray.data.cache),
             # which every runner then reads. Otherwise the first runner, fedray, would pay the PCA
-            # build (about 5 s) that the numpy runner after it skips; the cache misses whenever the
-            # raw files' mtimes change (a fresh copy of the data), as on every fresh machine.
+            # build (about 5 s) that the numpy runner after it skips; the cache, keyed by the raw
+            # files' content, misses on a machine (or cache folder) that never built this federation.
             from numpy_loop import load_federation
 
             load_federation(job)
