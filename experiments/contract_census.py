@@ -21,6 +21,7 @@ holds each number to its bound. Everything is read from the source (``ast``), no
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -42,6 +43,18 @@ HOLDERS = {
 
 def _parse(path: Path) -> ast.Module:
     return ast.parse(path.read_text(), str(path))
+
+
+def _imports(path: Path) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements of ``path`` at any depth of its code: one walk of its tree per
+    version of the file (``import_graph`` and ``hydra_internal_imports`` both read them)."""
+    info = path.stat()
+    return _imports_of(path, info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _imports_of(path: Path, mtime_ns: int, size: int) -> list[ast.Import | ast.ImportFrom]:
+    return [node for node in ast.walk(_parse(path)) if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
 def declared_members() -> dict[str, set[str]]:
@@ -158,7 +171,7 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(_parse(path)):
+        for node in _imports(path):
             targets = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -206,7 +219,7 @@ def import_cycles() -> list[list[str]]:
 def hydra_internal_imports() -> list[str]:
     found = []
     for name, path in _modules().items():
-        for node in ast.walk(_parse(path)):
+        for node in _imports(path):
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             found += [f"{name}:{node.lineno}" for m in modules if m == "hydra._internal" or m.startswith("hydra._internal.")]

@@ -7,7 +7,8 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from tests.conftest import _composed, _split, compose
+from tests import conftest
+from tests.conftest import _composed, _hydra_compose, _split, compose
 
 SPLIT = [
     # values of every type Hydra parses (int, float, 1e-5, bool, null, nan, string, list, dict)
@@ -46,3 +47,17 @@ def test_sweeps_deletions_and_hydra_keys_are_composed_whole():
     assert _split(("experiment=isrl_dp_convex", "~privacy.l2_clip")) is None
     assert _split(("experiment=isrl_dp_convex", "hydra.run.dir=x")) is None
     assert _split(("experiment=isrl_dp_convex", "num_rounds=1,2")) is None
+
+
+def test_a_composition_another_worker_stored_reads_back_as_hydras(tmp_path, monkeypatch):
+    """Catches a store of compositions (shared by a test run's workers) that loses a type, an order
+    or the struct flag on its way through the disk, or hands one list of group choices another's."""
+    monkeypatch.setattr(conftest, "_COMPOSITIONS", [tmp_path])
+    lists = [("experiment=phased_erm_synthetic", "algorithm=item_dp_sgd"), ("experiment=isrl_dp_convex",)]
+    made = [_composed.__wrapped__(groups) for groups in lists]          # composed and stored
+    assert len(list(tmp_path.glob("*.pickle"))) == 2
+    for groups, first in zip(lists, made):
+        read = _composed.__wrapped__(groups)                            # read back, as another worker would
+        assert read is not first
+        assert OmegaConf.to_yaml(read) == OmegaConf.to_yaml(_hydra_compose(groups)) == OmegaConf.to_yaml(first)
+        assert OmegaConf.is_struct(read)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from fedray.compose import compose_plan
-from tests.conftest import REPO
+from fedray.plan import make_plan
+from tests.conftest import REPO, compose
 
 
 def _script(name: str, script: str = "run.py"):
@@ -58,7 +59,7 @@ E5 = _script("mirror_descent/e5_sco")
 
 @pytest.mark.parametrize("arm", list(E5.ARMS))
 def test_e5_arms_plan_as_the_readme_describes(arm):
-    plan = compose_plan(E5.overrides(arm, 100_000, 64, 2))
+    plan = make_plan(compose(*E5.overrides(arm, 100_000, 64, 2)))
     assert plan.dataset.tasks == 1 and plan.dataset.pool == 10_000
     assert plan.privacy.trust_model == ("none" if arm == "non_private_smd" else "central")
     if arm != "non_private_smd":
@@ -71,7 +72,7 @@ E3 = _script("mirror_descent/e3_max_loss")
 @pytest.mark.parametrize("arm", list(E3.ARMS))
 @pytest.mark.parametrize("epsilon", [1.0, 10.0])
 def test_e3_arms_plan_as_the_readme_describes(arm, epsilon):
-    plan = compose_plan(E3.overrides(arm, 1_000_000, epsilon, 64, 2))
+    plan = make_plan(compose(*E3.overrides(arm, 1_000_000, epsilon, 64, 2)))
     spec = plan.dataset
     assert (spec.tasks, spec.pool, spec.sparsity, spec.shared_support) == (8, 10_000, 1, True)
     np.testing.assert_allclose(spec.flip_probabilities, 0.3 * np.arange(8) / 7)
@@ -87,7 +88,7 @@ E3_BOOSTED = _script("mirror_descent/e3_max_loss", "boosted.py")
 @pytest.mark.parametrize("n, epsilon", E3_BOOSTED.CELLS)
 def test_e3_alg4_cells_plan_as_the_readme_describes(n, epsilon):
     base = E3.overrides("alg3_bias_reduced", n, epsilon, 64, 2)
-    plan = compose_plan([o for o in base if o not in E3.ARMS["alg3_bias_reduced"]] + E3_BOOSTED.BOOSTED)
+    plan = make_plan(compose(*[o for o in base if o not in E3.ARMS["alg3_bias_reduced"]], *E3_BOOSTED.BOOSTED))
     assert type(plan.protocol.program).__name__ == "Boosting"
     assert (plan.privacy.details["runs"], plan.privacy.details["checks"]) == (6, 9)
     assert plan.privacy.target_epsilon.max() == epsilon

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fedray.compose import compose_plan
-from tests.conftest import REPO
+from fedray.plan import make_plan
+from tests.conftest import REPO, compose
 
 
 def _script(name: str):
@@ -35,7 +36,7 @@ def test_x2_arms_plan(arm):
 
 
 def test_x2_baselines_share_the_private_arms_b_and_t():
-    plans = {arm: compose_plan(["experiment=x2_sphere", "data.spec.num_silos=100000", *X2.ARMS[arm][1]])
+    plans = {arm: make_plan(compose("experiment=x2_sphere", "data.spec.num_silos=100000", *X2.ARMS[arm][1]))
              for arm in ("P_SGD", "local SGD", "central SGD", "non-private SGD")}
     assert len({(p.protocol.algorithm.batch_size, p.num_rounds) for p in plans.values()}) == 1
 

@@ -15,13 +15,14 @@ from omegaconf import OmegaConf
 from fedray.compose import CONFIG_DIR, SweepComposer
 from fedray.resolvers import register
 
-# E2's protocol as its covering sweeper launches it (one trial of each setting), then lists with
-# every kind of value override: types Hydra parses, +, ++ with a dict, an interpolation, a value
-# set twice, a group after values, a key excluded from override_dirname.
+# E2's protocol as its covering sweeper launches it (two jobs of each list of group choices, every
+# value changed from one to the next), then lists with every kind of value override: types Hydra
+# parses, +, ++ with a dict, an interpolation, a value set twice, a group after values, a key
+# excluded from override_dirname.
 JOBS = [
     [f"experiment=e2_insurance_all", f"trial={trial}", f"data.spec.num_silos={n}",
      f"participation.silos_per_round={m}", f"algorithm={algorithm}"] + extra
-    for trial in (0, 1) for n, m in ((10, 5), (3, 3))
+    for trial, (n, m) in ((0, (10, 5)), (1, (3, 3)))
     for algorithm, extra in (("isrl_dp_mb_sgd", []), ("local_sgd", ["privacy=none"]))
 ] + [
     ["experiment=isrl_dp_convex", "num_rounds=6", "privacy.delta=1e-5", "progress=false", "trial=null",
@@ -53,7 +54,7 @@ def test_every_job_gets_the_config_hydra_composes_for_it(loader):
         ours, hydras = composer.compose(overrides), config_loader.load_sweep_config(master, overrides)
         assert OmegaConf.to_yaml(ours) == OmegaConf.to_yaml(hydras), overrides      # the hydra node too
         assert OmegaConf.is_struct(ours) and OmegaConf.is_struct(hydras)
-    # E2's 8 jobs above share 2 lists of group choices; the other lists are one each
+    # E2's 4 jobs above share 2 lists of group choices; the other lists are one each
     assert len(composer.bases) == 2 + 3
 
 

@@ -20,6 +20,7 @@ from fedray.protocols.user_level.deletion import (
     tight_noise_multiplier,
 )
 from fedray.protocols.user_level.deletion_tight import deletion_delta, gaussian_hockey_stick
+from tests.conftest import compose
 from tests.protocols.user_level.test_del_output_pert import hockey_stick, neighbour_pairs, worst_divergence
 
 EPS2, DELTA2 = 0.9, 0.41                      # T5's tiny mechanism: kappa = 2, Pr[R1 = 0] = 0.0771
@@ -259,16 +260,16 @@ def test_planners_wire_the_tight_calibration():
     import fedray
     from fedray.errors import ConfigError
 
-    paper = fedray.make_plan(["experiment=sc_output_pert_synthetic"]).protocol.mechanisms[0]
-    plan = fedray.make_plan(["experiment=sc_output_pert_synthetic", "privacy.calibration=tight"])
+    paper = fedray.make_plan(compose("experiment=sc_output_pert_synthetic")).protocol.mechanisms[0]
+    plan = fedray.make_plan(compose("experiment=sc_output_pert_synthetic", "privacy.calibration=tight"))
     tight = plan.protocol.mechanisms[0]
     assert (tight.calibration, tight.smoothness) == ("tight", 0.25)
     assert paper.noise_std / tight.noise_std == pytest.approx(5.2628 * 186.29, rel=1e-3)     # 980.5
     assert plan.privacy.calibration == "tight"
-    phased = fedray.make_plan(["experiment=phased_erm_synthetic", "privacy.calibration=tight"]).protocol
+    phased = fedray.make_plan(compose("experiment=phased_erm_synthetic", "privacy.calibration=tight")).protocol
     assert {m.calibration for phase in phased.phases for m in phase.mechanisms} == {"tight"}
     with pytest.raises(ConfigError, match="one of \\('paper', 'tight'\\)"):
-        fedray.make_plan(["experiment=phased_erm_synthetic", "privacy.calibration=accountant"])
+        fedray.make_plan(compose("experiment=phased_erm_synthetic", "privacy.calibration=accountant"))
 
 
 def _worst_listing_family(log_factor: float, pmf: np.ndarray, multiplier: float) -> float:
