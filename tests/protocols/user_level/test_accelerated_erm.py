@@ -228,7 +228,9 @@ def test_an_audit_against_one_adversarial_user_stays_below_eps_and_catches_an_un
     """Spec §6 T14 / E7: D and D' differ in a user of phase 1, whose labels become 1e6 in D' (its
     gradient norm ~ 1e6 against the others' <= 2): the filter must remove it every time it is
     sampled. The printed constants at eps = 1: the audit's lower bound stays below eps. Control:
-    the same pair without privacy (no filter, no noise) is told apart at once."""
+    the same pair without privacy (no filter, no noise) is told apart at once: every draw, so its
+    bound is the most 100 evaluation draws can show (3.28 of 200 draws; 3.98 of 400, at five
+    times the CPU of the private draws; 2.57 of 100, below the 3.0 asked)."""
     from fedray.privacy.audit import audit_epsilon
 
     def sampler(overrides):
@@ -237,7 +239,7 @@ def test_an_audit_against_one_adversarial_user_stays_below_eps_and_catches_an_un
         return sample
 
     private = audit_epsilon(sampler([]), 400, np.random.default_rng(0), delta=7.8e-7)
-    control = audit_epsilon(sampler(["privacy=none"]), 400, np.random.default_rng(1), delta=7.8e-7)
+    control = audit_epsilon(sampler(["privacy=none"]), 200, np.random.default_rng(1), delta=7.8e-7)
     assert private.eps_lower <= 1.0
     assert control.eps_lower > 3.0
 
