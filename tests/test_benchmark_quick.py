@@ -156,3 +156,37 @@ def test_the_page_gets_the_tables_between_its_markers_and_keeps_its_prose(tmp_pa
     with pytest.raises(SystemExit):            # before any job runs
         run.main(["--jobs", "synthetic-N10", "--page", str(unmarked)])
     assert f"--page {unmarked}: needs the lines" in capsys.readouterr().err
+
+
+def test_e2s_protocol_target_takes_the_faster_launcher_when_the_scaling_sweep_reused_its_runs():
+    """Issue 45 asks E2's whole protocol within 1.5x of its numpy limit with whichever launcher is
+    faster here: when the scaling table reused E2's protocol runs, target 3 uses its fastest mode
+    whose metrics equal the sequential sweep's, and shows the sequential ratio beside it."""
+    run = _load_run_module()
+    e2 = {"protocol": "e2", "trials": 20, "fedray": [{"seconds": 600.0}], "numpy": {"seconds": 300.0}}
+
+    def scaling(reused, same=True):
+        return {"sweep": "E2 protocol, 20 trials", "reused": reused, "modes": [
+            {"workers": None, "seconds": 600.0, "same_as_sequential": True},
+            {"workers": 1, "seconds": 620.0, "same_as_sequential": True},
+            {"workers": 2, "seconds": 420.0, "same_as_sequential": same}]}
+
+    row = [line for line in run.targets_table([], [e2], scaling(True)).splitlines() if line.startswith("| 3.")][0]
+    assert "E2 (20 trials), one after another 2.00x, on 2 warm job workers 1.40x" in row and row.endswith("| yes |")
+    for other in (scaling(False), scaling(True, same=False)):      # another sweep, or different results
+        row = [line for line in run.targets_table([], [e2], other).splitlines() if line.startswith("| 3.")][0]
+        assert "E2 (20 trials) 2.00x" in row and row.endswith("| no |")
+
+
+def test_the_performance_page_is_the_committed_invocations_output():
+    """The tables on docs/performance.md are what ``--tables-from`` prints for the committed JSON
+    of the invocation that made them: a hand edit of a number, or a page left behind by a change
+    to the tables' code, fails here."""
+    run = _load_run_module()
+    import json
+
+    saved = json.loads((BENCHMARK / "results" / "benchmark.json").read_text())
+    text = run.tables(saved["results"], saved["protocols"], saved.get("scaling"))
+    page = (REPO / "docs" / "performance.md").read_text()
+    block = page.split(run.PAGE_BEGIN)[1].split(run.PAGE_END)[0]
+    assert block == f"\n\n{run.page_header(saved['header'])}\n\n{text}\n\n"

@@ -450,10 +450,20 @@ def targets_table(results: list[dict], protocols: list[dict], scaling: dict | No
     row("2. s/round ÷ the numpy loop, N = 10 and E1's N = 25", f"{SMALL_ROUND_LIMIT}x",
         _ratios(results, SMALL_JOBS, "steady", "numpy"), SMALL_ROUND_LIMIT)
     pairs = []
+    # E2's protocol is also the scaling sweep when the invocation reused its runs: its ratio is then
+    # the faster launcher's (the issue asks for whichever is faster on the machine), both shown.
+    fastest = None
+    if scaling and scaling.get("reused"):
+        timed = [m for m in scaling["modes"] if "seconds" in m and m.get("same_as_sequential")]
+        fastest = min(timed, key=lambda m: m["seconds"], default=None)
     for res in protocols:
         if not any("error" in part for part in res["fedray"] + [res["numpy"]]):
             total = sum(part["seconds"] for part in res["fedray"])
-            pairs.append((f"{res['protocol'].upper()} ({res['trials']} trials)", total / res["numpy"]["seconds"]))
+            label = f"{res['protocol'].upper()} ({res['trials']} trials)"
+            if res["protocol"] == "e2" and fastest is not None and fastest["workers"] is not None:
+                label += f", one after another {total / res['numpy']['seconds']:.2f}x, on {fastest['workers']} warm job workers"
+                total = fastest["seconds"]
+            pairs.append((label, total / res["numpy"]["seconds"]))
     row("3. whole tuning protocol ÷ its numpy limit", f"{PROTOCOL_LIMIT}x", pairs, PROTOCOL_LIMIT)
     scaled = {res["job"]["num_silos"]: res for res in results if res["job"].get("scale")}
     if max(scaled, default=0) >= 1_000_000:
