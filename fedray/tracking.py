@@ -374,6 +374,7 @@ class RunWriter:
     def __init__(self) -> None:
         self._thread: ThreadPoolExecutor | None = None
         self._finishes: list[Future] = []
+        self._clients: dict[str, RetryingClient] = {}
         self._experiments: dict[tuple, tuple[RetryingClient, str]] = {}
 
     def experiment(self, uri: str, name: str, location: str | None) -> tuple[RetryingClient, str]:
@@ -384,8 +385,9 @@ class RunWriter:
             # Jobs started together on a fresh SQLite store would each create its schema (MLflow's
             # migrations are not safe to run twice at once) and the same experiment: one at a time.
             with _store_lock(uri):
-                client = next((c for (u, _, _), (c, _) in self._experiments.items() if u == uri), None)
-                client = client or RetryingClient(uri)
+                if uri not in self._clients:
+                    self._clients[uri] = RetryingClient(uri)
+                client = self._clients[uri]
                 self._experiments[key] = client, _experiment_id(client, name, location)
         return self._experiments[key]
 
