@@ -518,13 +518,18 @@ PAGE_BEGIN = "<!-- benchmark tables: written by experiments/benchmark/run.py --p
 PAGE_END = "<!-- end of the benchmark tables -->"
 
 
-def write_page(page: Path, header: str, text: str) -> None:
-    """Put an invocation's header and tables into ``page``, between its two markers (the prose
-    around them is kept); a page without them is refused, and nothing is written."""
+def marked_page(page: Path) -> str:
+    """``page``'s text, refused (``SystemExit``, naming it) unless it holds each marker once."""
     current = page.read_text() if page.is_file() else ""
     if current.count(PAGE_BEGIN) != 1 or current.count(PAGE_END) != 1:
         raise SystemExit(f"--page {page}: needs the lines {PAGE_BEGIN!r} and {PAGE_END!r} once each")
-    before, rest = current.split(PAGE_BEGIN)
+    return current
+
+
+def write_page(page: Path, header: str, text: str) -> None:
+    """Put an invocation's header and tables into ``page``, between its two markers (the prose
+    around them is kept); a page without them is refused, and nothing is written."""
+    before, rest = marked_page(page).split(PAGE_BEGIN)
     after = rest.split(PAGE_END)[1]
     block = f"{PAGE_BEGIN}\n\n{page_header(header)}\n\n{text}\n\n{PAGE_END}"
     page.write_text(before + block + after)
@@ -608,9 +613,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for job in jobs:
         check_job(job)
     if args.page is not None:           # refused now, not after an hour of measuring
-        page = args.page.read_text() if args.page.is_file() else ""
-        if page.count(PAGE_BEGIN) != 1 or page.count(PAGE_END) != 1:
-            parser.error(f"--page {args.page}: needs the lines {PAGE_BEGIN!r} and {PAGE_END!r} once each")
+        try:
+            marked_page(args.page)
+        except SystemExit as err:
+            parser.error(str(err))
     work = args.workdir or Path(tempfile.mkdtemp(prefix="fedray-benchmark-"))
     work.mkdir(parents=True, exist_ok=True)
 
