@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -87,12 +88,15 @@ def test_a_sweep_runs_concurrently_across_a_cluster_keeps_its_actors_and_equals_
     anything but what a sequential sweep computes."""
     before = _actor_ids(cluster.address)
     env = {**os.environ, "FEDRAY_PARENT_RUN_ID": "not-a-run"}     # read by the old hand-over
-    launched = _sweep(tmp_path, "launched", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
-                                             "hydra.launcher.max_concurrent=2"], env)
+    with ThreadPoolExecutor(2) as pool:
+        launching = pool.submit(_sweep, tmp_path, "launched", ["hydra/launcher=ray_jobs", f"runtime.address={cluster.address}",
+                                                               "hydra.launcher.max_concurrent=2"], env)
+        # meanwhile (the launched sweep mostly waits on the cluster), the basic launcher, one job after
+        # another, on the test run's shared local Ray (one Ray start fewer)
+        sequential = _sweep(tmp_path, "sequential", [f"runtime.address={shared_ray_address(ray_local, monkeypatch)}"],
+                            {**os.environ})
+        launched = launching.result()
     workers, silos = _actors(cluster.address, "JobWorker", before), _actors(cluster.address, "SiloGroup", before)
-    # the basic launcher, one job after another, on the test run's shared local Ray (one Ray start fewer)
-    sequential = _sweep(tmp_path, "sequential", [f"runtime.address={shared_ray_address(ray_local, monkeypatch)}"],
-                        {**os.environ})
 
     assert sorted(launched) == sorted(sequential) and len(launched) == 3
     assert all(r.info.status == "FINISHED" for r in launched.values())
