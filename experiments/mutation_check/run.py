@@ -231,6 +231,16 @@ MUTANTS = [
            "math.floor(math.sqrt(dim) * scale) + dim))", "math.floor(math.sqrt(dim) * scale)))",
            "the tight calibration's l1 bound on rounding shifts forgets the +d of the rounding",
            ("tests/privacy/test_vector_sum_tight.py", PRIVACY)),
+    # P_vec over T rounds (fedray/privacy/vector_sum_rounds.py)
+    Mutant("pvec-rounds-not-composed", "fedray/privacy/vector_sum_rounds.py",
+           "return unit_shift_count(dim, scale) * int(num_rounds), int(trials) // int(scale)",
+           "return unit_shift_count(dim, scale), int(trials) // int(scale)",
+           "P_GD's T rounds of P_vec priced as one round (K = L instead of L T unit pairs)",
+           ("tests/privacy/test_vector_sum_rounds.py", PRIVACY)),
+    Mutant("pvec-rounds-no-lower-tail", "fedray/privacy/vector_sum_rounds.py",
+           "    while z > 1:", "    while False:",
+           "the moment bound leaves out the binomial's mass below the summed window (no longer an upper bound)",
+           ("tests/privacy/test_vector_sum_rounds.py", PRIVACY)),
 ]
 
 # Mutants that survive and why that is harmless (name -> argument). Filled in from the runs.
@@ -265,6 +275,12 @@ The fourth full run (2026-11-29, after tests that plan one RDP calibration were 
 xdist worker and test_server_noise's Poisson route was computed once per replica and count; the
 2-core machine shared with two other sessions, load 1.8-7.4) killed 41 of 41, each by the same
 first failing test as before; baseline 251 s, all mutants 1,024 s.
+
+The fifth full run (2026-11-29, after the P_vec rounds' moments were summed one order at a time:
+the same bits) added two mutants of fedray/privacy/vector_sum_rounds.py, the T rounds priced as
+one and the moment bound without its lower tail; it killed 43 of 43, the 41 older ones each by
+the same first failing test as in the fourth run; baseline 77 s, all mutants 400 s on an
+otherwise idle 2-core machine.
 """
 
 
@@ -360,7 +376,7 @@ def write_table(chosen: list, done: dict, names: list) -> None:
     lines = [f"# Mutation check of the privacy-critical modules ({killed} of {len(rows)} killed)", "",
              "Command: `python experiments/mutation_check/run.py` (from the clone's root; it writes this file "
              "and results.csv). Each mutant runs its own test file, then, if that passes, the rest of its "
-             "tests, in the fast tier with `pytest -x`; seconds are wall time on a shared, busy 2-core machine.", "",
+             "tests, in the fast tier with `pytest -x`; seconds are wall time on a 2-core machine.", "",
              "| mutant | module | the bug it stands for | killed by (first failing test) | seconds |",
              "|---|---|---|---|---|"]
     for mutant, verdict, seconds in rows:
