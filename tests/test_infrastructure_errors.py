@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import shared_ray_address
+
 pytestmark = pytest.mark.slow
 
 MAIN_JOB = [sys.executable, "-m", "fedray", "experiment=isrl_dp_convex", "progress=false"]
@@ -160,14 +162,19 @@ def test_ctrl_c_ends_in_one_line_marks_the_run_killed_and_leaves_no_process(tmp_
     assert statuses == ["KILLED"] if when == "mid-run" else set(statuses) <= {"KILLED"}
 
 
-def test_ctrl_c_after_the_run_finished_ends_it_cleanly(tmp_path):
+def test_ctrl_c_after_the_run_finished_ends_it_cleanly_and_a_run_starts_its_own_ray_beside_a_cluster(
+        tmp_path, ray_local, monkeypatch):
     """Catches a Ctrl-C that lands while a finished run shuts Ray down: before, the process died of
-    a segmentation fault (exit -11) at interpreter exit and left two Ray helpers alive."""
+    a segmentation fault (exit -11) at interpreter exit and left two Ray helpers alive. The same
+    run (one Ray start for both) has a Ray on this machine (the test run's shared one) advertised
+    in RAY_ADDRESS, as `ray start` leaves it, which a bare ray.init() would join: without
+    runtime.address it must start a private local Ray instead (and end it, by the check below)."""
     db = tmp_path / "mlflow.db"
+    address = shared_ray_address(ray_local, monkeypatch)   # and RAY_AUTH_MODE=token: a join would succeed
     proc = subprocess.Popen([*MAIN_JOB, "num_rounds=3", f"tracking.uri=sqlite:///{db}",
-                             f"tracking.artifact_location={tmp_path}/artifacts"],
+                             f"tracking.artifact_location={tmp_path}/artifacts", "runtime.num_cpus=1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                            start_new_session=True, env={**os.environ, "RAY_ADDRESS": ""})
+                            start_new_session=True, env={**os.environ, "RAY_ADDRESS": address})
     try:
         for line in proc.stdout:            # the run's last line: everything is recorded
             if line.startswith("MLflow run"):
@@ -179,5 +186,6 @@ def test_ctrl_c_after_the_run_finished_ends_it_cleanly(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, err[-2000:]
     assert "Traceback" not in err
+    assert "Started a local Ray instance" in err and "Connecting to existing Ray cluster" not in err
     assert _gone_within(proc.pid, 5.0) == []
     assert _statuses(db) == ["FINISHED"]

@@ -75,23 +75,6 @@ def test_an_unreachable_address_fails_fast_in_one_line_and_marks_the_run_failed(
 
 
 @pytest.mark.slow
-def test_without_an_address_a_run_starts_its_own_ray_even_beside_a_running_cluster(tmp_path, ray_local, monkeypatch):
-    """A Ray on this machine (the test run's shared one), advertised in RAY_ADDRESS (as `ray start`
-    leaves it), which a bare ray.init() would join: the run starts a private local Ray instead."""
-    import os
-
-    address = shared_ray_address(ray_local, monkeypatch)   # and RAY_AUTH_MODE=token: a join would succeed
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedray", "experiment=isrl_dp_convex", "num_rounds=1", "progress=false",
-         f"tracking.uri={mlflow_store(tmp_path)}", f"tracking.artifact_location={tmp_path}/artifacts",
-         "runtime.num_cpus=1"],
-        capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, "RAY_ADDRESS": address},
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "Started a local Ray instance" in proc.stderr and "Connecting to existing Ray cluster" not in proc.stderr
-
-
-@pytest.mark.slow
 def test_a_sweep_is_a_parent_run_and_a_refused_job_is_a_failed_child_that_does_not_stop_it(tmp_path, ray_local,
                                                                                            monkeypatch):
     """The sweep joins the test run's shared Ray (a private one is the fast tier's main job)."""

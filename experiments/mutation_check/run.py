@@ -149,7 +149,7 @@ MUTANTS = [
            "the guard ignores a delta that grows past the target",
            ("tests/privacy/test_ledger.py", PRIVACY)),
     Mutant("ledger-releases-per-participation", "fedray/privacy/ledger.py",
-           "return counts * self.releases_per_participation", "return counts",
+           "else counts * self.releases_per_participation", "else counts",
            "a plan charges one release per participation whatever the program's phases",
            ("tests/privacy/test_ledger.py", PRIVACY, "tests/protocols/user_level")),
     # Composition (fedray/privacy/composition.py)
@@ -161,6 +161,14 @@ MUTANTS = [
     Mutant("comp-advanced-delta", "fedray/privacy/composition.py",
            "return epsilon, count * delta0 + delta_slack", "return epsilon, delta0 + delta_slack",
            "advanced composition's delta without the k delta0 term",
+           ("tests/privacy/test_composition.py", PRIVACY)),
+    Mutant("comp-table-misplaced", "fedray/privacy/composition.py",
+           "position[distinct] = np.arange(distinct.size)", "position[distinct] = np.arange(distinct.size)[::-1]",
+           "a large count table's prices gathered onto the cells of other counts",
+           ("tests/privacy/test_composition.py", PRIVACY)),
+    Mutant("comp-table-per-replica", "fedray/privacy/composition.py",
+           "if all(np.ndim(getattr(self, spec.name)) == 0 for spec in fields(self)):", "if True:",
+           "per-replica parameters priced by one table of counts, as if every replica had the first one's",
            ("tests/privacy/test_composition.py", PRIVACY)),
     # Participation and record sampling (fedray/core/sampling.py, fedray/rng.py, isrl_dp)
     Mutant("sample-uniform-count-off-by-one", "fedray/core/sampling.py",
@@ -281,6 +289,13 @@ the same bits) added two mutants of fedray/privacy/vector_sum_rounds.py, the T r
 one and the moment bound without its lower tail; it killed 43 of 43, the 41 older ones each by
 the same first failing test as in the fourth run; baseline 77 s, all mutants 400 s on an
 otherwise idle 2-core machine.
+
+After that run (2026-11-29), composition.py prices a large table of counts once per distinct count
+(the same bits, faster planning of a million users) and the ledger's plan leaves counts as they are
+when a participation is one release. Run by name (`run.py ledger-releases-per-participation
+comp-table-misplaced comp-table-per-replica`): the ledger mutant, rewritten for the new line, was
+killed by the same first failing test as before, and the two new mutants of the table by the new
+test of it; their rows were added to results.csv by hand from that output.
 """
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Protocol
 
 import numpy as np
@@ -62,7 +62,26 @@ def _check(name: str, value, allowed: str) -> np.ndarray:
 
 
 def _counts(counts) -> np.ndarray:
-    return _check("counts", counts, "integers >= 0").astype(np.int64)
+    array = np.asarray(counts)
+    if array.dtype.kind in "iu":            # integers already: one pass for the sign, no float copy
+        if array.size and array.min() < 0:
+            raise ConfigError("counts", float(array[array < 0].flat[0]), "integers >= 0")
+        return array.astype(np.int64, copy=False)
+    return _check("counts", array, "integers >= 0").astype(np.int64)
+
+
+def _per_count(counts: np.ndarray, price) -> np.ndarray:
+    """``price(k)``, an array elementwise in the int64 counts ``k``, for every cell of ``counts``,
+    computed once per distinct count and gathered: a plan's (P, N) counts (20 replicas of a million
+    users make 2 x 10^7 cells) hold a handful of distinct values, and the pricing then works on a
+    handful of numbers instead of arrays of 2 x 10^7. Only for a rule whose parameters are
+    scalars (the price of a cell is then a function of its count alone)."""
+    if counts.size <= 4096:
+        return price(counts)
+    distinct = np.flatnonzero(np.bincount(counts.ravel()))    # counts are at most the rounds: a short bincount
+    position = np.zeros(distinct[-1] + 1, dtype=np.intp)
+    position[distinct] = np.arange(distinct.size)
+    return np.broadcast_to(price(distinct), distinct.shape)[position[counts]]
 
 
 def _route(route: str) -> str:
@@ -182,7 +201,6 @@ class _RoutedComposition:
     NAME = ""
 
     def _pairs(self, counts):
-        counts = _counts(counts)
         basic = self._basic(counts)
         if self.route == "basic":
             return basic
@@ -190,11 +208,18 @@ class _RoutedComposition:
         use_advanced = (advanced[0] < basic[0]) if self.route == "best" else (counts > 0)
         return tuple(np.where(use_advanced, a, b) for a, b in zip(advanced, basic))
 
+    def _priced(self, counts, which: int) -> np.ndarray:
+        """Element ``which`` of the (epsilon, delta) pair of every cell of ``counts``."""
+        counts = _counts(counts)
+        if all(np.ndim(getattr(self, spec.name)) == 0 for spec in fields(self)):
+            return _per_count(counts, lambda ks: self._pairs(ks)[which])
+        return self._pairs(counts)[which]
+
     def epsilons(self, counts) -> np.ndarray:
-        return self._pairs(counts)[0]
+        return self._priced(counts, 0)
 
     def deltas(self, counts) -> np.ndarray:
-        return self._pairs(counts)[1]
+        return self._priced(counts, 1)
 
     def describe(self) -> dict:
         return {"name": self.NAME, **{k: np.asarray(v).tolist() for k, v in asdict(self).items()}}
@@ -419,9 +444,9 @@ class ApproxDpPldComposition:
     NAME = "approx_dp_pld"
 
     def epsilons(self, counts) -> np.ndarray:
-        counts = _counts(counts)
-        values = {int(k): pld_composition_epsilon(self.epsilon0, self.delta0, int(k), self.delta) for k in np.unique(counts)}
-        return np.vectorize(lambda k: values[int(k)], otypes=[np.float64])(counts)
+        price = lambda ks: np.array([pld_composition_epsilon(self.epsilon0, self.delta0, int(k), self.delta)  # noqa: E731
+                                     for k in np.ravel(ks)]).reshape(np.shape(ks))
+        return _per_count(_counts(counts), price)
 
     def deltas(self, counts) -> np.ndarray:
         return np.where(_counts(counts) > 0, self.delta, 0.0)

@@ -475,7 +475,7 @@ class ComposedAccountant:
         return charge
 
     def planned(self, counts: np.ndarray, num_rounds: int) -> np.ndarray:
-        return counts * self.releases_per_participation
+        return counts if self.releases_per_participation == 1 else counts * self.releases_per_participation
 
     def epsilons(self, counts: np.ndarray) -> np.ndarray:
         return np.asarray(self.rule.epsilons(counts), dtype=np.float64)

@@ -133,6 +133,26 @@ def test_count_accountants_are_vectorised_and_zero_counts_cost_nothing():
     assert ParallelComposition(PureDpComposition(0.1, 1e-6)).describe()["inner"]["name"] == "pure_dp"
 
 
+
+@pytest.mark.parametrize("rule", [
+    PureDpComposition(0.1, 1e-5), ApproxDpComposition(0.3, 1e-8, 1e-6, "advanced"),
+    ApproxDpComposition(0.3, 1e-8, 1e-6), ParallelComposition(ApproxDpComposition(0.5, 1e-7, 0.0, "basic")),
+    ApproxDpComposition(np.array([[0.1], [0.2], [0.3]]), 1e-8, 1e-6),        # per replica: priced cell by cell
+])
+def test_a_large_count_table_is_priced_as_each_cell_alone(rule):
+    """A plan's (P, N) table of counts (past 4096 cells) is priced once per distinct count and
+    gathered; catches a gather that puts a count's price on another count's cells, or per-replica
+    parameters priced as if they were one."""
+    counts = np.random.default_rng(0).integers(0, 40, size=(3, 2000))
+    counts[1, :7] = 977                                    # a count far from the others
+    epsilons, deltas = rule.epsilons(counts), rule.deltas(counts)
+    assert epsilons.shape == deltas.shape == counts.shape
+    for (p, n), count in np.ndenumerate(counts[:, :60]):
+        one = np.zeros((3, 1), dtype=np.int64)
+        one[p, 0] = count
+        assert epsilons[p, n] == rule.epsilons(one)[p, 0] and deltas[p, n] == rule.deltas(one)[p, 0]
+    assert np.all(epsilons[counts == 0] == 0)
+
 # --- budget round trips ------------------------------------------------------------------------
 
 
