@@ -16,7 +16,7 @@ import pytest
 
 from fedray.errors import ConfigError
 from fedray.testing import ProtocolCase, checks
-from tests.conftest import REPO
+from tests.conftest import REPO, shared_ray_address
 
 SEARCHPATH = "hydra.searchpath=[pkg://examples.dp_fedavg.conf]"
 # 6 clients of 100 noisy-label records (a well-conditioned logistic problem), 3 per round.
@@ -137,10 +137,11 @@ def test_py_modules_must_be_importable_packages():
         fedray.make_plan([*SMALL, "runtime.py_modules=[no_such_package_here]"])
 
 
-@pytest.mark.slow        # a cold `python -m fedray` with Ray and MLflow: about 90 s on this 2-core machine
-def test_runs_from_the_command_line_outside_the_checkout(tmp_path):
+@pytest.mark.slow        # a `python -m fedray` with Ray and MLflow
+def test_runs_from_the_command_line_outside_the_checkout(tmp_path, ray_local, monkeypatch):
     """A copy of the example renamed to ``userpkg`` in a folder outside the checkout: the driver
-    finds it in its working directory, the Ray workers only through ``runtime.py_modules``."""
+    finds it in its working directory, the Ray workers through ``runtime.py_modules``. The run joins
+    the test run's shared local Ray (a job's runtime_env ships the package there as to a cluster's)."""
     package = tmp_path / "userpkg"
     shutil.copytree(REPO / "examples" / "dp_fedavg", package, ignore=shutil.ignore_patterns("__pycache__"))
     for path in package.rglob("*.py"):
@@ -149,7 +150,8 @@ def test_runs_from_the_command_line_outside_the_checkout(tmp_path):
     config.write_text(config.read_text().replace("examples.dp_fedavg", "userpkg"))
     env = {**os.environ, "PYTHONPATH": str(REPO)}       # fedray itself; the user's package is not on it
     overrides = [a.replace("examples.dp_fedavg", "userpkg") for a in SMALL] + [
-        "num_rounds=3", "runtime.py_modules=[userpkg]", "runtime.num_actors=2", "runtime.num_cpus=2",
+        "num_rounds=3", "runtime.py_modules=[userpkg]", "runtime.num_actors=2",
+        f"runtime.address={shared_ray_address(ray_local, monkeypatch)}",
         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "progress=false"]
     done = subprocess.run([sys.executable, "-m", "fedray", *overrides], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
@@ -158,9 +160,10 @@ def test_runs_from_the_command_line_outside_the_checkout(tmp_path):
 
 
 @pytest.mark.slow
-def test_py_modules_ship_the_package_to_every_worker(tmp_path):
+def test_py_modules_ship_the_package_to_every_worker(tmp_path, ray_local, monkeypatch):
     """``runtime.py_modules`` reaches the workers as Ray's shipped copy (what a multi-node cluster
-    needs; on one machine Ray also hands the workers the driver's ``sys.path``)."""
+    needs; on one machine Ray also hands the workers the driver's ``sys.path``). The script joins
+    the test run's shared local Ray, as a driver joins a cluster."""
     shutil.copytree(REPO / "examples" / "dp_fedavg", tmp_path / "shipped_pkg", ignore=shutil.ignore_patterns("__pycache__"))
     for path in (tmp_path / "shipped_pkg").rglob("*.py"):
         path.write_text(path.read_text().replace("examples.dp_fedavg", "shipped_pkg"))
@@ -168,7 +171,7 @@ def test_py_modules_ship_the_package_to_every_worker(tmp_path):
               "import ray\n"
               "from fedray.runtime.driver import connect\n"
               "import shipped_pkg; sys.path.pop(0)\n"       # found here, then off the path Ray forwards
-              "connect({'py_modules': ['shipped_pkg'], 'num_cpus': 1})\n"
+              f"connect({{'py_modules': ['shipped_pkg'], 'address': {shared_ray_address(ray_local, monkeypatch)!r}}})\n"
               "def where():\n"
               "    import shipped_pkg\n"
               "    return shipped_pkg.__file__\n"
