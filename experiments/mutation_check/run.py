@@ -290,12 +290,12 @@ one and the moment bound without its lower tail; it killed 43 of 43, the 41 olde
 the same first failing test as in the fourth run; baseline 77 s, all mutants 400 s on an
 otherwise idle 2-core machine.
 
-After that run (2026-11-29), composition.py prices a large table of counts once per distinct count
-(the same bits, faster planning of a million users) and the ledger's plan leaves counts as they are
-when a participation is one release. Run by name (`run.py ledger-releases-per-participation
-comp-table-misplaced comp-table-per-replica`): the ledger mutant, rewritten for the new line, was
-killed by the same first failing test as before, and the two new mutants of the table by the new
-test of it; their rows were added to results.csv by hand from that output.
+The sixth full run (2026-11-29, after composition.py began pricing a large table of counts once
+per distinct count, the same bits, and the ledger's plan began leaving counts as they are when a
+participation is one release) added two mutants of that table, a gather onto the wrong counts and
+per-replica parameters priced as one; the ledger mutant was rewritten for its new line. It killed
+45 of 45, the 43 older ones each by the same first failing test as in the fifth run; baseline
+62 s, all mutants 263 s on an otherwise idle 2-core machine.
 """
 
 
