@@ -14,7 +14,6 @@ import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -47,17 +46,6 @@ def _sweep(tmp_path, name: str, extra: list[str], env: dict) -> dict:
     return children
 
 
-@contextmanager
-def _without_data_dir():
-    """Nodes started within see no FEDRAY_DATA_DIR (a job finds the data only through the
-    launcher's runtime_env)."""
-    data = os.environ.pop("FEDRAY_DATA_DIR")
-    try:
-        yield
-    finally:
-        os.environ["FEDRAY_DATA_DIR"] = data
-
-
 @pytest.fixture(scope="module")
 def cluster(data_dir):
     """A 3-node cluster of 2 CPUs a node whose processes start without FEDRAY_DATA_DIR. Two CPUs a
@@ -67,11 +55,14 @@ def cluster(data_dir):
     from ray.cluster_utils import Cluster
 
     health = {"health_check_period_ms": 500, "health_check_failure_threshold": 2}
-    with _without_data_dir():
+    data = os.environ.pop("FEDRAY_DATA_DIR")
+    try:
         started = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "_system_config": health})
         for _ in range(2):
             started.add_node(num_cpus=2)
         started.wait_for_nodes()
+    finally:
+        os.environ["FEDRAY_DATA_DIR"] = data
     yield started
     started.shutdown()
 
@@ -213,7 +204,8 @@ def test_a_run_survives_losing_a_worker_node_of_a_cluster(cluster):
     here: a job worker "cancelled before it started running")."""
     proc = subprocess.Popen([sys.executable, "-c", f"from tests.runtime.test_cluster import lose_a_node; "
                              f"lose_a_node({cluster.address!r})"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    # stderr into stdout: a pipe read only at the end could fill with Ray's logs before "remove" is printed
     try:
         lines = []
         for line in proc.stdout:
@@ -225,11 +217,12 @@ def test_a_run_survives_losing_a_worker_node_of_a_cluster(cluster):
                 proc.stdin.write("\n")
                 proc.stdin.flush()
                 break
-        out, err = proc.communicate(timeout=600)
+        out, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0, err[-3000:]
-    finished = re.search(r"replays (\d+) in [\d.]+ s identical", "".join(lines) + out)   # Ray's logs may follow it
-    assert finished and int(finished.group(1)) >= 1, ("".join(lines) + out)[-3000:]
+    output = "".join(lines) + out
+    assert proc.returncode == 0, output[-3000:]
+    finished = re.search(r"replays (\d+) in [\d.]+ s identical", output)   # Ray's logs may follow it
+    assert finished and int(finished.group(1)) >= 1, output[-3000:]
